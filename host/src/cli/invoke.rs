@@ -1,0 +1,91 @@
+//! `capstan invoke`: one task straight to a capability.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use super::{GlobalArgs, load, workspace_root};
+use crate::dispatch::run_task;
+use crate::protocol::{Event, EventSink, TaskRequest};
+use crate::services::{HostServices, RunContext};
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Exit status: 0 when the task succeeds, 1 when it fails (the reason is printed), 2 on usage errors.")]
+pub struct InvokeArgs {
+    /// The capability kind, e.g. local_kb_retrieval, terminal_exec, docx.
+    pub kind: String,
+    /// The operation; defaults to the capability's first one.
+    #[arg(long, short)]
+    pub operation: Option<String>,
+    /// The task input as JSON.
+    #[arg(long, short, default_value = "{}")]
+    pub input: String,
+    /// The workspace the task may see.
+    #[arg(long, short, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Print every event and the result as JSON lines on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints events as they happen: JSON lines, or plain words on stderr.
+struct PrintSink {
+    json: bool,
+}
+
+impl EventSink for PrintSink {
+    fn emit(&self, event: Event) {
+        if self.json {
+            println!("{}", serde_json::to_string(&event).unwrap_or_default());
+            return;
+        }
+        match event {
+            Event::Activity { message, .. } => eprintln!("  • {message}"),
+            Event::Progress { done, total, unit, .. } => eprintln!("  … {done}/{total} {unit}"),
+            Event::CapabilityStatus { status, message, .. } => eprintln!("  ! {status}: {message}"),
+            _ => {}
+        }
+    }
+}
+
+pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
+    let input: serde_json::Value = serde_json::from_str(&args.input)
+        .with_context(|| format!("--input is not valid JSON: {}", args.input))?;
+    let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
+    let (_dirs, runtime, registry) = load(global, workspace.as_deref()).await?;
+    for problem in registry.problems() {
+        tracing::warn!("{}", problem.message);
+    }
+    let operation = match args.operation {
+        Some(op) => op,
+        None => match registry.resolve(&args.kind) {
+            Ok(plugin) => plugin.operations.first().map(|o| o.name.clone()).unwrap_or_default(),
+            Err(_) => String::new(),
+        },
+    };
+    let task = TaskRequest { id: "t1".into(), kind: args.kind, operation, input };
+    let run = RunContext::new(workspace, Arc::new(PrintSink { json: args.json }), HostServices::default());
+    let outcome = run_task(&runtime, &registry, &task, &run).await;
+    match outcome {
+        Ok(success) => {
+            if args.json {
+                println!("{}", json!({"type": "result", "ok": true, "summary": success.summary, "data": success.data}));
+            } else {
+                eprintln!("{}", success.summary);
+                println!("{}", serde_json::to_string_pretty(&success.data)?);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(failure) => {
+            if args.json {
+                println!("{}", json!({"type": "result", "ok": false, "reason": failure.reason, "message": failure.message}));
+            } else {
+                eprintln!("task failed ({}): {}", failure.reason, failure.message);
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}

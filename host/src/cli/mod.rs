@@ -1,0 +1,134 @@
+//! The `capstan` command line.
+
+mod invoke;
+mod plugins;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+use crate::dirs::{DirOverrides, Dirs};
+use crate::registry::{ManifestSources, Registry};
+use crate::runtime::Runtime;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "capstan",
+    version,
+    about = "A sandboxed capability host for AI agents",
+    long_about = "Capstan answers questions about a workspace folder and runs tasks in it through \
+                  capabilities: WebAssembly plugins confined to the workspace, with commands run in an \
+                  OS sandbox behind an approval gate.",
+    after_help = "Examples:\n  capstan plugins list\n  capstan invoke echo --input '{\"hi\":1}'\n  \
+                  capstan invoke local_kb_retrieval --workspace ./docs --operation search --input '{\"query\":\"keys\"}'\n\n\
+                  State lives in the platform's config, data and cache dirs; set CAPSTAN_HOME to keep it all \
+                  under one directory (tests do)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// Keep config, data and cache under this one directory.
+    #[arg(long, global = true, env = "CAPSTAN_HOME", value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// Config dir (manifests, capstan.toml). Default: the platform's config dir.
+    #[arg(long, global = true, env = "CAPSTAN_CONFIG_DIR", value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+    /// Data dir (indexes, database).
+    #[arg(long, global = true, env = "CAPSTAN_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Cache dir (compiled components).
+    #[arg(long, global = true, env = "CAPSTAN_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List, check and inspect capability plugins.
+    #[command(subcommand)]
+    Plugins(plugins::PluginsCommand),
+    /// Run one task straight on a capability (for plugin authors and scripts).
+    Invoke(invoke::InvokeArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.global.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
+        Command::Invoke(args) => invoke::run(&cli.global, args).await,
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+impl GlobalArgs {
+    pub fn dirs(&self) -> Result<Dirs> {
+        Dirs::resolve(&DirOverrides {
+            home: self.home.clone(),
+            config: self.config_dir.clone(),
+            data: self.data_dir.clone(),
+            cache: self.cache_dir.clone(),
+        })
+    }
+}
+
+/// A workspace given on the command line, checked and made canonical.
+pub fn workspace_root(dir: &Path) -> Result<PathBuf> {
+    let root = dir
+        .canonicalize()
+        .with_context(|| format!("workspace {} does not exist; pass an existing directory to --workspace", dir.display()))?;
+    if !root.is_dir() {
+        bail!("workspace {} is not a directory", root.display());
+    }
+    Ok(root)
+}
+
+/// The runtime and registry for one command: bundled plugins, the user's
+/// capstan.toml, and the workspace's capstan.toml if there is a workspace.
+pub async fn load(global: &GlobalArgs, workspace: Option<&Path>) -> Result<(Dirs, Runtime, Registry)> {
+    let dirs = global.dirs()?;
+    let runtime = Runtime::new(dirs.component_cache(), vec![dirs.config.clone(), dirs.data.clone()])?;
+    let mut files = vec![dirs.user_config_file()];
+    if let Some(ws) = workspace {
+        files.push(ws.join("capstan.toml"));
+    }
+    let registry = Registry::load(&runtime, &ManifestSources { bundled: true, files }).await;
+    Ok((dirs, runtime, registry))
+}

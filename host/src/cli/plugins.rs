@@ -1,0 +1,88 @@
+//! `capstan plugins list|check`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{GlobalArgs, load, workspace_root};
+
+#[derive(Subcommand, Debug)]
+pub enum PluginsCommand {
+    /// Show every plugin: kinds, permissions, limits, status and load time.
+    List {
+        /// Also read this workspace's capstan.toml.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load and validate every manifest entry; exit 1 if anything is wrong.
+    Check {
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
+}
+
+pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
+    let (workspace, json_out, check) = match cmd {
+        PluginsCommand::List { workspace, json } => (workspace, json, false),
+        PluginsCommand::Check { workspace } => (workspace, false, true),
+    };
+    let workspace = workspace.as_deref().map(workspace_root).transpose()?;
+    let (_, _, registry) = load(global, workspace.as_deref()).await?;
+
+    if json_out {
+        let plugins: Vec<_> = registry
+            .plugins()
+            .iter()
+            .map(|p| {
+                let e = &p.spec.entry;
+                json!({
+                    "name": e.name, "version": e.version, "component": p.spec.source.to_string(),
+                    "origin": p.spec.origin, "sha256": p.sha256, "kinds": e.kinds,
+                    "permissions": e.permissions, "limits": e.limits, "imports": p.imports,
+                    "operations": p.operations, "status": "ok",
+                    "load": {"cache_hit": p.load.cache_hit, "ms": p.load.duration.as_secs_f64() * 1e3},
+                })
+            })
+            .collect();
+        let out = json!({"plugins": plugins, "problems": registry.problems()});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for p in registry.plugins() {
+            let e = &p.spec.entry;
+            let host: Vec<String> = e.permissions.host.iter().map(|s| s.to_string()).collect();
+            let ops: Vec<String> = p.operations.iter().map(|o| format!("{}({:?})", o.name, o.risk)).collect();
+            println!("{} {} [ok]", e.name, e.version);
+            println!("  kinds:      {}", e.kinds.join(", "));
+            println!("  operations: {}", ops.join(", "));
+            println!("  workspace:  {}   host services: {}", e.permissions.workspace, if host.is_empty() { "-".into() } else { host.join(", ") });
+            let fuel = e.limits.fuel.map(|f| f.to_string()).unwrap_or_else(|| "unlimited".into());
+            println!("  limits:     {} MiB, {} ms, fuel {fuel}", e.limits.memory_mb, e.limits.timeout_ms);
+            println!(
+                "  component:  {} (from {}; {} in {:.1} ms)",
+                p.spec.source,
+                p.spec.origin,
+                if p.load.cache_hit { "cached" } else { "compiled" },
+                p.load.duration.as_secs_f64() * 1e3
+            );
+        }
+        for problem in registry.problems() {
+            let who = problem.plugin.as_deref().unwrap_or("manifest");
+            eprintln!("{who} [error]\n  {}", problem.message);
+        }
+    }
+    if check {
+        let n = registry.problems().len();
+        if n > 0 {
+            eprintln!("{n} problem(s) found; fix the manifest entries named above");
+            return Ok(ExitCode::from(1));
+        }
+        println!("all {} plugins loaded and valid", registry.plugins().len());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,20 @@
+//! Capstan: a sandboxed capability host for AI agents.
+//!
+//! Layers, top to bottom (data flows down, never back up):
+//! - [`cli`]: the `capstan` command;
+//! - [`dispatch`]: a task through the [`registry`] to its plugin, with events;
+//! - [`registry`]: task kind -> plugin, from [`manifest`]s;
+//! - [`runtime`]: wasmtime components, one store per task, faults contained;
+//! - [`services`]: host services plugins import (exec, index, approval, model);
+//! - [`protocol`]: the event and task types every layer speaks;
+//! - [`dirs`]: where Capstan keeps config, data and cache.
+
+pub mod bundled;
+pub mod cli;
+pub mod dirs;
+pub mod dispatch;
+pub mod manifest;
+pub mod protocol;
+pub mod registry;
+pub mod runtime;
+pub mod services;

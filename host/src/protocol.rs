@@ -1,0 +1,175 @@
+//! The event protocol: what a run tells its frontends, as serde types with no
+//! logic. Every event travels in an [`Envelope`] (`{seq, run_id, ts, type, ...}`);
+//! the names follow the requirement seeds (`task.failed`, `run.cancelled`, ...).
+//! docs/EVENTS.md is the reference for frontends.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Version of the event protocol; bumped on any incompatible change.
+pub const PROTOCOL_VERSION: &str = "0.1";
+
+/// Why a task failed. Stable strings: frontends and tests match on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureReason {
+    /// The task's input did not fit the operation (or named no known operation).
+    InvalidInput,
+    /// Policy, a manifest grant or a person said no.
+    Denied,
+    /// The capability knows the operation but does not implement it yet.
+    NotImplemented,
+    /// The capability ran and reported a failure.
+    Failed,
+    Cancelled,
+    /// The plugin trapped or panicked.
+    Trap,
+    /// The task ran past its deadline.
+    Timeout,
+    /// The plugin hit its memory, table or fuel limit.
+    ResourceLimit,
+    /// The component cannot serve: missing export, bad component, wrong imports.
+    InvalidPlugin,
+    /// No plugin serves the task's kind.
+    UnsupportedCapability,
+    /// The kind belongs to the retired writing workflow (`writer`, `draft`...).
+    UnsupportedLegacyCapability,
+    /// The capability needs a workspace and the run has none.
+    WorkspaceRequired,
+    /// A bounded loop gave up (e.g. retrieval stayed insufficient).
+    RetryLimit,
+    BudgetExceeded,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidInput => "invalid-input",
+            Self::Denied => "denied",
+            Self::NotImplemented => "not-implemented",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::Trap => "trap",
+            Self::Timeout => "timeout",
+            Self::ResourceLimit => "resource-limit",
+            Self::InvalidPlugin => "invalid-plugin",
+            Self::UnsupportedCapability => "unsupported-capability",
+            Self::UnsupportedLegacyCapability => "unsupported-legacy-capability",
+            Self::WorkspaceRequired => "workspace-required",
+            Self::RetryLimit => "retry-limit",
+            Self::BudgetExceeded => "budget-exceeded",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A unit of work for one capability.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskRequest {
+    pub id: String,
+    pub kind: String,
+    pub operation: String,
+    pub input: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TaskSuccess {
+    pub summary: String,
+    pub data: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct TaskFailure {
+    pub reason: FailureReason,
+    pub message: String,
+}
+
+impl TaskFailure {
+    pub fn new(reason: FailureReason, message: impl Into<String>) -> Self {
+        Self { reason, message: message.into() }
+    }
+}
+
+pub type TaskOutcome = Result<TaskSuccess, TaskFailure>;
+
+/// Every event a run emits. `type` carries the dotted name.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type")]
+pub enum Event {
+    #[serde(rename = "task.started")]
+    TaskStarted { task_id: String, kind: String, operation: String },
+    #[serde(rename = "task.completed")]
+    TaskCompleted { task_id: String, summary: String, data: Value },
+    #[serde(rename = "task.failed")]
+    TaskFailed { task_id: String, reason: FailureReason, message: String },
+    /// Plain words for the activity feed.
+    #[serde(rename = "activity")]
+    Activity {
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        task_id: Option<String>,
+        kind: String,
+        message: String,
+        #[serde(skip_serializing_if = "Value::is_null", default)]
+        data: Value,
+    },
+    #[serde(rename = "progress")]
+    Progress { task_id: String, done: u64, total: u64, unit: String },
+    /// A capability's availability, e.g. an operation that is not implemented.
+    #[serde(rename = "capability.status")]
+    CapabilityStatus { task_id: String, kind: String, status: String, message: String },
+}
+
+/// What travels on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Envelope {
+    pub seq: u64,
+    pub run_id: String,
+    /// RFC 3339 with milliseconds, UTC.
+    pub ts: String,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// Receives events as they happen. Implementations must not block: they are
+/// called from inside plugin calls.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: Event);
+}
+
+/// Drops every event (for `describe` calls and benchmarks).
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: Event) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_carry_dotted_type_names_and_kebab_reasons() {
+        let env = Envelope {
+            seq: 3,
+            run_id: "r1".into(),
+            ts: "2026-01-01T00:00:00.000Z".into(),
+            event: Event::TaskFailed {
+                task_id: "t1".into(),
+                reason: FailureReason::UnsupportedLegacyCapability,
+                message: "writer".into(),
+            },
+        };
+        let json = serde_json::to_value(&env).unwrap();
+        assert_eq!(json["type"], "task.failed");
+        assert_eq!(json["reason"], "unsupported-legacy-capability");
+        assert_eq!(json["seq"], 3);
+        let back: Envelope = serde_json::from_value(json).unwrap();
+        assert_eq!(back, env);
+    }
+}

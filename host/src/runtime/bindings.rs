@@ -1,0 +1,18 @@
+//! Rust bindings of the WIT world `capstan:plugin/plugin` (wit/capstan.wit).
+//!
+//! Every import is async (host services may wait on processes, people or models)
+//! and trappable (a host-side bug becomes a trap of that one task, not a crash).
+
+wasmtime::component::bindgen!({
+    world: "plugin",
+    path: "../wit",
+    imports: { default: async | trappable },
+    exports: { default: async },
+});
+
+pub use capstan::plugin::{approval, cancel, events, exec, index, model, types};
+pub use exports::capstan::plugin::capability;
+
+/// The WIT package and version this host provides.
+pub const PACKAGE: &str = "capstan:plugin";
+pub const VERSION: &str = "0.1.0";

@@ -1,0 +1,87 @@
+//! Compiled components on disk.
+//!
+//! Compiling a component with Cranelift costs 0.1 s to seconds; loading a
+//! precompiled one costs milliseconds. Entries are keyed by the component's
+//! sha256 and the engine's compatibility hash (wasmtime version and every setting
+//! that affects code generation), so a new Capstan or a changed engine config never
+//! loads stale code. Files are written to a temp file and renamed, so a crash or a
+//! concurrent writer never leaves a torn entry.
+//!
+//! Invariant: the cache dir is never inside a directory a plugin can see (the
+//! runtime refuses such a workspace), because loading a cached file runs it as
+//! trusted machine code.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+pub struct ComponentCache {
+    dir: PathBuf,
+    engine_key: String,
+}
+
+/// Feeds `Hash` output into sha256, so the key is stable across processes
+/// (std's `DefaultHasher` makes no such promise).
+struct ShaHasher(Sha256);
+
+impl Hasher for ShaHasher {
+    fn finish(&self) -> u64 {
+        unreachable!("only finalized through sha256")
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+impl ComponentCache {
+    pub fn new(dir: PathBuf, engine: &Engine) -> Self {
+        let mut h = ShaHasher(Sha256::new());
+        engine.precompile_compatibility_hash().hash(&mut h);
+        let engine_key = hex::encode(&h.0.finalize()[..8]);
+        Self { dir, engine_key }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn entry(&self, sha256: &str) -> PathBuf {
+        self.dir.join(format!("{sha256}-{}.cwasm", self.engine_key))
+    }
+
+    /// The compiled component, from the cache when possible. Returns whether the
+    /// cache was hit. A corrupt entry is replaced, not fatal.
+    pub fn load_or_compile(&self, engine: &Engine, bytes: &[u8], sha256: &str) -> Result<(Component, bool)> {
+        let path = self.entry(sha256);
+        if path.exists() {
+            // SAFETY: the file was written by `store` below from wasmtime's own
+            // serialization for this engine configuration (the key says so), in a
+            // directory no plugin can reach.
+            match unsafe { Component::deserialize_file(engine, &path) } {
+                Ok(component) => return Ok((component, true)),
+                Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}"),
+            }
+        }
+        let component = Component::new(engine, bytes)?;
+        if let Err(e) = self.store(&path, &component) {
+            // A read-only or full cache dir makes loads slower, nothing more.
+            tracing::warn!(dir = %self.dir.display(), "cannot cache compiled component: {e:#}");
+        }
+        Ok((component, false))
+    }
+
+    fn store(&self, path: &Path, component: &Component) -> Result<()> {
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))?;
+        let bytes = component.serialize()?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+        std::io::Write::write_all(&mut tmp, &bytes)?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path)?;
+        Ok(())
+    }
+}

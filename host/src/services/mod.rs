@@ -1,0 +1,86 @@
+//! Host services: what a plugin may ask the host to do through WIT imports
+//! (`exec`, `index`, `approval`, `model`; `events` and `cancel` are built into
+//! the runtime).
+//!
+//! Grants are checked in two places, each once: the manifest grant when a
+//! component is loaded (`runtime::imports`), the workspace policy when a service
+//! is called (inside each service). A service that this host does not offer
+//! answers `denied` with a sentence saying so.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::EventSink;
+use crate::runtime::bindings::{approval, exec, index, model};
+
+/// What a service knows about the task calling it.
+#[derive(Clone)]
+pub struct TaskScope {
+    pub task_id: String,
+    pub plugin: String,
+    pub run: RunContext,
+}
+
+/// Everything a task inherits from its run.
+#[derive(Clone)]
+pub struct RunContext {
+    pub run_id: String,
+    /// Canonical workspace root, if the run is bound to one.
+    pub workspace: Option<PathBuf>,
+    pub events: Arc<dyn EventSink>,
+    pub cancel: CancellationToken,
+    pub services: HostServices,
+}
+
+impl RunContext {
+    pub fn new(workspace: Option<PathBuf>, events: Arc<dyn EventSink>, services: HostServices) -> Self {
+        Self {
+            run_id: String::new(),
+            workspace,
+            events,
+            cancel: CancellationToken::new(),
+            services,
+        }
+    }
+}
+
+#[async_trait]
+pub trait ExecService: Send + Sync {
+    async fn run(&self, scope: &TaskScope, req: exec::ExecRequest) -> Result<exec::ExecOutput, exec::ExecError>;
+}
+
+#[async_trait]
+pub trait IndexService: Send + Sync {
+    async fn known_files(&self, scope: &TaskScope) -> Result<Vec<index::FileMeta>, String>;
+    async fn upsert_file(&self, scope: &TaskScope, meta: index::FileMeta, passages: Vec<index::Passage>) -> Result<(), String>;
+    async fn remove_file(&self, scope: &TaskScope, path: String) -> Result<(), String>;
+    async fn commit(&self, scope: &TaskScope) -> Result<index::IndexStats, String>;
+    async fn search(&self, scope: &TaskScope, query: String, limit: u32) -> Result<Vec<index::Hit>, String>;
+}
+
+#[async_trait]
+pub trait Approver: Send + Sync {
+    async fn request(&self, scope: &TaskScope, req: approval::ApprovalRequest) -> approval::Decision;
+}
+
+#[async_trait]
+pub trait ModelService: Send + Sync {
+    async fn complete(&self, scope: &TaskScope, req: model::CompletionRequest) -> Result<model::Completion, model::ModelError>;
+}
+
+/// The services a host offers. `None` means "not offered here".
+#[derive(Clone, Default)]
+pub struct HostServices {
+    pub exec: Option<Arc<dyn ExecService>>,
+    pub index: Option<Arc<dyn IndexService>>,
+    pub approval: Option<Arc<dyn Approver>>,
+    pub model: Option<Arc<dyn ModelService>>,
+}
+
+/// The sentence a plugin gets for a service this host does not offer.
+pub fn not_offered(service: &str) -> String {
+    format!("this Capstan host offers no `{service}` service in this context")
+}

@@ -1,0 +1,3 @@
+fn main() {
+    println!("I am a WASI command, not a Capstan plugin.");
+}
