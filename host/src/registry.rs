@@ -42,6 +42,9 @@ pub struct Problem {
 pub struct Registry {
     plugins: Vec<Arc<LoadedPlugin>>,
     by_kind: BTreeMap<String, Arc<LoadedPlugin>>,
+    /// Kinds whose plugin failed to load, with the reason: their tasks fail as
+    /// `invalid-plugin`, not as an unknown kind.
+    broken: BTreeMap<String, String>,
     problems: Vec<Problem>,
 }
 
@@ -68,9 +71,15 @@ impl Registry {
         let mut registry = Registry { problems, ..Default::default() };
         for spec in specs {
             let name = spec.entry.name.clone();
+            let kinds = spec.entry.kinds.clone();
             match runtime.load_spec(spec).await {
                 Ok(plugin) => registry.admit(plugin),
-                Err(e) => registry.problems.push(Problem { plugin: Some(name), message: e.to_string() }),
+                Err(e) => {
+                    for kind in kinds {
+                        registry.broken.insert(kind, e.to_string());
+                    }
+                    registry.problems.push(Problem { plugin: Some(name), message: e.to_string() });
+                }
             }
         }
         registry
@@ -114,6 +123,9 @@ impl Registry {
                 FailureReason::UnsupportedLegacyCapability,
                 format!("`{kind}` belongs to the retired writing workflow; no writing code path exists any more"),
             ));
+        }
+        if let (None, Some(why)) = (self.by_kind.get(kind), self.broken.get(kind)) {
+            return Err(TaskFailure::new(FailureReason::InvalidPlugin, why.clone()));
         }
         self.by_kind.get(kind).ok_or_else(|| {
             TaskFailure::new(

@@ -1,1 +1,159 @@
+//! Capstan's authoritative risk classification of shell commands, and the
+//! workspace policy that turns a classification into a verdict.
+//!
+//! # Classification
+//!
+//! [`classify_shell`] parses a raw command line with a real bash parser
+//! (`brush-parser`) and walks the whole syntax tree: lists, pipelines,
+//! subshells, functions, control flow, command and process substitutions,
+//! redirections, here-documents, and commands run by other commands
+//! (`sudo`, `env`, `timeout`, `xargs`, `find -exec`, `sh -c`, `eval`,
+//! `watch`, `parallel`, ...). Words are normalised before lookup, so
+//! `'r''m'`, `\rm`, `"rm"`, `$'\x72m'`, `{rm,-rf,x}` and `/bin/rm` are all
+//! `rm`. [`classify_argv`] does the same for an argv that is executed
+//! without a shell.
+//!
+//! The result's [`Risk`] is the maximum over every part. Invariants:
+//!
+//! - **Unknown is the ceiling and the default.** Any command not in the
+//!   built-in table, any interpreter, any command name that is not a literal
+//!   word, any program run by a path outside the system directories
+//!   (`./ls` may be a script the agent wrote), anything the parser rejects,
+//!   and anything nested too deeply is [`Risk::Unknown`].
+//! - **Dynamic words are assumed hostile.** An argument whose value is only
+//!   known at run time (`$X`, `$(...)`) is treated as possibly being any
+//!   option, so `git $SUB` is unknown and `sed "$OPTS" f` may be `-i`.
+//! - **Configuration that runs code is code.** `git -c core.pager=...`,
+//!   `GIT_PAGER=... git log`, `LD_PRELOAD=...`, `PATH=...`, and writes to
+//!   `.git/`, shell start-up files or `.cargo/config*` are unknown.
+//!
+//! # Policy
+//!
+//! [`Policy`] maps a classification to a [`Verdict`] for a workspace
+//! profile, with allow and deny prefix rules; see [`Policy::evaluate_shell`].
+//!
+//! # Failure modes
+//!
+//! Classification never panics and never errs: problems become `unknown`
+//! findings whose reasons say what went wrong. Input over 64 KiB, or nested
+//! more than 48 brackets deep, is refused as unknown before parsing.
 
+mod display;
+mod parse;
+mod policy;
+mod risk;
+mod table;
+mod word;
+
+use serde::{Deserialize, Serialize};
+
+pub use policy::{Evaluation, Policy, PolicyError, Profile, SandboxMode, Verdict};
+pub use risk::{ParseRiskError, Risk, effective_risk};
+
+/// One simple command found in a command line, including commands nested
+/// in substitutions, scripts and wrappers (`sudo rm x` yields both
+/// `sudo rm x` and `rm x`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandInfo {
+    /// The words after quote removal and brace expansion. Words with a
+    /// run-time value show their source text (e.g. `$HOME`); see `dynamic`.
+    pub argv: Vec<String>,
+    /// The program name used for lookup: `argv[0]`, or its basename for a
+    /// program in a system directory (`/usr/bin/git` → `git`).
+    pub name: String,
+    /// The risk of this command by itself, not counting commands it runs
+    /// (those have entries of their own).
+    pub risk: Risk,
+    /// Some word's value is only known at run time, so `argv` is not exact.
+    pub dynamic: bool,
+    /// What ran this command, if it was nested (`sudo`, `sh -c`, `$(...)`,
+    /// `xargs`, `find -exec`, `function f`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+}
+
+/// One contribution to the overall risk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The risk this part carries.
+    pub risk: Risk,
+    /// Human-readable explanation, naming the offending command or word.
+    pub reason: String,
+    /// Index into [`Classification::commands`] of the command this finding
+    /// belongs to. `None` for parts no allow rule may cover: redirections,
+    /// assignments, dynamic command names, parse failures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<usize>,
+}
+
+/// The classification of a whole command line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Classification {
+    /// The maximum risk over all parts.
+    pub risk: Risk,
+    /// Every finding's reason, deduplicated, in the order found.
+    pub reasons: Vec<String>,
+    /// Every simple command found, in the order found.
+    pub commands: Vec<CommandInfo>,
+    /// The structured findings behind `risk` and `reasons`.
+    pub findings: Vec<Finding>,
+    /// The command line contains nothing to run (blank or only comments).
+    /// Such a classification is `unknown` and the policy refuses it.
+    #[serde(default)]
+    pub empty: bool,
+    /// Why the top-level command line failed to parse, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parse_error: Option<String>,
+}
+
+impl Classification {
+    fn from_analysis(a: parse::Analysis) -> Self {
+        let mut findings = a.findings;
+        let empty = a.commands.is_empty() && findings.is_empty() && a.parse_error.is_none();
+        if empty {
+            findings.push(Finding {
+                risk: Risk::Unknown,
+                reason: "the command is empty: there is nothing to run".into(),
+                command: None,
+            });
+        }
+        let risk = findings
+            .iter()
+            .map(|f| f.risk)
+            .max()
+            .unwrap_or(Risk::ReadOnly);
+        let mut reasons: Vec<String> = Vec::new();
+        for f in &findings {
+            if !reasons.contains(&f.reason) {
+                reasons.push(f.reason.clone());
+            }
+        }
+        Classification {
+            risk,
+            reasons,
+            commands: a.commands,
+            findings,
+            empty,
+            parse_error: a.parse_error,
+        }
+    }
+}
+
+/// Classifies a raw command line as a shell (bash) would run it.
+///
+/// Never fails: unparseable, oversized or empty input is [`Risk::Unknown`]
+/// with a reason. The runner should execute the command with bash (or a
+/// POSIX shell, whose syntax bash's parser accepts a superset of).
+pub fn classify_shell(command: &str) -> Classification {
+    Classification::from_analysis(parse::analyze_shell(command))
+}
+
+/// Classifies an argv executed directly, without a shell: no word is
+/// expanded, but `argv[0]` may itself be a shell or wrapper (`sh -c ...`,
+/// `sudo ...`), which is analysed as usual. An empty argv is unknown.
+pub fn classify_argv(argv: &[String]) -> Classification {
+    if argv.is_empty() {
+        return Classification::from_analysis(parse::Analysis::default());
+    }
+    Classification::from_analysis(parse::analyze_argv(argv))
+}

@@ -1,1 +1,676 @@
+//! Runs one command confined to a workspace (Linux).
+//!
+//! This crate has one job: [`run`] executes a shell command or an argv inside a
+//! sandbox and returns what it printed and how it ended. Everything else here exists
+//! to make that one call safe:
+//!
+//! * **Filesystem** ([Landlock](https://docs.kernel.org/userspace-api/landlock.html)):
+//!   the command may read and execute the system directories and the workspace, and
+//!   may write only the workspace and a private per-task directory (its `HOME` and
+//!   `TMPDIR`), which is removed afterwards.
+//! * **System calls** (seccomp): no `ptrace`, no `io_uring`, no keyrings, no mounts,
+//!   no new namespaces, no BPF or perf, no module loading; with the network off, no
+//!   socket other than `AF_UNIX`. Denied calls fail with `EPERM`, so programs print
+//!   a clear error instead of dying.
+//! * **Network off**: a fresh network namespace (only a down loopback) in addition
+//!   to the seccomp socket filter.
+//! * **Lifetime**: the command runs as the second process of a fresh PID namespace
+//!   whose init is our own supervisor; when the command ends, is cancelled or times
+//!   out, the supervisor exits and the kernel kills every process left in the
+//!   namespace, including double-forked and `setsid` ones.
+//! * **Environment**: scrubbed to a short allowlist (`PATH`, `LANG`, `LC_ALL`,
+//!   `TERM`, `HOME`, `TMPDIR`) plus what the caller passes in [`ExecSpec::env`]. The
+//!   host's environment (API keys, `SSH_AUTH_SOCK`, ...) never reaches the command.
+//! * **Resources**: rlimits ([`Limits`]), a per-stream output cap that keeps the head
+//!   and the tail ([`ExecSpec::output_limit`]), a wall-clock timeout.
+//!
+//! # The launcher
+//!
+//! Namespaces, Landlock and seccomp are applied by a small single-threaded launcher
+//! process, not in a `pre_exec` hook of the (multi-threaded) caller: after `fork` in
+//! a multi-threaded process only async-signal-safe calls are allowed, and building
+//! a Landlock ruleset or a BPF program allocates. The launcher is the caller's own
+//! executable started as `<exe> __capstan_sandbox_launch`, so the binary that uses
+//! this crate must call [`maybe_run_launcher`] first thing in `main`, before it
+//! starts any thread (in particular before building a tokio runtime):
+//!
+//! ```no_run
+//! fn main() {
+//!     capstan_sandbox::maybe_run_launcher(); // never returns in the launcher
+//!     // ... build the tokio runtime, parse arguments, etc.
+//! }
+//! ```
+//!
+//! Another executable can be named with [`set_launcher`].
+//!
+//! The launcher receives its configuration and reports the outcome over a Unix
+//! socket that is its standard input; that socket also carries cancellation (the
+//! caller shuts down its write half) and tells the launcher to kill everything if
+//! the caller itself dies.
 
+#![cfg(target_os = "linux")]
+
+mod cgroup;
+mod check;
+mod landlock;
+mod launcher;
+mod output;
+mod seccomp;
+
+use std::io::Write as _;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio_util::sync::CancellationToken;
+
+pub use check::{SupportReport, check};
+pub use launcher::launcher_main;
+
+/// The first argument that turns the capstan binary into the sandbox launcher.
+pub const LAUNCH_FLAG: &str = launcher::LAUNCH_FLAG;
+
+/// How long the command's processes get between `SIGTERM` and `SIGKILL` when the
+/// task is cancelled or times out.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// `PATH` inside the sandbox. Fixed, so that a caller's `PATH` (which may point
+/// into a home directory the command cannot read anyway) never leaks in.
+pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// A shell command line, run as `/bin/sh -c <line>`.
+    Shell(String),
+    /// A program and its arguments; `argv[0]` is looked up in [`SANDBOX_PATH`]
+    /// (or the `PATH` given in [`ExecSpec::env`]) unless it contains a `/`.
+    Argv(Vec<String>),
+}
+
+/// Whether the sandbox is required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// Fail closed: if Landlock or seccomp cannot be enforced, [`run`] returns
+    /// [`SandboxError::Unsupported`] and the command does not start.
+    #[default]
+    Required,
+    /// Run without Landlock, seccomp or namespaces because the workspace profile
+    /// said so explicitly (`sandbox = "off"`). The environment is still scrubbed,
+    /// limits, timeout and output cap still apply, and cancellation still kills
+    /// every descendant (through a child subreaper). [`ExecSpec::network`] is not
+    /// enforced in this mode.
+    Off,
+}
+
+/// Resource limits applied to the command (rlimits, plus a pids cgroup when the
+/// caller is root). `None` leaves the inherited limit in place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Maximum number of processes/threads. Enforced as `RLIMIT_NPROC`, which the
+    /// kernel counts per user *within the user namespace*, so inside our private
+    /// user namespace it counts only this task's processes. Without a user
+    /// namespace it counts all of the user's processes, so the launcher adds the
+    /// user's current count. Root is exempt from `RLIMIT_NPROC`, so for root the
+    /// limit is enforced with a pids cgroup instead, when one can be created.
+    pub max_processes: Option<u64>,
+    /// Largest file the command may write (`RLIMIT_FSIZE`), in bytes.
+    pub max_file_size: Option<u64>,
+    /// Address space per process (`RLIMIT_AS`), in bytes. Off by default: V8, the
+    /// JVM and wasm runtimes reserve far more virtual memory than they use.
+    pub max_address_space: Option<u64>,
+    /// CPU seconds per process (`RLIMIT_CPU`). Off by default: the wall-clock
+    /// timeout already bounds the task.
+    pub max_cpu_seconds: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_processes: Some(512),
+            max_file_size: Some(4 << 30),
+            max_address_space: None,
+            max_cpu_seconds: None,
+        }
+    }
+}
+
+/// One command to run in the sandbox.
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    /// What to run.
+    pub command: Command,
+    /// Workspace root: the only host directory the command may write. Must exist;
+    /// it is canonicalized again before use.
+    pub workspace: PathBuf,
+    /// Working directory: the workspace root or a directory inside it (relative
+    /// paths are taken from the workspace root). Canonicalized and checked, so a
+    /// symlink inside the workspace that points out is refused.
+    pub cwd: PathBuf,
+    /// Extra environment variables the caller allowed (the profile's env
+    /// allowlist), set after the scrubbed defaults; a name given here replaces the
+    /// default of the same name.
+    pub env: Vec<(String, String)>,
+    /// Wall-clock limit. When it passes, every process of the task gets `SIGTERM`,
+    /// then `SIGKILL` [`KILL_GRACE`] later.
+    pub timeout: Duration,
+    /// Per-stream cap in bytes on captured output. Past it the first half and the
+    /// last half are kept and the bytes in between are counted and dropped; the
+    /// pipes are always drained, so the command never blocks on a full pipe.
+    pub output_limit: usize,
+    /// `false`: no network at all (network namespace + seccomp socket filter).
+    pub network: bool,
+    /// Whether the sandbox is required.
+    pub mode: SandboxMode,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+impl ExecSpec {
+    /// A spec with the defaults: cwd = workspace, 10 minute timeout, 1 MiB of
+    /// output per stream, no network, sandbox required, default limits.
+    pub fn new(command: Command, workspace: impl Into<PathBuf>) -> Self {
+        let workspace = workspace.into();
+        ExecSpec {
+            command,
+            cwd: workspace.clone(),
+            workspace,
+            env: Vec::new(),
+            timeout: Duration::from_secs(600),
+            output_limit: 1 << 20,
+            network: false,
+            mode: SandboxMode::Required,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// How the command ended and what it printed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecOutcome {
+    /// Exit code, when the command exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number, when the command was killed by a signal.
+    pub signal: Option<i32>,
+    /// Captured standard output (lossy UTF-8); when over the limit, head and tail
+    /// separated by a `[... N bytes dropped ...]` line.
+    pub stdout: String,
+    /// Captured standard error, same format as `stdout`.
+    pub stderr: String,
+    /// Bytes dropped from both streams together.
+    pub truncated_bytes: u64,
+    /// Wall-clock time from start to the end of the last process.
+    pub duration: Duration,
+    /// The timeout passed and the task was killed.
+    pub timed_out: bool,
+    /// The cancellation token fired and the task was killed.
+    pub cancelled: bool,
+    /// Degradations the sandbox accepted (e.g. Landlock only partially enforced,
+    /// no PID namespace); also logged with `tracing::warn!`.
+    pub warnings: Vec<String>,
+}
+
+impl ExecOutcome {
+    /// True when the command exited with code 0 and was neither killed, timed out
+    /// nor cancelled.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out && !self.cancelled
+    }
+}
+
+/// Why a command could not be run. Each message says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A mechanism the required sandbox depends on is missing on this machine.
+    #[error("sandbox unavailable: {what}; {hint}")]
+    Unsupported {
+        /// What is missing.
+        what: String,
+        /// What the user can do.
+        hint: String,
+    },
+    /// The working directory is not inside the workspace.
+    #[error(
+        "working directory {cwd} is outside the workspace {workspace}; use a directory inside the workspace"
+    )]
+    CwdOutsideWorkspace {
+        /// The requested working directory (resolved).
+        cwd: PathBuf,
+        /// The workspace root.
+        workspace: PathBuf,
+    },
+    /// The workspace is not an existing directory.
+    #[error("workspace {path} is not an existing directory: {source}")]
+    Workspace {
+        /// The workspace given.
+        path: PathBuf,
+        /// Why it was refused.
+        source: std::io::Error,
+    },
+    /// The command or environment cannot be passed to `execve`.
+    #[error("invalid command: {0}")]
+    InvalidCommand(String),
+    /// The per-task directory could not be created.
+    #[error("cannot create the per-task directory: {0}")]
+    TaskDir(std::io::Error),
+    /// The launcher could not be started.
+    #[error(
+        "cannot start the sandbox launcher {path}: {source}; check the path given to capstan_sandbox::set_launcher"
+    )]
+    Spawn {
+        /// The launcher executable.
+        path: PathBuf,
+        /// The error from `spawn`.
+        source: std::io::Error,
+    },
+    /// The launcher failed before the command started.
+    #[error("sandbox launcher failed: {0}")]
+    Launcher(String),
+    /// Talking to the launcher failed.
+    #[error("i/o error while supervising the command: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The hint given with every [`SandboxError::Unsupported`].
+pub const UNSUPPORTED_HINT: &str =
+    "set sandbox = \"off\" in the workspace profile to run unsandboxed";
+
+static LAUNCHER: RwLock<Option<PathBuf>> = RwLock::new(None);
+
+/// Names the executable that [`run`] starts as the launcher. It must call
+/// [`maybe_run_launcher`] (or [`launcher_main`]) first thing. Defaults to
+/// [`std::env::current_exe`].
+pub fn set_launcher(path: impl Into<PathBuf>) {
+    *LAUNCHER.write().unwrap_or_else(|e| e.into_inner()) = Some(path.into());
+}
+
+fn launcher_path() -> std::io::Result<PathBuf> {
+    if let Some(p) = LAUNCHER.read().unwrap_or_else(|e| e.into_inner()).clone() {
+        return Ok(p);
+    }
+    std::env::current_exe()
+}
+
+/// Turns this process into the sandbox launcher when it was started as one
+/// (`argv[1] == "__capstan_sandbox_launch"`), and returns otherwise.
+///
+/// Call it first thing in `main`, before any thread exists: the launcher forks,
+/// and refuses to run if the process already has more than one thread.
+pub fn maybe_run_launcher() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == LAUNCH_FLAG) {
+        launcher_main();
+    }
+}
+
+/// Runs `spec` in the sandbox and waits for it (and all its descendants) to end.
+///
+/// Returns `Ok` for any way the command ends (non-zero exit, signal, timeout,
+/// cancellation); `Err` only when it could not be started as asked. If the
+/// returned future is dropped early, the launcher notices that its control socket
+/// closed and kills the whole task.
+pub async fn run(spec: ExecSpec, cancel: CancellationToken) -> Result<ExecOutcome, SandboxError> {
+    let prepared = prepare(&spec)?;
+    let launcher = launcher_path().map_err(|source| SandboxError::Spawn {
+        path: PathBuf::from("<current_exe>"),
+        source,
+    })?;
+    let result = supervise(&spec, &prepared, &launcher, cancel).await;
+    // Only now, with every process of the task gone, remove what it could write.
+    if let Some(cg) = &prepared.cgroup {
+        cg.remove();
+    }
+    remove_task_dir(prepared.task_dir);
+    result
+}
+
+struct Prepared {
+    config: launcher::LaunchConfig,
+    task_dir: tempfile::TempDir,
+    cgroup: Option<cgroup::PidsCgroup>,
+}
+
+/// Checks the spec and builds the launcher configuration. Nothing is started.
+fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
+    let workspace =
+        std::fs::canonicalize(&spec.workspace).map_err(|source| SandboxError::Workspace {
+            path: spec.workspace.clone(),
+            source,
+        })?;
+    if !workspace.is_dir() {
+        return Err(SandboxError::Workspace {
+            path: spec.workspace.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+        });
+    }
+    let cwd = resolve_cwd(&workspace, &spec.cwd)?;
+
+    let argv = match &spec.command {
+        Command::Shell(line) => vec!["/bin/sh".to_owned(), "-c".to_owned(), line.clone()],
+        Command::Argv(argv) if argv.is_empty() => {
+            return Err(SandboxError::InvalidCommand("empty argv".into()));
+        }
+        Command::Argv(argv) => argv.clone(),
+    };
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(SandboxError::InvalidCommand(
+            "an argument contains a NUL byte".into(),
+        ));
+    }
+    for (k, v) in &spec.env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(SandboxError::InvalidCommand(format!(
+                "invalid environment variable name or value: {k:?}"
+            )));
+        }
+    }
+
+    let task_dir = tempfile::Builder::new()
+        .prefix("capstan-task-")
+        .tempdir()
+        .map_err(SandboxError::TaskDir)?;
+    let home = task_dir.path().join("home");
+    let tmp = task_dir.path().join("tmp");
+    for d in [&home, &tmp] {
+        std::fs::create_dir(d).map_err(SandboxError::TaskDir)?;
+    }
+
+    let env = scrubbed_env(&home, &tmp, &spec.env);
+    let cgroup = cgroup::PidsCgroup::create(spec.limits.max_processes);
+    let config = launcher::LaunchConfig {
+        argv,
+        env,
+        cwd,
+        workspace,
+        task_dir: task_dir.path().to_path_buf(),
+        network: spec.network,
+        confine: spec.mode == SandboxMode::Required,
+        limits: spec.limits.clone(),
+        grace_ms: KILL_GRACE.as_millis() as u64,
+        cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
+    };
+    Ok(Prepared {
+        config,
+        task_dir,
+        cgroup,
+    })
+}
+
+/// Resolves `cwd` (relative to the workspace when relative) and refuses anything
+/// that does not end up inside the workspace after following symlinks.
+fn resolve_cwd(workspace: &Path, cwd: &Path) -> Result<PathBuf, SandboxError> {
+    let joined = if cwd.is_absolute() {
+        cwd.to_path_buf()
+    } else {
+        workspace.join(cwd)
+    };
+    let resolved =
+        std::fs::canonicalize(&joined).map_err(|_| SandboxError::CwdOutsideWorkspace {
+            cwd: joined.clone(),
+            workspace: workspace.to_path_buf(),
+        })?;
+    if !resolved.starts_with(workspace) || !resolved.is_dir() {
+        return Err(SandboxError::CwdOutsideWorkspace {
+            cwd: resolved,
+            workspace: workspace.to_path_buf(),
+        });
+    }
+    Ok(resolved)
+}
+
+/// The whole environment of the command: fixed defaults, then the caller's
+/// allowed variables (replacing defaults of the same name). Nothing is inherited.
+fn scrubbed_env(home: &Path, tmp: &Path, extra: &[(String, String)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), SANDBOX_PATH.into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("LC_ALL".into(), "C.UTF-8".into()),
+        ("TERM".into(), "dumb".into()),
+        ("HOME".into(), home.to_string_lossy().into_owned()),
+        ("TMPDIR".into(), tmp.to_string_lossy().into_owned()),
+    ];
+    for (k, v) in extra {
+        env.retain(|(name, _)| name != k);
+        env.push((k.clone(), v.clone()));
+    }
+    env
+}
+
+/// Removes the per-task directory even if the command left read-only
+/// directories in it.
+fn remove_task_dir(dir: tempfile::TempDir) {
+    let path = dir.path().to_path_buf();
+    if dir.close().is_ok() {
+        return;
+    }
+    fn make_writable(p: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::symlink_metadata(p)
+            && meta.is_dir()
+        {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+            if let Ok(rd) = std::fs::read_dir(p) {
+                for e in rd.flatten() {
+                    make_writable(&e.path());
+                }
+            }
+        }
+    }
+    make_writable(&path);
+    if let Err(e) = std::fs::remove_dir_all(&path) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot remove the per-task directory");
+    }
+}
+
+/// Why the supervision loop stopped waiting for a natural end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Finished,
+    TimedOut,
+    Cancelled,
+}
+
+async fn supervise(
+    spec: &ExecSpec,
+    prepared: &Prepared,
+    launcher: &Path,
+    cancel: CancellationToken,
+) -> Result<ExecOutcome, SandboxError> {
+    let (ours, theirs) = StdUnixStream::pair()?;
+    // The configuration fits in the socket buffer, so it can be written before
+    // the launcher exists: no round trip on the start-up path.
+    let payload = serde_json::to_vec(&prepared.config)
+        .map_err(|e| SandboxError::Launcher(format!("cannot encode configuration: {e}")))?;
+    let mut framed = Vec::with_capacity(payload.len() + 4);
+    framed.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    framed.extend_from_slice(&payload);
+    (&ours).write_all(&framed)?;
+    ours.set_nonblocking(true)?;
+
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(launcher)
+        .arg(LAUNCH_FLAG)
+        .env_clear()
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Our own process group: the last-resort SIGKILL reaches the launcher and
+        // the namespace init at once.
+        .process_group(0)
+        .spawn()
+        .map_err(|source| SandboxError::Spawn {
+            path: launcher.to_path_buf(),
+            source,
+        })?;
+    let pgid = child.id().map(|p| p as i32);
+
+    let limit = spec.output_limit;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let out_task = tokio::spawn(output::capture(stdout, limit));
+    let err_task = tokio::spawn(output::capture(stderr, limit));
+
+    let (read_half, mut write_half) = tokio::net::UnixStream::from_std(ours)?.into_split();
+    let report_task = tokio::spawn(async move {
+        let mut reports = Vec::new();
+        let mut lines = BufReader::new(read_half).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<launcher::Report>(&line) {
+                Ok(r) => reports.push(r),
+                Err(e) => reports.push(launcher::Report::Failed {
+                    message: format!("unreadable report {line:?}: {e}"),
+                }),
+            }
+        }
+        reports
+    });
+
+    let deadline = tokio::time::Instant::from_std(started + spec.timeout);
+    let stop = tokio::select! {
+        status = child.wait() => { status?; Stop::Finished }
+        _ = tokio::time::sleep_until(deadline) => Stop::TimedOut,
+        _ = cancel.cancelled() => Stop::Cancelled,
+    };
+    let mut hard_killed = false;
+    if stop != Stop::Finished {
+        // Ask the supervisor in the launcher to terminate the task: SIGTERM to
+        // every process, SIGKILL after the grace period. It notices EOF on its
+        // control socket.
+        let _ = write_half.shutdown().await;
+        let hard = tokio::time::sleep(KILL_GRACE + Duration::from_secs(2));
+        tokio::select! {
+            status = child.wait() => { status?; }
+            _ = hard => {
+                // The launcher did not finish in time: kill its process group (the
+                // launcher and the namespace init); the kernel then kills the rest
+                // of the PID namespace.
+                hard_killed = true;
+                if let Some(pgid) = pgid {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pgid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                child.wait().await?;
+            }
+        }
+    }
+    let launcher_status = child.wait().await?;
+    drop(write_half);
+
+    // Every writer of the pipes is gone once the launcher has exited (the PID
+    // namespace or the subreaper took its descendants with it); the bound only
+    // guards against a process that escaped both, which would be a bug.
+    let bound = Duration::from_secs(5);
+    let (out, err) = (
+        join_capture(out_task, bound).await,
+        join_capture(err_task, bound).await,
+    );
+    let reports = tokio::time::timeout(bound, report_task)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default();
+    let duration = started.elapsed();
+
+    let mut outcome = ExecOutcome {
+        exit_code: None,
+        signal: None,
+        truncated_bytes: out.dropped + err.dropped,
+        stdout: out.render(),
+        stderr: err.render(),
+        duration,
+        timed_out: stop == Stop::TimedOut,
+        cancelled: stop == Stop::Cancelled,
+        warnings: Vec::new(),
+    };
+    let mut failure = None;
+    for report in reports {
+        match report {
+            launcher::Report::Warning { message } => {
+                tracing::warn!(target: "capstan_sandbox", "{message}");
+                outcome.warnings.push(message);
+            }
+            launcher::Report::Unsupported { what } => {
+                failure.get_or_insert(SandboxError::Unsupported {
+                    what,
+                    hint: UNSUPPORTED_HINT.into(),
+                });
+            }
+            launcher::Report::Failed { message } => {
+                failure.get_or_insert(SandboxError::Launcher(message));
+            }
+            launcher::Report::Exited { code } => outcome.exit_code = Some(code),
+            launcher::Report::Signaled { signal } => outcome.signal = Some(signal),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if outcome.exit_code.is_none() && outcome.signal.is_none() {
+        if hard_killed || stop != Stop::Finished {
+            outcome.signal = Some(libc::SIGKILL);
+        } else {
+            let stderr_tail: String = outcome.stderr.chars().take(500).collect();
+            return Err(SandboxError::Launcher(format!(
+                "the launcher {} ended ({launcher_status}) without reporting how the command ended; \
+                 does that binary call capstan_sandbox::maybe_run_launcher() first thing in main? {stderr_tail}",
+                launcher.display()
+            )));
+        }
+    }
+    Ok(outcome)
+}
+
+async fn join_capture(
+    task: tokio::task::JoinHandle<output::Captured>,
+    bound: Duration,
+) -> output::Captured {
+    let abort = task.abort_handle();
+    match tokio::time::timeout(bound, task).await {
+        Ok(Ok(c)) => c,
+        _ => {
+            abort.abort();
+            output::Captured::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_is_scrubbed_and_extra_overrides() {
+        let env = scrubbed_env(
+            Path::new("/h"),
+            Path::new("/t"),
+            &[("LANG".into(), "en_US.UTF-8".into()), ("X".into(), "1".into())],
+        );
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PATH"), Some(SANDBOX_PATH));
+        assert_eq!(get("HOME"), Some("/h"));
+        assert_eq!(get("TMPDIR"), Some("/t"));
+        assert_eq!(get("LANG"), Some("en_US.UTF-8"));
+        assert_eq!(get("X"), Some("1"));
+        assert_eq!(env.iter().filter(|(n, _)| n == "LANG").count(), 1);
+    }
+
+    #[test]
+    fn cwd_must_stay_inside_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+        std::fs::create_dir(ws_path.join("sub")).unwrap();
+        std::os::unix::fs::symlink("/etc", ws_path.join("out")).unwrap();
+        assert_eq!(resolve_cwd(&ws_path, Path::new("sub")).unwrap(), ws_path.join("sub"));
+        assert!(resolve_cwd(&ws_path, Path::new("..")).is_err());
+        assert!(resolve_cwd(&ws_path, Path::new("out")).is_err());
+        assert!(resolve_cwd(&ws_path, Path::new("/etc")).is_err());
+        assert!(resolve_cwd(&ws_path, Path::new("missing")).is_err());
+    }
+}

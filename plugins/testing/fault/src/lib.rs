@@ -42,7 +42,8 @@ fn outcome<T, E: std::fmt::Display>(r: Result<T, E>, ok: impl FnOnce(T) -> Value
 impl Guest for Fault {
     fn describe() -> CapabilityInfo {
         CapabilityInfo {
-            kinds: vec!["fault".into()],
+            // Two kinds so tests can load it twice with different permissions.
+            kinds: vec!["fault".into(), "fault-rw".into()],
             operations: OPS
                 .iter()
                 .map(|(name, risk, description)| OperationInfo {

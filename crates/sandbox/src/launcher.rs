@@ -1,0 +1,757 @@
+//! The launcher: a fresh, single-threaded process that confines and supervises the
+//! command.
+//!
+//! Process tree (with namespaces available):
+//!
+//! ```text
+//! run() ── launcher (own process group; new user+pid+mount[+net] namespaces)
+//!            └─ init (PID 1 of the new PID namespace; mounts a private /proc;
+//!               supervises)
+//!                 └─ command (setsid; rlimits, Landlock, no_new_privs, seccomp; exec)
+//! ```
+//!
+//! Invariants:
+//! * When the command exits, or the caller cancels (EOF on the control socket),
+//!   or the launcher dies, init kills every process in the PID namespace and exits;
+//!   the kernel guarantees nothing in the namespace outlives its init. Init dies
+//!   with the launcher (`PR_SET_PDEATHSIG` plus a lifeline pipe).
+//! * Without a PID namespace (no user namespaces and not root, or
+//!   `SandboxMode::Off`) the launcher is itself the supervisor and a child
+//!   subreaper: orphans are reparented to it, so it can find and kill every
+//!   descendant by walking `/proc`.
+//! * Exactly one final report (`Exited` or `Signaled`) is sent for a command that
+//!   started; set-up failures are reported as `Unsupported` or `Failed` instead.
+//!
+//! Everything here runs in processes with a single thread, so allocating after
+//! `fork` is fine.
+
+use std::ffi::CString;
+use std::io::Read as _;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{WaitPidFlag, WaitStatus};
+use nix::unistd::{ForkResult, Pid};
+use serde::{Deserialize, Serialize};
+
+use crate::Limits;
+
+pub(crate) const LAUNCH_FLAG: &str = "__capstan_sandbox_launch";
+
+/// Everything the launcher needs, sent by `run` over the control socket.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct LaunchConfig {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub workspace: PathBuf,
+    pub task_dir: PathBuf,
+    pub network: bool,
+    /// `SandboxMode::Required`: namespaces, Landlock, seccomp.
+    pub confine: bool,
+    pub limits: Limits,
+    pub grace_ms: u64,
+    pub cgroup: Option<PathBuf>,
+}
+
+/// One line (JSON) sent back to `run` over the control socket.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "report", rename_all = "snake_case")]
+pub(crate) enum Report {
+    Warning { message: String },
+    Unsupported { what: String },
+    Failed { message: String },
+    Exited { code: i32 },
+    Signaled { signal: i32 },
+}
+
+/// The control socket: configuration in, reports out, EOF means "terminate".
+#[derive(Clone, Copy)]
+struct Ctrl(RawFd);
+
+impl Ctrl {
+    fn send(self, report: &Report) {
+        let mut line = serde_json::to_vec(report).unwrap_or_default();
+        line.push(b'\n');
+        let mut buf = &line[..];
+        while !buf.is_empty() {
+            // MSG_NOSIGNAL: if `run` is gone, fail quietly instead of SIGPIPE.
+            // SAFETY: valid buffer; the fd is ours.
+            let n = unsafe {
+                libc::send(
+                    self.0,
+                    buf.as_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            if n <= 0 {
+                if n < 0 && errno() == libc::EINTR {
+                    continue;
+                }
+                return;
+            }
+            buf = &buf[n as usize..];
+        }
+    }
+
+    fn warn(self, message: impl Into<String>) {
+        self.send(&Report::Warning {
+            message: message.into(),
+        });
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Entry point of the launcher process; see the crate docs for how it is started.
+/// Never returns.
+pub fn launcher_main() -> ! {
+    // The control socket arrives as stdin. Move it out of the way (close-on-exec,
+    // so no command inherits it) and give fd 0 to /dev/null, which the command
+    // inherits as its stdin.
+    // SAFETY: plain fd syscalls on fds this fresh process owns.
+    let ctrl = unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3) };
+    if ctrl < 0 {
+        eprintln!("capstan-sandbox launcher: no control socket on stdin");
+        std::process::exit(2);
+    }
+    let ctrl = Ctrl(ctrl);
+    // SAFETY: as above.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::close(null);
+        }
+    }
+    match launch(ctrl) {
+        Ok(code) => std::process::exit(code),
+        Err(message) => {
+            ctrl.send(&Report::Failed { message });
+            std::process::exit(1)
+        }
+    }
+}
+
+fn launch(ctrl: Ctrl) -> Result<i32, String> {
+    let threads = thread_count();
+    if threads > 1 {
+        return Err(format!(
+            "the launcher process has {threads} threads: call capstan_sandbox::maybe_run_launcher() \
+             first thing in main, before any thread or async runtime starts"
+        ));
+    }
+    let config = read_config(ctrl)?;
+
+    if let Some(cg) = &config.cgroup {
+        // Before forking, so that every process of the task is counted.
+        if let Err(e) = std::fs::write(cg.join("cgroup.procs"), "0") {
+            ctrl.warn(format!(
+                "cannot join the pids cgroup {}: {e}; the process limit is not enforced for root",
+                cg.display()
+            ));
+        }
+    }
+
+    let ns = if config.confine {
+        enter_namespaces(&config, ctrl)
+    } else {
+        Namespaces::default()
+    };
+
+    if !ns.pid {
+        // We supervise ourselves; orphans of the task are reparented to us.
+        nix::sys::prctl::set_child_subreaper(true).map_err(|e| format!("subreaper: {e}"))?;
+        return Ok(supervise(&config, ctrl, &ns, None));
+    }
+
+    // The next child is PID 1 of the new PID namespace.
+    let (life_r, life_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: single-threaded process.
+    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+        ForkResult::Child => {
+            drop(life_w);
+            // If the launcher dies (the caller's last-resort SIGKILL), so does init,
+            // and with it the whole namespace.
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            if ns.mount {
+                mount_private_proc(ctrl);
+            }
+            let code = supervise(&config, ctrl, &ns, Some(life_r));
+            std::process::exit(code)
+        }
+        ForkResult::Parent { child } => {
+            drop(life_r);
+            // Signals sent to our process group are for init; the launcher only
+            // waits (and keeps the lifeline open while it lives).
+            ignore_termination_signals();
+            loop {
+                match nix::sys::wait::waitpid(child, None) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    _ => break,
+                }
+            }
+            drop(life_w);
+            Ok(0)
+        }
+    }
+}
+
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(1)
+}
+
+fn read_config(ctrl: Ctrl) -> Result<LaunchConfig, String> {
+    // SAFETY: the fd is ours; ManuallyDrop keeps it open.
+    let mut sock =
+        std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(ctrl.0) });
+    let mut len = [0u8; 4];
+    sock.read_exact(&mut len)
+        .map_err(|e| format!("reading the configuration: {e}"))?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > 64 << 20 {
+        return Err(format!("configuration too large ({len} bytes)"));
+    }
+    let mut buf = vec![0u8; len];
+    sock.read_exact(&mut buf)
+        .map_err(|e| format!("reading the configuration: {e}"))?;
+    serde_json::from_slice(&buf).map_err(|e| format!("bad configuration: {e}"))
+}
+
+/// Which namespaces the launcher managed to enter.
+#[derive(Default)]
+struct Namespaces {
+    user: bool,
+    pid: bool,
+    mount: bool,
+    net: bool,
+}
+
+/// Enters new namespaces: unprivileged through a user namespace first, then (for
+/// root without user namespaces) directly; otherwise none, with a warning.
+fn enter_namespaces(config: &LaunchConfig, ctrl: Ctrl) -> Namespaces {
+    let mut base = CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS;
+    if !config.network {
+        base |= CloneFlags::CLONE_NEWNET;
+    }
+    let uid = nix::unistd::getuid();
+    let gid = nix::unistd::getgid();
+    let entered = |user| Namespaces {
+        user,
+        pid: true,
+        mount: true,
+        net: !config.network,
+    };
+    let user_err = match nix::sched::unshare(CloneFlags::CLONE_NEWUSER | base) {
+        Ok(()) => {
+            // Map our own uid/gid to themselves: files keep their owners, and an
+            // unprivileged user may write exactly this single-line mapping.
+            let maps = std::fs::write("/proc/self/setgroups", "deny")
+                .and_then(|()| std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n")))
+                .and_then(|()| std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n")));
+            if let Err(e) = maps {
+                ctrl.warn(format!("cannot write the user namespace id maps: {e}"));
+            }
+            return entered(true);
+        }
+        Err(e) => e,
+    };
+    match nix::sched::unshare(base) {
+        Ok(()) => entered(false),
+        Err(e) => {
+            let mut ns = Namespaces::default();
+            let mut msg = format!(
+                "no user namespace ({user_err}) and no privileged namespaces ({e}): \
+                 descendants are tracked with a child subreaper instead of a PID namespace"
+            );
+            if !config.network {
+                if nix::sched::unshare(CloneFlags::CLONE_NEWNET).is_ok() {
+                    ns.net = true;
+                } else {
+                    msg.push_str("; network is blocked by seccomp only");
+                }
+            }
+            ctrl.warn(msg);
+            ns
+        }
+    }
+}
+
+/// Mounts a /proc that shows only the task's processes (we are PID 1 of the new
+/// PID namespace and alone in a new mount namespace).
+fn mount_private_proc(ctrl: Ctrl) {
+    // SAFETY: mount(2) with static, NUL-terminated strings.
+    let ok = unsafe {
+        // Keep our mounts from propagating back to the host's namespace.
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) == 0
+            && libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ) == 0
+    };
+    if !ok {
+        ctrl.warn(format!(
+            "cannot mount a private /proc ({}): the command can list host processes",
+            std::io::Error::last_os_error()
+        ));
+    }
+}
+
+fn ignore_termination_signals() {
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: SIG_IGN has no handler code.
+        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn) };
+    }
+}
+
+/// Forks the command and supervises it until it and all its descendants are
+/// gone. Returns the supervisor's own exit code.
+fn supervise(
+    config: &LaunchConfig,
+    ctrl: Ctrl,
+    ns: &Namespaces,
+    lifeline: Option<OwnedFd>,
+) -> i32 {
+    let pid1 = ns.pid;
+    // Signals are read from a signalfd in the poll loop, not by handlers.
+    let mut mask = SigSet::empty();
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+    ] {
+        mask.add(s);
+    }
+    if let Err(e) = mask.thread_block() {
+        ctrl.send(&Report::Failed {
+            message: format!("sigprocmask: {e}"),
+        });
+        return 1;
+    }
+    let sigfd = match nix::sys::signalfd::SignalFd::with_flags(
+        &mask,
+        nix::sys::signalfd::SfdFlags::SFD_NONBLOCK | nix::sys::signalfd::SfdFlags::SFD_CLOEXEC,
+    ) {
+        Ok(fd) => fd,
+        Err(e) => {
+            ctrl.send(&Report::Failed {
+                message: format!("signalfd: {e}"),
+            });
+            return 1;
+        }
+    };
+
+    // SAFETY: single-threaded process.
+    let main = match unsafe { nix::unistd::fork() } {
+        Ok(ForkResult::Child) => exec_command(config, ctrl, ns),
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => {
+            ctrl.send(&Report::Failed {
+                message: format!("fork: {e}"),
+            });
+            return 1;
+        }
+    };
+
+    let grace = Duration::from_millis(config.grace_ms);
+    let mut kill_at: Option<Instant> = None;
+    let mut ctrl_open = true;
+    let mut main_status: Option<Report> = None;
+    let kill_all = |sig: Signal| {
+        if pid1 {
+            // From PID 1, kill(-1) reaches every other process in the namespace.
+            let _ = nix::sys::signal::kill(Pid::from_raw(-1), sig);
+        } else {
+            kill_descendants(sig);
+        }
+    };
+    let mut terminate = |kill_at: &mut Option<Instant>| {
+        if kill_at.is_none() {
+            kill_all(Signal::SIGTERM);
+            kill_all(Signal::SIGCONT);
+            *kill_at = Some(Instant::now() + grace);
+        }
+    };
+
+    while main_status.is_none() {
+        let timeout_ms: i32 = match kill_at {
+            Some(t) => t
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as i32,
+            None => -1,
+        };
+        let mut fds = vec![libc::pollfd {
+            fd: sigfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if ctrl_open {
+            fds.push(libc::pollfd {
+                fd: ctrl.0,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if let Some(l) = &lifeline {
+            fds.push(libc::pollfd {
+                fd: l.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // SAFETY: fds is a valid array of pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n < 0 && errno() != libc::EINTR {
+            break;
+        }
+        for p in &fds[1..] {
+            if p.revents == 0 {
+                continue;
+            }
+            if p.fd == ctrl.0 {
+                // EOF (the caller cancelled, timed out or died) or any byte.
+                let mut b = [0u8; 64];
+                // SAFETY: valid buffer.
+                let r = unsafe { libc::recv(ctrl.0, b.as_mut_ptr().cast(), b.len(), 0) };
+                if r == 0 || p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                    ctrl_open = false;
+                }
+                if r >= 0 {
+                    terminate(&mut kill_at);
+                }
+            } else {
+                // The launcher died: nobody is left to wait for a grace period.
+                kill_all(Signal::SIGKILL);
+                kill_at = Some(Instant::now());
+            }
+        }
+        while let Ok(Some(info)) = sigfd.read_signal() {
+            if info.ssi_signo != libc::SIGCHLD as u32 {
+                terminate(&mut kill_at);
+            }
+        }
+        // Reap whatever ended (orphans come to us as init or as subreaper).
+        loop {
+            match nix::sys::wait::waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == main => {
+                    main_status = Some(Report::Exited { code });
+                }
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == main => {
+                    main_status = Some(Report::Signaled { signal: sig as i32 });
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            kill_all(Signal::SIGKILL);
+        }
+    }
+
+    // The command is done: nothing it started may outlive it.
+    kill_all(Signal::SIGKILL);
+    if !pid1 {
+        reap_all_descendants();
+    }
+    // As PID 1, exiting makes the kernel kill and reap the rest of the namespace;
+    // the launcher's waitpid returns only after that.
+    if let Some(status) = main_status {
+        ctrl.send(&status);
+    }
+    0
+}
+
+/// Subreaper mode: kills and reaps until we have no children. Because we are a
+/// subreaper, having no children means having no descendants.
+fn reap_all_descendants() {
+    loop {
+        kill_descendants(Signal::SIGKILL);
+        match nix::sys::wait::waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Err(_) => return, // ECHILD: none left
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(2)),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Signals every descendant of this process, found by walking `/proc`.
+fn kill_descendants(sig: Signal) {
+    let me = std::process::id() as i32;
+    let mut parent_of: Vec<(i32, i32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid ...": comm may contain spaces and parentheses.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|s| s.parse().ok()) {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![me];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        for &(pid, ppid) in &parent_of {
+            if ppid == p && !found.contains(&pid) {
+                found.push(pid);
+            }
+        }
+        i += 1;
+    }
+    for &pid in &found[1..] {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+    }
+}
+
+/// In the command's process: confine, then exec. Never returns.
+fn exec_command(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces) -> ! {
+    // New session: no controlling terminal (no TIOCSTI into the user's shell, no
+    // /dev/tty), and its own process group.
+    let _ = nix::unistd::setsid();
+    reset_signals();
+    close_inherited_fds();
+
+    let fail = |report: Report| -> ! {
+        ctrl.send(&report);
+        // SAFETY: _exit is always safe.
+        unsafe { libc::_exit(126) }
+    };
+
+    if let Err(e) = nix::unistd::chdir(&config.cwd) {
+        fail(Report::Failed {
+            message: format!("cannot enter {}: {e}", config.cwd.display()),
+        });
+    }
+    apply_limits(&config.limits, ns, ctrl);
+
+    if config.confine {
+        drop_capabilities();
+        let writable = [config.workspace.clone(), config.task_dir.clone()];
+        match crate::landlock::restrict(&writable, config.network) {
+            Ok(crate::landlock::Enforced::Fully) => {}
+            Ok(crate::landlock::Enforced::Partially(msg)) => ctrl.warn(msg),
+            Err(what) => fail(Report::Unsupported { what }),
+        }
+        if let Err(what) = crate::seccomp::install(config.network) {
+            fail(Report::Unsupported { what });
+        }
+    }
+
+    let env: Vec<CString> = config
+        .env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let argv: Vec<CString> = config
+        .argv
+        .iter()
+        .filter_map(|a| CString::new(a.as_str()).ok())
+        .collect();
+    let program = &config.argv[0];
+    let path_var = config
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or(crate::SANDBOX_PATH);
+
+    let candidates: Vec<PathBuf> = if program.contains('/') {
+        vec![PathBuf::from(program)]
+    } else {
+        path_var
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(|d| Path::new(d).join(program))
+            .collect()
+    };
+    let mut last = libc::ENOENT;
+    for c in &candidates {
+        let Ok(cpath) = CString::new(c.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        let e = nix::unistd::execve(&cpath, &argv, &env).unwrap_err();
+        // Like a shell: keep looking after "not found", remember "not allowed".
+        if e == nix::errno::Errno::EACCES || last != libc::EACCES {
+            last = e as i32;
+        }
+    }
+    let (code, why) = if last == libc::ENOENT && !program.contains('/') {
+        (127, "command not found".to_owned())
+    } else {
+        (
+            if last == libc::ENOENT { 127 } else { 126 },
+            std::io::Error::from_raw_os_error(last).to_string(),
+        )
+    };
+    let msg = format!("capstan-sandbox: {program}: {why}\n");
+    // SAFETY: writing a valid buffer to stderr.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(code)
+    }
+}
+
+/// Default dispositions and an empty mask: ignored signals and the blocked mask
+/// survive exec, and the Rust runtime ignores SIGPIPE (which would turn
+/// `yes | head` into an endless stream of EPIPE errors).
+fn reset_signals() {
+    for sig in 1..libc::SIGRTMAX() {
+        // SAFETY: SIG_DFL has no handler code; invalid signals just fail.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+}
+
+/// Marks every fd above stderr close-on-exec: a descriptor inherited from the
+/// caller would bypass Landlock, which only checks opening.
+fn close_inherited_fds() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        let fds: Vec<i32> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|&fd| fd > 2)
+            .collect();
+        for fd in fds {
+            // SAFETY: only sets FD_CLOEXEC.
+            unsafe {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+fn apply_limits(limits: &Limits, ns: &Namespaces, ctrl: Ctrl) {
+    use nix::sys::resource::{Resource, setrlimit};
+    let mut set = |res: Resource, name: &str, value: u64| {
+        if let Err(e) = setrlimit(res, value, value) {
+            ctrl.warn(format!("cannot set {name} to {value}: {e}"));
+        }
+    };
+    set(Resource::RLIMIT_CORE, "RLIMIT_CORE", 0);
+    if let Some(v) = limits.max_file_size {
+        set(Resource::RLIMIT_FSIZE, "RLIMIT_FSIZE", v);
+    }
+    if let Some(v) = limits.max_address_space {
+        set(Resource::RLIMIT_AS, "RLIMIT_AS", v);
+    }
+    if let Some(v) = limits.max_cpu_seconds {
+        set(Resource::RLIMIT_CPU, "RLIMIT_CPU", v);
+    }
+    if let Some(v) = limits.max_processes {
+        // In our own user namespace the count starts at zero; outside one it is
+        // per user across the machine, so leave room for what already runs.
+        let v = if ns.user { v } else { v + user_process_count() };
+        set(Resource::RLIMIT_NPROC, "RLIMIT_NPROC", v);
+    }
+}
+
+/// Tasks (threads count for RLIMIT_NPROC) of our real uid.
+fn user_process_count() -> u64 {
+    let uid = nix::unistd::getuid().as_raw();
+    let mut n = 0u64;
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            if !e.file_name().to_str().is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit())) {
+                continue;
+            }
+            let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+                continue;
+            };
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            };
+            if field("Uid:") == Some(u64::from(uid)) {
+                n += field("Threads:").unwrap_or(1);
+            }
+        }
+    }
+    n
+}
+
+/// Makes sure the command holds no capabilities, even as (namespace) root:
+/// `SECBIT_NOROOT` stops exec from granting root the full set, the bounding set
+/// is emptied, and no_new_privs (set with seccomp) blocks file capabilities.
+/// Best effort: an unprivileged process has nothing to drop and may fail here.
+fn drop_capabilities() {
+    const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+    const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+    const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+    const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        for cap in 0..64 {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0
+                && errno() == libc::EINVAL
+            {
+                break; // past the last capability
+            }
+        }
+        libc::prctl(
+            libc::PR_SET_SECUREBITS,
+            SECBIT_NOROOT
+                | SECBIT_NOROOT_LOCKED
+                | SECBIT_NO_SETUID_FIXUP
+                | SECBIT_NO_SETUID_FIXUP_LOCKED
+                | SECBIT_NO_CAP_AMBIENT_RAISE
+                | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+            0,
+            0,
+            0,
+        );
+    }
+}
