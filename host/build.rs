@@ -21,7 +21,15 @@ fn main() {
     let plugins = root.join("plugins");
     let wit = root.join("wit");
     println!("cargo:rerun-if-changed={}", wit.display());
-    for entry in ["Cargo.toml", "Cargo.lock", "kb-retrieval", "terminal-exec", "docx", "examples", "testing"] {
+    for entry in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "kb-retrieval",
+        "terminal-exec",
+        "docx",
+        "examples",
+        "testing",
+    ] {
         println!("cargo:rerun-if-changed={}", plugins.join(entry).display());
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
@@ -35,7 +43,13 @@ fn main() {
 
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&plugins)
-        .args(["build", "--release", "--workspace", "--target", "wasm32-wasip2"])
+        .args([
+            "build",
+            "--release",
+            "--workspace",
+            "--target",
+            "wasm32-wasip2",
+        ])
         .arg("--target-dir")
         .arg(&target_dir);
     // The outer build's flags and wrappers (clippy, coverage, host RUSTFLAGS) are
@@ -69,12 +83,18 @@ fn main() {
     for (name, krate) in BUNDLED {
         let path = out_wasm.join(format!("{krate}.wasm"));
         assert!(path.exists(), "missing built component {}", path.display());
-        generated.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", path.display().to_string()));
+        generated.push_str(&format!(
+            "    ({name:?}, include_bytes!({:?})),\n",
+            path.display().to_string()
+        ));
     }
     generated.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     write_if_changed(&out.join("bundled.rs"), &generated);
-    println!("cargo:rustc-env=CAPSTAN_PLUGIN_BUILD_DIR={}", out_wasm.display());
+    println!(
+        "cargo:rustc-env=CAPSTAN_PLUGIN_BUILD_DIR={}",
+        out_wasm.display()
+    );
 }
 
 fn write_if_changed(path: &Path, contents: &str) {

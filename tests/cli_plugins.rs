@@ -9,12 +9,25 @@ use serde_json::Value;
 fn plugins_check_passes_on_the_bundled_set_and_lists_them() {
     let home = Home::new("");
     let out = home.capstan().args(["plugins", "check"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("all 3 plugins loaded and valid"));
 
-    let out = home.capstan().args(["plugins", "list", "--json"]).output().unwrap();
+    let out = home
+        .capstan()
+        .args(["plugins", "list", "--json"])
+        .output()
+        .unwrap();
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> = list["plugins"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["kb-retrieval", "terminal-exec", "docx"]);
     assert_eq!(list["plugins"][0]["permissions"]["workspace"], "read");
 }
@@ -27,7 +40,10 @@ fn plugins_check_names_the_file_and_field_and_exits_non_zero() {
     let out = home.capstan().args(["plugins", "check"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("capstan.toml: plugin `bad`: field `limits.memory_mb`"), "{stderr}");
+    assert!(
+        stderr.contains("capstan.toml: plugin `bad`: field `limits.memory_mb`"),
+        "{stderr}"
+    );
     // The good entry still loaded.
     assert!(String::from_utf8_lossy(&out.stdout).contains("hello"));
 }
@@ -35,21 +51,42 @@ fn plugins_check_names_the_file_and_field_and_exits_non_zero() {
 #[test]
 fn invoke_runs_a_task_and_exit_codes_tell_success_from_failure() {
     let home = Home::new(&plugin_entry("hello", "hello", &["echo"], ""));
-    let out = home.capstan().args(["invoke", "echo", "--input", r#"{"a":[1,2]}"#]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = home
+        .capstan()
+        .args(["invoke", "echo", "--input", r#"{"a":[1,2]}"#])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let data: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(data, serde_json::json!({"a": [1, 2]}));
 
-    let out = home.capstan().args(["invoke", "writer", "--json"]).output().unwrap();
+    let out = home
+        .capstan()
+        .args(["invoke", "writer", "--json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    let last: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    let last: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(last["reason"], "unsupported-legacy-capability");
 
-    let out = home.capstan().args(["invoke", "echo", "--input", "{not json"]).output().unwrap();
+    let out = home
+        .capstan()
+        .args(["invoke", "echo", "--input", "{not json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--input is not valid JSON"));
 
-    let out = home.capstan().args(["invoke", "echo", "--workspace", "/no/such/dir"]).output().unwrap();
+    let out = home
+        .capstan()
+        .args(["invoke", "echo", "--workspace", "/no/such/dir"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--workspace"));
 }

@@ -26,8 +26,15 @@ timeout_ms = 500
 
 async fn setup(home: &Home) -> (Runtime, Registry) {
     let dirs = home.dirs();
-    let runtime = Runtime::new(dirs.component_cache(), vec![dirs.config.clone(), dirs.data.clone()]).unwrap();
-    let sources = ManifestSources { bundled: true, files: vec![dirs.user_config_file()] };
+    let runtime = Runtime::new(
+        dirs.component_cache(),
+        vec![dirs.config.clone(), dirs.data.clone()],
+    )
+    .unwrap();
+    let sources = ManifestSources {
+        bundled: true,
+        files: vec![dirs.user_config_file()],
+    };
     let registry = Registry::load(&runtime, &sources).await;
     (runtime, registry)
 }
@@ -42,16 +49,34 @@ fn scratch_ctx() -> (tempfile::TempDir, RunContext) {
 fn run_ctx(workspace: Option<&std::path::Path>) -> (RunContext, Recorder) {
     let rec = Recorder::default();
     let ws = workspace.map(|p| p.canonicalize().unwrap());
-    (RunContext::new(ws, Arc::new(rec.clone()), HostServices::default()), rec)
+    (
+        RunContext::new(ws, Arc::new(rec.clone()), HostServices::default()),
+        rec,
+    )
 }
 
-async fn call(rt: &Runtime, reg: &Registry, kind: &str, op: &str, input: Value, run: &RunContext) -> TaskOutcome {
-    let task = TaskRequest { id: format!("{kind}-{op}"), kind: kind.into(), operation: op.into(), input };
+async fn call(
+    rt: &Runtime,
+    reg: &Registry,
+    kind: &str,
+    op: &str,
+    input: Value,
+    run: &RunContext,
+) -> TaskOutcome {
+    let task = TaskRequest {
+        id: format!("{kind}-{op}"),
+        kind: kind.into(),
+        operation: op.into(),
+        input,
+    };
     capstan::dispatch::run_task(rt, reg, &task, run).await
 }
 
 fn reason(outcome: &TaskOutcome) -> FailureReason {
-    outcome.as_ref().expect_err("the task should have failed").reason
+    outcome
+        .as_ref()
+        .expect_err("the task should have failed")
+        .reason
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,7 +86,10 @@ async fn every_bundled_plugin_loads_and_describes_itself() {
     assert!(reg.problems().is_empty(), "{:?}", reg.problems());
     for kind in ["local_kb_retrieval", "terminal_exec", "docx"] {
         let plugin = reg.resolve(kind).unwrap();
-        assert!(!plugin.operations.is_empty(), "{kind} describes no operation");
+        assert!(
+            !plugin.operations.is_empty(),
+            "{kind} describes no operation"
+        );
         assert!(plugin.kinds.contains(&kind.to_string()));
     }
 }
@@ -84,13 +112,22 @@ async fn faults_are_contained_with_the_right_reason_and_the_host_goes_on() {
         let started = std::time::Instant::now();
         let outcome = call(&rt, &reg, "fault", op, json!({}), &run).await;
         assert_eq!(reason(&outcome), expected, "{op}: {outcome:?}");
-        assert!(started.elapsed() < Duration::from_secs(20), "{op} was not stopped");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{op} was not stopped"
+        );
         // The same host keeps serving.
         let ok = call(&rt, &reg, "fault", "ok", json!({}), &run).await;
         assert!(ok.is_ok(), "after {op}: {ok:?}");
     }
-    let panic = call(&rt, &reg, "fault", "panic", json!({}), &run).await.unwrap_err();
-    assert!(panic.message.contains("panics on purpose"), "stderr not in message: {}", panic.message);
+    let panic = call(&rt, &reg, "fault", "panic", json!({}), &run)
+        .await
+        .unwrap_err();
+    assert!(
+        panic.message.contains("panics on purpose"),
+        "stderr not in message: {}",
+        panic.message
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,13 +137,22 @@ async fn fuel_limit_stops_a_busy_plugin() {
     let (rt, reg) = setup(&home).await;
     let (run, _) = run_ctx(None);
     let outcome = call(&rt, &reg, "fault", "loop", json!({}), &run).await;
-    assert_eq!(reason(&outcome), FailureReason::ResourceLimit, "{outcome:?}");
+    assert_eq!(
+        reason(&outcome),
+        FailureReason::ResourceLimit,
+        "{outcome:?}"
+    );
     assert!(outcome.unwrap_err().message.contains("fuel"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_stops_a_spinning_and_a_polling_plugin() {
-    let home = Home::new(&plugin_entry("fault", "fault", &["fault"], &FAULT.replace("timeout_ms = 500", "timeout_ms = 60000")));
+    let home = Home::new(&plugin_entry(
+        "fault",
+        "fault",
+        &["fault"],
+        &FAULT.replace("timeout_ms = 500", "timeout_ms = 60000"),
+    ));
     let (rt, reg) = setup(&home).await;
     for op in ["loop", "cancel-poll"] {
         let (_ws, run) = scratch_ctx();
@@ -117,7 +163,11 @@ async fn cancellation_stops_a_spinning_and_a_polling_plugin() {
         });
         let started = std::time::Instant::now();
         let outcome = call(&rt, &reg, "fault", op, json!({}), &run).await;
-        assert_eq!(reason(&outcome), FailureReason::Cancelled, "{op}: {outcome:?}");
+        assert_eq!(
+            reason(&outcome),
+            FailureReason::Cancelled,
+            "{op}: {outcome:?}"
+        );
         assert!(started.elapsed() < Duration::from_secs(10));
     }
 }
@@ -127,7 +177,13 @@ async fn a_component_without_the_capability_export_is_an_invalid_plugin() {
     let home = Home::new(&plugin_entry("cmd", "not-a-plugin", &["cmd"], ""));
     let (rt, reg) = setup(&home).await;
     let problem = &reg.problems()[0];
-    assert!(problem.message.contains("does not export `capstan:plugin/capability@0.1.0`"), "{}", problem.message);
+    assert!(
+        problem
+            .message
+            .contains("does not export `capstan:plugin/capability@0.1.0`"),
+        "{}",
+        problem.message
+    );
     let (run, _) = run_ctx(None);
     let outcome = call(&rt, &reg, "cmd", "x", json!({}), &run).await;
     assert_eq!(reason(&outcome), FailureReason::InvalidPlugin);
@@ -151,8 +207,16 @@ async fn malformed_and_missing_components_are_refused_by_name() {
     let (_rt, reg) = setup(&home).await;
     let msgs: Vec<&str> = reg.problems().iter().map(|p| p.message.as_str()).collect();
     assert_eq!(msgs.len(), 2, "{msgs:?}");
-    assert!(msgs[0].contains("junk") && msgs[0].contains("not a valid WebAssembly component"), "{}", msgs[0]);
-    assert!(msgs[1].contains("gone") && msgs[1].contains("cannot read the component file"), "{}", msgs[1]);
+    assert!(
+        msgs[0].contains("junk") && msgs[0].contains("not a valid WebAssembly component"),
+        "{}",
+        msgs[0]
+    );
+    assert!(
+        msgs[1].contains("gone") && msgs[1].contains("cannot read the component file"),
+        "{}",
+        msgs[1]
+    );
     assert_eq!(reg.plugins().len(), 3, "bundled plugins still load");
 }
 
@@ -163,26 +227,41 @@ async fn sha256_mismatch_is_refused() {
     let home = Home::new(&entry.replace(&real, &"0".repeat(64)));
     let (_rt, reg) = setup(&home).await;
     let msg = &reg.problems()[0].message;
-    assert!(msg.contains("sha256 mismatch") && msg.contains(&real), "{msg}");
+    assert!(
+        msg.contains("sha256 mismatch") && msg.contains(&real),
+        "{msg}"
+    );
     assert!(reg.resolve("fault").is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ungranted_host_service_import_is_refused_at_load() {
     // The fault plugin calls `exec`; without the grant it must not load.
-    let home = Home::new(&plugin_entry("fault", "fault", &["fault"], "[plugin.permissions]\nworkspace = \"read\""));
+    let home = Home::new(&plugin_entry(
+        "fault",
+        "fault",
+        &["fault"],
+        "[plugin.permissions]\nworkspace = \"read\"",
+    ));
     let (_rt, reg) = setup(&home).await;
     let msg = &reg.problems()[0].message;
-    assert!(msg.contains("`exec` host service, which its manifest does not grant"), "{msg}");
+    assert!(
+        msg.contains("`exec` host service, which its manifest does not grant"),
+        "{msg}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_plugins_claiming_one_kind_is_a_load_error() {
-    let manifest = plugin_entry("echo-a", "hello", &["echo"], "") + &plugin_entry("echo-b", "hello", &["echo"], "");
+    let manifest = plugin_entry("echo-a", "hello", &["echo"], "")
+        + &plugin_entry("echo-b", "hello", &["echo"], "");
     let home = Home::new(&manifest);
     let (_rt, reg) = setup(&home).await;
     let msg = &reg.problems()[0].message;
-    assert!(msg.contains("echo-b") && msg.contains("already served by plugin `echo-a`"), "{msg}");
+    assert!(
+        msg.contains("echo-b") && msg.contains("already served by plugin `echo-a`"),
+        "{msg}"
+    );
     assert_eq!(reg.resolve("echo").unwrap().name(), "echo-a");
 }
 
@@ -195,8 +274,13 @@ async fn the_second_load_hits_the_compile_cache() {
     for p in second.plugins() {
         assert!(p.load.cache_hit, "{} was compiled again", p.name());
     }
-    let entries = std::fs::read_dir(home.dirs().component_cache()).unwrap().count();
-    assert_eq!(entries, 4, "one cache entry per component, no stray temp files");
+    let entries = std::fs::read_dir(home.dirs().component_cache())
+        .unwrap()
+        .count();
+    assert_eq!(
+        entries, 4,
+        "one cache entry per component, no stray temp files"
+    );
 }
 
 /// A workspace with a secret next to it and a symlink inside that points at it.
@@ -222,9 +306,26 @@ async fn no_plugin_reads_outside_the_workspace_root() {
     let (_outer, ws) = workspace_with_escape_hatches();
     let (run, _) = run_ctx(Some(&ws));
 
-    let inside = data(call(&rt, &reg, "fault", "read-path", json!({"path": "inside.txt"}), &run).await);
+    let inside = data(
+        call(
+            &rt,
+            &reg,
+            "fault",
+            "read-path",
+            json!({"path": "inside.txt"}),
+            &run,
+        )
+        .await,
+    );
     assert_eq!(inside, json!({"ok": true, "value": "inside text"}));
-    for path in ["../secret.txt", "/etc/passwd", "link-out", "dir-out/secret.txt", "./../ws/../secret.txt", "/../secret.txt"] {
+    for path in [
+        "../secret.txt",
+        "/etc/passwd",
+        "link-out",
+        "dir-out/secret.txt",
+        "./../ws/../secret.txt",
+        "/../secret.txt",
+    ] {
         let out = data(call(&rt, &reg, "fault", "read-path", json!({"path": path}), &run).await);
         assert_eq!(out["ok"], false, "{path} was readable: {out}");
     }
@@ -242,28 +343,77 @@ async fn no_plugin_reads_outside_the_workspace_root() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_permission_cannot_write_and_a_read_only_claim_narrows_write_access() {
     let rw = FAULT.replace("workspace = \"read\"", "workspace = \"read-write\"");
-    let manifest = plugin_entry("fault", "fault", &["fault"], FAULT) + &plugin_entry("fault-rw", "fault", &["fault-rw"], &rw);
+    let manifest = plugin_entry("fault", "fault", &["fault"], FAULT)
+        + &plugin_entry("fault-rw", "fault", &["fault-rw"], &rw);
     let home = Home::new(&manifest);
     let (rt, reg) = setup(&home).await;
     assert!(reg.problems().is_empty(), "{:?}", reg.problems());
     let (_outer, ws) = workspace_with_escape_hatches();
     let (run, _) = run_ctx(Some(&ws));
 
-    let denied = data(call(&rt, &reg, "fault", "write-path", json!({"path": "new.txt"}), &run).await);
+    let denied = data(
+        call(
+            &rt,
+            &reg,
+            "fault",
+            "write-path",
+            json!({"path": "new.txt"}),
+            &run,
+        )
+        .await,
+    );
     assert_eq!(denied["ok"], false, "read-only plugin wrote: {denied}");
-    let sneaky = data(call(&rt, &reg, "fault-rw", "sneaky-write", json!({"path": "new.txt"}), &run).await);
+    let sneaky = data(
+        call(
+            &rt,
+            &reg,
+            "fault-rw",
+            "sneaky-write",
+            json!({"path": "new.txt"}),
+            &run,
+        )
+        .await,
+    );
     assert_eq!(sneaky["ok"], false, "a read-only operation wrote: {sneaky}");
     assert!(!ws.join("new.txt").exists());
 
-    let allowed = data(call(&rt, &reg, "fault-rw", "write-path", json!({"path": "new.txt", "content": "hi"}), &run).await);
+    let allowed = data(
+        call(
+            &rt,
+            &reg,
+            "fault-rw",
+            "write-path",
+            json!({"path": "new.txt", "content": "hi"}),
+            &run,
+        )
+        .await,
+    );
     assert_eq!(allowed["ok"], true, "{allowed}");
     assert_eq!(std::fs::read_to_string(ws.join("new.txt")).unwrap(), "hi");
-    for path in ["../escaped.txt", "/tmp/escaped.txt", "link-out", "dir-out/escaped.txt"] {
-        let out = data(call(&rt, &reg, "fault-rw", "write-path", json!({"path": path}), &run).await);
+    for path in [
+        "../escaped.txt",
+        "/tmp/escaped.txt",
+        "link-out",
+        "dir-out/escaped.txt",
+    ] {
+        let out = data(
+            call(
+                &rt,
+                &reg,
+                "fault-rw",
+                "write-path",
+                json!({"path": path}),
+                &run,
+            )
+            .await,
+        );
         assert_eq!(out["ok"], false, "wrote {path}: {out}");
     }
     assert!(!ws.parent().unwrap().join("escaped.txt").exists());
-    assert_eq!(std::fs::read_to_string(ws.parent().unwrap().join("secret.txt")).unwrap(), "outside secret");
+    assert_eq!(
+        std::fs::read_to_string(ws.parent().unwrap().join("secret.txt")).unwrap(),
+        "outside secret"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,9 +451,18 @@ async fn registry_rejects_unknown_and_legacy_kinds_without_calling_a_plugin() {
     let home = Home::new("");
     let (rt, reg) = setup(&home).await;
     let (run, rec) = run_ctx(None);
-    assert_eq!(reason(&call(&rt, &reg, "spreadsheet", "x", json!({}), &run).await), FailureReason::UnsupportedCapability);
-    assert_eq!(reason(&call(&rt, &reg, "writer", "x", json!({}), &run).await), FailureReason::UnsupportedLegacyCapability);
-    assert_eq!(rec.types(), ["task.started", "task.failed", "task.started", "task.failed"]);
+    assert_eq!(
+        reason(&call(&rt, &reg, "spreadsheet", "x", json!({}), &run).await),
+        FailureReason::UnsupportedCapability
+    );
+    assert_eq!(
+        reason(&call(&rt, &reg, "writer", "x", json!({}), &run).await),
+        FailureReason::UnsupportedLegacyCapability
+    );
+    assert_eq!(
+        rec.types(),
+        ["task.started", "task.failed", "task.started", "task.failed"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -311,7 +470,9 @@ async fn plugin_activity_reaches_the_event_stream() {
     let home = Home::new(&plugin_entry("hello", "hello", &["echo"], ""));
     let (rt, reg) = setup(&home).await;
     let (run, rec) = run_ctx(None);
-    let out = call(&rt, &reg, "echo", "echo", json!({"x": 1}), &run).await.unwrap();
+    let out = call(&rt, &reg, "echo", "echo", json!({"x": 1}), &run)
+        .await
+        .unwrap();
     assert_eq!(out.data, json!({"x": 1}));
     assert_eq!(rec.types(), ["task.started", "activity", "task.completed"]);
 }

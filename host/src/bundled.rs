@@ -10,7 +10,10 @@ pub const MANIFEST: &str = include_str!("bundled.toml");
 pub const PLUGIN_BUILD_DIR: &str = env!("CAPSTAN_PLUGIN_BUILD_DIR");
 
 pub fn component(name: &str) -> Option<&'static [u8]> {
-    BUNDLED.iter().find(|(n, _)| *n == name).map(|(_, bytes)| *bytes)
+    BUNDLED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, bytes)| *bytes)
 }
 
 pub fn names() -> Vec<&'static str> {

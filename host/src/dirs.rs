@@ -29,20 +29,37 @@ pub struct DirOverrides {
 
 impl Dirs {
     pub fn resolve(overrides: &DirOverrides) -> Result<Self> {
-        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let env = |name: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
         let home = overrides.home.clone().or_else(|| env("CAPSTAN_HOME"));
         let project = directories::ProjectDirs::from("dev", "capstan", "capstan");
-        let pick = |flag: &Option<PathBuf>, var: &str, sub: &str, default: fn(&directories::ProjectDirs) -> &Path| {
+        let pick = |flag: &Option<PathBuf>,
+                    var: &str,
+                    sub: &str,
+                    default: fn(&directories::ProjectDirs) -> &Path| {
             flag.clone()
                 .or_else(|| env(var))
                 .or_else(|| home.as_ref().map(|h| h.join(sub)))
                 .or_else(|| project.as_ref().map(|p| default(p).to_path_buf()))
         };
-        let config = pick(&overrides.config, "CAPSTAN_CONFIG_DIR", "config", |p| p.config_dir());
-        let data = pick(&overrides.data, "CAPSTAN_DATA_DIR", "data", |p| p.data_dir());
-        let cache = pick(&overrides.cache, "CAPSTAN_CACHE_DIR", "cache", |p| p.cache_dir());
+        let config = pick(&overrides.config, "CAPSTAN_CONFIG_DIR", "config", |p| {
+            p.config_dir()
+        });
+        let data = pick(&overrides.data, "CAPSTAN_DATA_DIR", "data", |p| {
+            p.data_dir()
+        });
+        let cache = pick(&overrides.cache, "CAPSTAN_CACHE_DIR", "cache", |p| {
+            p.cache_dir()
+        });
         match (config, data, cache) {
-            (Some(config), Some(data), Some(cache)) => Ok(Self { config, data, cache }),
+            (Some(config), Some(data), Some(cache)) => Ok(Self {
+                config,
+                data,
+                cache,
+            }),
             _ => bail!(
                 "cannot find a home directory for Capstan's config, data and cache; \
                  set CAPSTAN_HOME (or --home) to a directory Capstan may use"

@@ -7,7 +7,12 @@ use crate::registry::Registry;
 use crate::runtime::Runtime;
 use crate::services::RunContext;
 
-pub async fn run_task(runtime: &Runtime, registry: &Registry, task: &TaskRequest, run: &RunContext) -> TaskOutcome {
+pub async fn run_task(
+    runtime: &Runtime,
+    registry: &Registry,
+    task: &TaskRequest,
+    run: &RunContext,
+) -> TaskOutcome {
     let events = &run.events;
     events.emit(Event::TaskStarted {
         task_id: task.id.clone(),

@@ -197,11 +197,23 @@ pub struct ManifestError {
 
 /// Parse a manifest's text. Returns the valid entries and one error per invalid
 /// entry; a file that is not TOML at all is a single error.
-pub fn parse(text: &str, origin: &str, base_dir: Option<&Path>) -> (Vec<PluginSpec>, Vec<ManifestError>) {
-    let err = |what: String| ManifestError { origin: origin.to_string(), what };
+pub fn parse(
+    text: &str,
+    origin: &str,
+    base_dir: Option<&Path>,
+) -> (Vec<PluginSpec>, Vec<ManifestError>) {
+    let err = |what: String| ManifestError {
+        origin: origin.to_string(),
+        what,
+    };
     let file: ManifestFile = match toml::from_str(text) {
         Ok(f) => f,
-        Err(e) => return (vec![], vec![err(format!("not a valid manifest: {}", e.message().trim()))]),
+        Err(e) => {
+            return (
+                vec![],
+                vec![err(format!("not a valid manifest: {}", e.message().trim()))],
+            );
+        }
     };
     let mut specs = Vec::new();
     let mut errors = Vec::new();
@@ -219,7 +231,11 @@ pub fn parse(text: &str, origin: &str, base_dir: Option<&Path>) -> (Vec<PluginSp
             }
         };
         match validate(entry, base_dir) {
-            Ok((entry, source)) => specs.push(PluginSpec { entry, source, origin: origin.to_string() }),
+            Ok((entry, source)) => specs.push(PluginSpec {
+                entry,
+                source,
+                origin: origin.to_string(),
+            }),
             Err(what) => errors.push(err(format!("{label}: {what}"))),
         }
     }
@@ -232,24 +248,35 @@ pub fn load_file(path: &Path) -> (Vec<PluginSpec>, Vec<ManifestError>) {
     match std::fs::read_to_string(path) {
         Ok(text) => parse(&text, &origin, path.parent()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (vec![], vec![]),
-        Err(e) => (vec![], vec![ManifestError { origin, what: format!("cannot read: {e}") }]),
+        Err(e) => (
+            vec![],
+            vec![ManifestError {
+                origin,
+                what: format!("cannot read: {e}"),
+            }],
+        ),
     }
 }
 
 fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }
 
 /// Kinds may also carry a namespace (`mcp:server/tool`).
 fn is_kind(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_:./".contains(c))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_:./".contains(c))
 }
 
-fn validate(entry: PluginEntry, base_dir: Option<&Path>) -> Result<(PluginEntry, ComponentSource), String> {
+fn validate(
+    entry: PluginEntry,
+    base_dir: Option<&Path>,
+) -> Result<(PluginEntry, ComponentSource), String> {
     if !is_name(&entry.name) {
         return Err(format!(
             "field `name`: {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'",
@@ -260,21 +287,30 @@ fn validate(entry: PluginEntry, base_dir: Option<&Path>) -> Result<(PluginEntry,
         return Err("field `kinds`: list at least one capability kind the plugin serves".into());
     }
     if let Some(bad) = entry.kinds.iter().find(|k| !is_kind(k)) {
-        return Err(format!("field `kinds`: {bad:?} is not a valid kind (letters, digits, - _ : . /)"));
+        return Err(format!(
+            "field `kinds`: {bad:?} is not a valid kind (letters, digits, - _ : . /)"
+        ));
     }
     let limits = &entry.limits;
     if limits.memory_mb == 0 || limits.memory_mb > MAX_MEMORY_MB {
-        return Err(format!("field `limits.memory_mb`: {} is outside 1..={MAX_MEMORY_MB}", limits.memory_mb));
+        return Err(format!(
+            "field `limits.memory_mb`: {} is outside 1..={MAX_MEMORY_MB}",
+            limits.memory_mb
+        ));
     }
     if limits.timeout_ms == 0 {
         return Err("field `limits.timeout_ms`: must be at least 1".into());
     }
     if limits.fuel == Some(0) {
-        return Err("field `limits.fuel`: 0 would stop every call; omit it for no fuel limit".into());
+        return Err(
+            "field `limits.fuel`: 0 would stop every call; omit it for no fuel limit".into(),
+        );
     }
     if let Some(sha) = &entry.sha256 {
         if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err("field `sha256`: must be 64 hex digits (run `sha256sum` on the component)".into());
+            return Err(
+                "field `sha256`: must be 64 hex digits (run `sha256sum` on the component)".into(),
+            );
         }
     }
     let source = if let Some(name) = entry.component.strip_prefix("builtin:") {
@@ -337,11 +373,21 @@ mod tests {
         "#;
         let (specs, errors) = parse(text, "capstan.toml", Some(Path::new("/base")));
         assert_eq!(specs.len(), 1);
-        assert!(matches!(&specs[0].source, ComponentSource::File(p) if p == Path::new("/base/good.wasm")));
+        assert!(
+            matches!(&specs[0].source, ComponentSource::File(p) if p == Path::new("/base/good.wasm"))
+        );
         let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
         assert_eq!(msgs.len(), 3, "{msgs:?}");
-        assert!(msgs[0].contains("plugin `no-sha`") && msgs[0].contains("sha256"), "{}", msgs[0]);
-        assert!(msgs[1].contains("plugin `typo`") && msgs[1].contains("write"), "{}", msgs[1]);
+        assert!(
+            msgs[0].contains("plugin `no-sha`") && msgs[0].contains("sha256"),
+            "{}",
+            msgs[0]
+        );
+        assert!(
+            msgs[1].contains("plugin `typo`") && msgs[1].contains("write"),
+            "{}",
+            msgs[1]
+        );
         assert!(msgs[2].contains("memory_mb"), "{}", msgs[2]);
         assert!(msgs.iter().all(|m| m.starts_with("capstan.toml: ")));
     }
@@ -373,6 +419,10 @@ mod tests {
         let (specs, errors) = parse("[[plugin]\nname=", "broken.toml", None);
         assert!(specs.is_empty());
         assert_eq!(errors.len(), 1);
-        assert!(errors[0].to_string().starts_with("broken.toml: not a valid manifest"));
+        assert!(
+            errors[0]
+                .to_string()
+                .starts_with("broken.toml: not a valid manifest")
+        );
     }
 }

@@ -39,6 +39,8 @@ pub enum FailureReason {
     /// A bounded loop gave up (e.g. retrieval stayed insufficient).
     RetryLimit,
     BudgetExceeded,
+    /// The model's output stayed unusable after bounded corrections.
+    InvalidModelOutput,
 }
 
 impl FailureReason {
@@ -58,6 +60,7 @@ impl FailureReason {
             Self::WorkspaceRequired => "workspace-required",
             Self::RetryLimit => "retry-limit",
             Self::BudgetExceeded => "budget-exceeded",
+            Self::InvalidModelOutput => "invalid-model-output",
         }
     }
 }
@@ -92,22 +95,195 @@ pub struct TaskFailure {
 
 impl TaskFailure {
     pub fn new(reason: FailureReason, message: impl Into<String>) -> Self {
-        Self { reason, message: message.into() }
+        Self {
+            reason,
+            message: message.into(),
+        }
     }
 }
 
 pub type TaskOutcome = Result<TaskSuccess, TaskFailure>;
 
+/// A task in a plan, as the plan panel shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlanTask {
+    pub id: String,
+    pub kind: String,
+    pub operation: String,
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+    /// One line for people: what this task is for.
+    #[serde(default)]
+    pub title: String,
+}
+
+/// Where a task stands, for `plan.updated`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+    Skipped,
+}
+
+/// A passage the answer cites.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Citation {
+    pub n: u32,
+    pub path: String,
+    pub heading: String,
+    pub line_start: u32,
+    pub line_end: u32,
+}
+
+/// Token counts and cost, per model call or per run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// True when a provider reported no usage and Capstan estimated it.
+    #[serde(default)]
+    pub estimated: bool,
+    /// USD; absent when the model has no price in the table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
 /// Every event a run emits. `type` carries the dotted name.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type")]
 pub enum Event {
+    #[serde(rename = "run.started")]
+    RunStarted {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace: Option<String>,
+        model: String,
+    },
+    /// The host's reading of the situation at one step of its loop.
+    #[serde(rename = "host.analysis")]
+    HostAnalysis {
+        step: u32,
+        /// `retrieve`, `answer` or `plan`.
+        decision: String,
+        reason: String,
+    },
+    #[serde(rename = "retrieval.started")]
+    RetrievalStarted {
+        attempt: u32,
+        query: String,
+        variants: Vec<String>,
+    },
+    #[serde(rename = "retrieval.completed")]
+    RetrievalCompleted {
+        attempt: u32,
+        hits: u32,
+        sufficient: bool,
+    },
+    #[serde(rename = "plan.created")]
+    PlanCreated { tasks: Vec<PlanTask> },
+    #[serde(rename = "plan.updated")]
+    PlanUpdated { task_id: String, status: TaskStatus },
+    #[serde(rename = "task.skipped")]
+    TaskSkipped {
+        task_id: String,
+        /// `skipped_dependency_failed` or `cancelled`.
+        reason: String,
+    },
+    /// An executable capability was planned and the run has no workspace.
+    #[serde(rename = "workspace.required")]
+    WorkspaceRequired {
+        task_ids: Vec<String>,
+        message: String,
+    },
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested {
+        approval_id: String,
+        task_id: String,
+        action: String,
+        #[serde(default)]
+        command: String,
+        #[serde(default)]
+        cwd: String,
+        risk: String,
+        reasons: Vec<String>,
+    },
+    #[serde(rename = "approval.decided")]
+    ApprovalDecided {
+        approval_id: String,
+        /// `approved`, `approved_for_session`, `denied`, `aborted`, `expired`.
+        decision: String,
+        /// `user`, `policy` or `flag`.
+        by: String,
+    },
+    /// One command of `terminal_exec`, reported by the host that ran it.
+    #[serde(rename = "terminal.step")]
+    TerminalStep {
+        task_id: String,
+        command: String,
+        cwd: String,
+        risk: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+        duration_ms: u64,
+        output_tail: String,
+        truncated_bytes: u64,
+        timed_out: bool,
+    },
+    #[serde(rename = "usage")]
+    Usage {
+        #[serde(flatten)]
+        usage: Usage,
+        model: String,
+    },
+    #[serde(rename = "budget.warning")]
+    BudgetWarning {
+        spent_usd: f64,
+        limit_usd: f64,
+        message: String,
+    },
+    #[serde(rename = "response.delta")]
+    ResponseDelta { text: String },
+    #[serde(rename = "response.completed")]
+    ResponseCompleted {
+        text: String,
+        citations: Vec<Citation>,
+    },
+    #[serde(rename = "run.completed")]
+    RunCompleted { usage: Usage },
+    #[serde(rename = "run.failed")]
+    RunFailed {
+        reason: FailureReason,
+        message: String,
+        usage: Usage,
+    },
+    #[serde(rename = "run.cancelled")]
+    RunCancelled { usage: Usage },
     #[serde(rename = "task.started")]
-    TaskStarted { task_id: String, kind: String, operation: String },
+    TaskStarted {
+        task_id: String,
+        kind: String,
+        operation: String,
+    },
     #[serde(rename = "task.completed")]
-    TaskCompleted { task_id: String, summary: String, data: Value },
+    TaskCompleted {
+        task_id: String,
+        summary: String,
+        data: Value,
+    },
     #[serde(rename = "task.failed")]
-    TaskFailed { task_id: String, reason: FailureReason, message: String },
+    TaskFailed {
+        task_id: String,
+        reason: FailureReason,
+        message: String,
+    },
     /// Plain words for the activity feed.
     #[serde(rename = "activity")]
     Activity {
@@ -119,10 +295,20 @@ pub enum Event {
         data: Value,
     },
     #[serde(rename = "progress")]
-    Progress { task_id: String, done: u64, total: u64, unit: String },
+    Progress {
+        task_id: String,
+        done: u64,
+        total: u64,
+        unit: String,
+    },
     /// A capability's availability, e.g. an operation that is not implemented.
     #[serde(rename = "capability.status")]
-    CapabilityStatus { task_id: String, kind: String, status: String, message: String },
+    CapabilityStatus {
+        task_id: String,
+        kind: String,
+        status: String,
+        message: String,
+    },
 }
 
 /// What travels on the wire.

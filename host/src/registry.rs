@@ -16,11 +16,16 @@ use crate::runtime::{LoadedPlugin, Runtime};
 
 /// Kinds of the retired writing workflow (seed 002). Tasks of these kinds fail
 /// with `unsupported-legacy-capability` and no plugin is ever called for them.
-const LEGACY_KINDS: &[&str] = &["writer", "write", "writing", "draft", "drafter", "rewrite", "editor", "answer"];
+const LEGACY_KINDS: &[&str] = &[
+    "writer", "write", "writing", "draft", "drafter", "rewrite", "editor", "answer",
+];
 
 pub fn is_legacy_kind(kind: &str) -> bool {
     let k = kind.to_ascii_lowercase();
-    LEGACY_KINDS.contains(&k.as_str()) || k.starts_with("writing_") || k.starts_with("writer_") || k.starts_with("draft_")
+    LEGACY_KINDS.contains(&k.as_str())
+        || k.starts_with("writing_")
+        || k.starts_with("writer_")
+        || k.starts_with("draft_")
 }
 
 /// Which manifests to read.
@@ -52,15 +57,21 @@ impl Registry {
     pub async fn load(runtime: &Runtime, sources: &ManifestSources) -> Self {
         let mut problems = Vec::new();
         let mut specs: Vec<PluginSpec> = Vec::new();
-        let mut add = |found: Vec<PluginSpec>, errors: Vec<manifest::ManifestError>, problems: &mut Vec<Problem>| {
-            problems.extend(errors.into_iter().map(|e| Problem { plugin: None, message: e.to_string() }));
+        let mut add = |found: Vec<PluginSpec>,
+                       errors: Vec<manifest::ManifestError>,
+                       problems: &mut Vec<Problem>| {
+            problems.extend(errors.into_iter().map(|e| Problem {
+                plugin: None,
+                message: e.to_string(),
+            }));
             for spec in found {
                 specs.retain(|s| s.entry.name != spec.entry.name);
                 specs.push(spec);
             }
         };
         if sources.bundled {
-            let (found, errors) = manifest::parse(crate::bundled::MANIFEST, "bundled manifest", None);
+            let (found, errors) =
+                manifest::parse(crate::bundled::MANIFEST, "bundled manifest", None);
             add(found, errors, &mut problems);
         }
         for file in &sources.files {
@@ -68,7 +79,10 @@ impl Registry {
             add(found, errors, &mut problems);
         }
 
-        let mut registry = Registry { problems, ..Default::default() };
+        let mut registry = Registry {
+            problems,
+            ..Default::default()
+        };
         for spec in specs {
             let name = spec.entry.name.clone();
             let kinds = spec.entry.kinds.clone();
@@ -78,7 +92,10 @@ impl Registry {
                     for kind in kinds {
                         registry.broken.insert(kind, e.to_string());
                     }
-                    registry.problems.push(Problem { plugin: Some(name), message: e.to_string() });
+                    registry.problems.push(Problem {
+                        plugin: Some(name),
+                        message: e.to_string(),
+                    });
                 }
             }
         }
@@ -86,7 +103,10 @@ impl Registry {
     }
 
     fn admit(&mut self, plugin: LoadedPlugin) {
-        let refuse = |message: String| Problem { plugin: Some(plugin.name().to_string()), message };
+        let refuse = |message: String| Problem {
+            plugin: Some(plugin.name().to_string()),
+            message,
+        };
         for kind in &plugin.spec.entry.kinds {
             if is_legacy_kind(kind) {
                 let p = refuse(format!(
@@ -121,7 +141,9 @@ impl Registry {
         if is_legacy_kind(kind) {
             return Err(TaskFailure::new(
                 FailureReason::UnsupportedLegacyCapability,
-                format!("`{kind}` belongs to the retired writing workflow; no writing code path exists any more"),
+                format!(
+                    "`{kind}` belongs to the retired writing workflow; no writing code path exists any more"
+                ),
             ));
         }
         if let (None, Some(why)) = (self.by_kind.get(kind), self.broken.get(kind)) {
@@ -157,10 +179,21 @@ mod tests {
 
     #[test]
     fn legacy_kinds_are_recognised() {
-        for k in ["writer", "Write", "draft", "writing_outline", "writer_review"] {
+        for k in [
+            "writer",
+            "Write",
+            "draft",
+            "writing_outline",
+            "writer_review",
+        ] {
             assert!(is_legacy_kind(k), "{k}");
         }
-        for k in ["terminal_exec", "docx", "local_kb_retrieval", "rewriter_tool"] {
+        for k in [
+            "terminal_exec",
+            "docx",
+            "local_kb_retrieval",
+            "rewriter_tool",
+        ] {
             assert!(!is_legacy_kind(k), "{k}");
         }
     }

@@ -1,1 +1,617 @@
+//! The host side of the WIT `index` interface: one BM25 passage index per workspace, on
+//! disk, built with tantivy.
+//!
+//! The kb-retrieval plugin parses files inside the sandbox (see `capstan-kb-parse`) and
+//! sends passages here; this crate stores them and answers queries. It is native-only
+//! (mmap, a multi-threaded writer).
+//!
+//! # Consistency model
+//! * Changes ([`WorkspaceIndex::upsert_file`], [`WorkspaceIndex::remove_file`]) are
+//!   invisible to [`WorkspaceIndex::search`] until [`WorkspaceIndex::commit`], which makes
+//!   all of them visible at once.
+//! * A commit is atomic on disk: tantivy writes new segment files first and switches
+//!   `meta.json` by an atomic rename. The list of indexed files (path, mtime, size, hash)
+//!   is the commit's payload inside that same `meta.json`, so passages and file metas can
+//!   never disagree. A crash (or dropping the index) before `commit` loses only the
+//!   uncommitted changes; reopening yields the previous commit.
+//! * [`WorkspaceIndex::known_files`] answers for the writer's view: committed state plus
+//!   the changes made since, so an interrupted refresh in the same process resumes where it
+//!   stopped.
+//!
+//! # Why the file list is a commit payload
+//! Alternatives were a JSON sidecar (a second file that a crash between the two writes
+//! leaves out of step with the index) or one tantivy "meta" document per file (reading
+//! them all means fetching every one from the doc store, and they skew BM25's document
+//! count). The payload is written by the same atomic rename, costs nothing at query time,
+//! and is in memory after open. Its cost is about 100 bytes per file re-written on each
+//! commit and parsed on open, fine for the ~10⁵ files a workspace index is meant for.
+//!
+//! # Thread safety
+//! [`WorkspaceIndex`] is `Send + Sync`: the writer sits behind a mutex (one mutation at a
+//! time), searches run concurrently on the reader, reloaded explicitly after each commit
+//! (`ReloadPolicy::Manual`: no file watcher thread).
 
+mod fusion;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
+};
+use tantivy::snippet::SnippetGenerator;
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term};
+
+pub use fusion::{drop_overlapping, rrf};
+
+/// A file the index holds, as given to [`WorkspaceIndex::upsert_file`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// Workspace-relative, `/`-separated path: the identity of the file in the index.
+    pub path: String,
+    pub mtime_ms: u64,
+    pub size: u64,
+    /// Hex sha256 of the file's bytes.
+    pub hash: String,
+}
+
+/// A passage to index (the WIT `passage` record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passage {
+    /// Heading path, e.g. `"Guide > Keys > Rotation"`.
+    pub heading: String,
+    pub text: String,
+    pub line_start: u32,
+    pub line_end: u32,
+}
+
+/// A search result (the WIT `hit` record).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub path: String,
+    pub heading: String,
+    pub text: String,
+    pub line_start: u32,
+    pub line_end: u32,
+    /// BM25 score from [`WorkspaceIndex::search`] (heading matches boosted), or the fused
+    /// score from [`rrf`]. Only comparable within one result list.
+    pub score: f32,
+    /// An excerpt of `text` around the matched terms, HTML-escaped (`<`, `>`, `&`, quotes)
+    /// with the matches wrapped in `<b></b>`. When only the heading matched, the start of
+    /// the text, escaped.
+    pub snippet: String,
+}
+
+/// Counts after a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexStats {
+    pub files: u64,
+    pub passages: u64,
+}
+
+/// Text analysis of the `heading` and `text` fields. Fixed when an index is created: an
+/// index opened with another analyzer is refused with [`IndexError::SchemaMismatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Analyzer {
+    /// Split on non-alphanumerics, drop tokens over 40 bytes, lowercase, drop English stop
+    /// words, Porter-stem (English). Best for prose questions over documentation.
+    #[default]
+    English,
+    /// Split, drop long tokens, lowercase: exact words only (no stemming, no stop words).
+    Simple,
+}
+
+impl Analyzer {
+    fn tokenizer_name(self) -> &'static str {
+        match self {
+            Analyzer::English => "capstan_en",
+            Analyzer::Simple => "capstan_simple",
+        }
+    }
+}
+
+/// Options of [`WorkspaceIndex::open`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexOptions {
+    pub analyzer: Analyzer,
+    /// Total indexing memory of the writer, split between its threads; raised to tantivy's
+    /// minimum of 15 MB per thread if lower.
+    pub writer_memory_bytes: usize,
+    /// Indexing threads (at least 1).
+    pub writer_threads: usize,
+    /// Weight of heading matches relative to text matches in queries.
+    pub heading_boost: f32,
+    /// Maximum length of [`Hit::snippet`] before escaping, in characters.
+    pub snippet_chars: usize,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        Self {
+            analyzer: Analyzer::English,
+            writer_memory_bytes: 64 * 1024 * 1024,
+            // Workspace indexing is bursty and small; two threads already outrun the
+            // plugin's parsing, and the host has other work.
+            writer_threads: 2,
+            heading_boost: 2.0,
+            snippet_chars: 200,
+        }
+    }
+}
+
+/// Failures of the index. Query syntax is never one: see [`WorkspaceIndex::search`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// From tantivy: I/O, a lock held by another writer (another process indexing the same
+    /// workspace), corrupt files.
+    #[error("index: {0}")]
+    Tantivy(#[from] TantivyError),
+    #[error("index directory {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The directory holds an index with another schema (another analyzer, or an older
+    /// Capstan). The index is a cache: [`WorkspaceIndex::open_or_rebuild`] recreates it.
+    #[error("index schema mismatch: the directory holds a different index ({0})")]
+    SchemaMismatch(String),
+    /// The commit payload (the file list) cannot be read.
+    #[error("index file list unreadable: {0}")]
+    BadPayload(String),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = IndexError> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, Copy)]
+struct Fields {
+    path: Field,
+    heading: Field,
+    text: Field,
+    line_start: Field,
+    line_end: Field,
+    mtime_ms: Field,
+    size: Field,
+    hash: Field,
+}
+
+fn schema(analyzer: Analyzer) -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let text_opts = TextOptions::default().set_stored().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(analyzer.tokenizer_name())
+            // Positions: phrase queries and snippets.
+            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+    );
+    let fields = Fields {
+        // Raw, untokenized: the term for delete-by-path.
+        path: b.add_text_field("path", STRING | STORED),
+        heading: b.add_text_field("heading", text_opts.clone()),
+        text: b.add_text_field("text", text_opts),
+        line_start: b.add_u64_field("line_start", STORED),
+        line_end: b.add_u64_field("line_end", STORED),
+        mtime_ms: b.add_u64_field("mtime_ms", STORED),
+        size: b.add_u64_field("size", STORED),
+        hash: b.add_text_field("hash", STRING | STORED),
+    };
+    (b.build(), fields)
+}
+
+fn english_analyzer() -> TextAnalyzer {
+    let builder = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser);
+    match StopWordFilter::new(Language::English) {
+        Some(stop) => builder
+            .filter(stop)
+            .filter(Stemmer::new(Language::English))
+            .build(),
+        // tantivy ships English stop words with the `stopwords` feature (enabled); keep
+        // working without them rather than fail.
+        None => builder.filter(Stemmer::new(Language::English)).build(),
+    }
+}
+
+fn simple_analyzer() -> TextAnalyzer {
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .build()
+}
+
+/// tantivy refuses less than 15 MB of indexing memory per writer thread (its
+/// `MEMORY_BUDGET_NUM_BYTES_MIN`, not exported).
+const WRITER_MEMORY_PER_THREAD_MIN: usize = 15_000_000;
+
+/// Version of the commit payload format.
+const PAYLOAD_VERSION: u32 = 1;
+
+/// The commit payload: the indexed files. Compact rows keep `meta.json` small.
+#[derive(Serialize, Deserialize)]
+struct Payload {
+    v: u32,
+    /// `(path, mtime_ms, size, hash)`
+    files: Vec<(String, u64, u64, String)>,
+}
+
+fn encode_payload(files: &BTreeMap<String, FileMeta>) -> String {
+    let p = Payload {
+        v: PAYLOAD_VERSION,
+        files: files
+            .values()
+            .map(|m| (m.path.clone(), m.mtime_ms, m.size, m.hash.clone()))
+            .collect(),
+    };
+    serde_json::to_string(&p).expect("serializing plain data cannot fail")
+}
+
+fn decode_payload(s: &str) -> Result<BTreeMap<String, FileMeta>> {
+    let p: Payload = serde_json::from_str(s).map_err(|e| IndexError::BadPayload(e.to_string()))?;
+    if p.v != PAYLOAD_VERSION {
+        return Err(IndexError::BadPayload(format!(
+            "payload version {} (expected {PAYLOAD_VERSION})",
+            p.v
+        )));
+    }
+    Ok(p.files
+        .into_iter()
+        .map(|(path, mtime_ms, size, hash)| {
+            (
+                path.clone(),
+                FileMeta {
+                    path,
+                    mtime_ms,
+                    size,
+                    hash,
+                },
+            )
+        })
+        .collect())
+}
+
+struct WriterState {
+    writer: IndexWriter,
+    /// Committed files plus the changes since the last commit.
+    files: BTreeMap<String, FileMeta>,
+    /// The file list of the last commit, restored on a failed commit.
+    committed: BTreeMap<String, FileMeta>,
+}
+
+/// One workspace's passage index. See the crate docs for the consistency model.
+pub struct WorkspaceIndex {
+    index: Index,
+    fields: Fields,
+    reader: IndexReader,
+    parser: QueryParser,
+    opts: IndexOptions,
+    writer: Mutex<WriterState>,
+}
+
+impl std::fmt::Debug for WorkspaceIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkspaceIndex")
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkspaceIndex {
+    /// Opens the index in `dir`, creating the directory and an empty index if missing.
+    ///
+    /// # Errors
+    /// [`IndexError::SchemaMismatch`] if `dir` holds an index made with another analyzer or
+    /// schema; [`IndexError::Tantivy`] if another writer (process) holds the directory's
+    /// lock, or on I/O errors; [`IndexError::BadPayload`] if the file list is unreadable.
+    pub fn open(dir: &Path, opts: IndexOptions) -> Result<Self> {
+        if !(opts.heading_boost.is_finite() && opts.heading_boost > 0.0) {
+            return Err(IndexError::Invalid(format!(
+                "heading_boost must be positive, got {}",
+                opts.heading_boost
+            )));
+        }
+        std::fs::create_dir_all(dir).map_err(|source| IndexError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let (schema, fields) = schema(opts.analyzer);
+        let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(TantivyError::from)?;
+        let index = if Index::exists(&mmap).map_err(TantivyError::from)? {
+            let index = Index::open(mmap)?;
+            if index.schema() != schema {
+                return Err(IndexError::SchemaMismatch(format!(
+                    "expected the {:?} analyzer's schema",
+                    opts.analyzer
+                )));
+            }
+            index
+        } else {
+            Index::create(mmap, schema, tantivy::IndexSettings::default())?
+        };
+        index
+            .tokenizers()
+            .register(Analyzer::English.tokenizer_name(), english_analyzer());
+        index
+            .tokenizers()
+            .register(Analyzer::Simple.tokenizer_name(), simple_analyzer());
+
+        let committed = match index.load_metas()?.payload {
+            Some(p) => decode_payload(&p)?,
+            None => BTreeMap::new(),
+        };
+        let threads = opts.writer_threads.max(1);
+        let min = threads * WRITER_MEMORY_PER_THREAD_MIN;
+        let writer = index.writer_with_num_threads(threads, opts.writer_memory_bytes.max(min))?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let mut parser = QueryParser::for_index(&index, vec![fields.heading, fields.text]);
+        parser.set_field_boost(fields.heading, opts.heading_boost);
+        Ok(Self {
+            index,
+            fields,
+            reader,
+            parser,
+            opts,
+            writer: Mutex::new(WriterState {
+                writer,
+                files: committed.clone(),
+                committed,
+            }),
+        })
+    }
+
+    /// [`open`](Self::open), but an index with another schema is deleted and recreated
+    /// (the index is derived data: the next refresh re-indexes the workspace).
+    ///
+    /// Only use on a directory dedicated to this index: on a schema mismatch, the whole
+    /// directory is removed.
+    pub fn open_or_rebuild(dir: &Path, opts: IndexOptions) -> Result<Self> {
+        match Self::open(dir, opts.clone()) {
+            Err(IndexError::SchemaMismatch(_) | IndexError::BadPayload(_)) => {
+                std::fs::remove_dir_all(dir).map_err(|source| IndexError::Io {
+                    path: dir.display().to_string(),
+                    source,
+                })?;
+                Self::open(dir, opts)
+            }
+            other => other,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WriterState> {
+        // A panic while holding the lock leaves tantivy's writer usable (its own state is
+        // behind its own locks); recover rather than poison every later call.
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The files the index holds, including uncommitted changes, sorted by path.
+    pub fn known_files(&self) -> Vec<FileMeta> {
+        self.lock().files.values().cloned().collect()
+    }
+
+    /// Replaces everything indexed for `meta.path` with `passages` (none is fine: the file
+    /// is then known, with no passages). Visible after [`commit`](Self::commit).
+    ///
+    /// # Errors
+    /// [`IndexError::Invalid`] for an empty path or a passage with `line_start >
+    /// line_end`; [`IndexError::Tantivy`] if the writer failed (e.g. a worker died).
+    pub fn upsert_file(&self, meta: FileMeta, passages: &[Passage]) -> Result<()> {
+        if meta.path.is_empty() {
+            return Err(IndexError::Invalid("empty path".into()));
+        }
+        if let Some(p) = passages.iter().find(|p| p.line_start > p.line_end) {
+            return Err(IndexError::Invalid(format!(
+                "{}: passage lines {}-{} are reversed",
+                meta.path, p.line_start, p.line_end
+            )));
+        }
+        let f = self.fields;
+        let mut st = self.lock();
+        st.writer
+            .delete_term(Term::from_field_text(f.path, &meta.path));
+        for p in passages {
+            let mut doc = TantivyDocument::default();
+            doc.add_text(f.path, &meta.path);
+            doc.add_text(f.heading, &p.heading);
+            doc.add_text(f.text, &p.text);
+            doc.add_u64(f.line_start, u64::from(p.line_start));
+            doc.add_u64(f.line_end, u64::from(p.line_end));
+            doc.add_u64(f.mtime_ms, meta.mtime_ms);
+            doc.add_u64(f.size, meta.size);
+            doc.add_text(f.hash, &meta.hash);
+            st.writer.add_document(doc)?;
+        }
+        st.files.insert(meta.path.clone(), meta);
+        Ok(())
+    }
+
+    /// Removes `path` and its passages (a no-op for an unknown path). Visible after
+    /// [`commit`](Self::commit). A rename is `remove_file(old)` + `upsert_file(new, ..)`.
+    pub fn remove_file(&self, path: &str) -> Result<()> {
+        let mut st = self.lock();
+        st.writer
+            .delete_term(Term::from_field_text(self.fields.path, path));
+        st.files.remove(path);
+        Ok(())
+    }
+
+    /// Makes all changes since the last commit visible to searches, atomically, and
+    /// durably (fsync'd by tantivy).
+    ///
+    /// # Errors
+    /// On failure nothing of the pending changes is kept (the writer rolls back to the last
+    /// commit) and the error is returned; the previous commit stays readable.
+    pub fn commit(&self) -> Result<IndexStats> {
+        let mut st = self.lock();
+        let payload = encode_payload(&st.files);
+        let result = (|| -> Result<()> {
+            let mut prepared = st.writer.prepare_commit()?;
+            prepared.set_payload(&payload);
+            prepared.commit()?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            // Drop the uncommitted operations so the in-memory file list and the index
+            // agree again.
+            let _ = st.writer.rollback();
+            st.files = st.committed.clone();
+            return Err(e);
+        }
+        st.committed = st.files.clone();
+        self.reader.reload()?;
+        Ok(IndexStats {
+            files: st.files.len() as u64,
+            passages: self.reader.searcher().num_docs(),
+        })
+    }
+
+    /// Counts as of the last commit.
+    pub fn stats(&self) -> IndexStats {
+        IndexStats {
+            files: self.lock().committed.len() as u64,
+            passages: self.reader.searcher().num_docs(),
+        }
+    }
+
+    /// The `limit` best passages for `query` (BM25 over heading and text, heading boosted),
+    /// best first, with snippets. Sees the last commit only.
+    ///
+    /// `query` uses tantivy's syntax (`"a phrase"`, `+must`, `-not`, `a AND b`, `heading:x`)
+    /// but syntax errors are never errors: a query that does not parse cleanly is run as
+    /// its plain terms (OR), so `"unterminated`, `AND OR` or `std::fs::read` all search.
+    /// An empty (or all-stop-word) query gives no hits.
+    ///
+    /// # Errors
+    /// Only I/O or corruption reading the index.
+    pub fn search(&self, query: &str, limit: usize) -> Result<Vec<Hit>> {
+        if limit == 0 || query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = self.build_query(query);
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&*q, &TopDocs::with_limit(limit).order_by_score())?;
+        if top.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut snippets = SnippetGenerator::create(&searcher, &*q, self.fields.text)?;
+        snippets.set_max_num_chars(self.opts.snippet_chars);
+        let f = self.fields;
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, addr) in top {
+            let doc: TantivyDocument = searcher.doc(addr)?;
+            let text_of = |field| {
+                doc.get_first(field)
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            };
+            let u32_of = |field| {
+                doc.get_first(field)
+                    .and_then(|v| v.as_u64())
+                    .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+            };
+            let text = text_of(f.text);
+            let snippet = snippets.snippet(&text);
+            let snippet = if snippet.fragment().trim().is_empty() {
+                escape_html(&prefix_chars(&text, self.opts.snippet_chars))
+            } else {
+                snippet.to_html()
+            };
+            hits.push(Hit {
+                path: text_of(f.path),
+                heading: text_of(f.heading),
+                line_start: u32_of(f.line_start),
+                line_end: u32_of(f.line_end),
+                text,
+                score,
+                snippet,
+            });
+        }
+        Ok(hits)
+    }
+
+    /// Like [`search`](Self::search), but hits whose lines overlap a better hit of the same
+    /// file (neighbouring chunks sharing their overlap) are dropped, so up to `limit`
+    /// distinct places come back. Searches a few more than `limit` to fill the gaps.
+    pub fn search_distinct(&self, query: &str, limit: usize) -> Result<Vec<Hit>> {
+        let mut hits = drop_overlapping(self.search(query, limit.saturating_mul(2) + 5)?);
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    /// The parsed query, or its plain terms when the syntax has errors.
+    fn build_query(&self, query: &str) -> Box<dyn Query> {
+        let (parsed, errors) = self.parser.parse_query_lenient(query);
+        if errors.is_empty() {
+            return parsed;
+        }
+        self.plain_terms_query(query)
+    }
+
+    /// OR of the query's analyzed tokens over heading (boosted) and text.
+    fn plain_terms_query(&self, query: &str) -> Box<dyn Query> {
+        let f = self.fields;
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let mut analyzer = match self.index.tokenizer_for_field(f.text) {
+            Ok(a) => a,
+            Err(_) => simple_analyzer(),
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stream = analyzer.token_stream(query);
+        while let Some(token) = stream.next() {
+            if !seen.insert(token.text.clone()) {
+                continue;
+            }
+            let heading = TermQuery::new(
+                Term::from_field_text(f.heading, &token.text),
+                IndexRecordOption::WithFreqs,
+            );
+            clauses.push((
+                Occur::Should,
+                Box::new(BoostQuery::new(Box::new(heading), self.opts.heading_boost)),
+            ));
+            clauses.push((
+                Occur::Should,
+                Box::new(TermQuery::new(
+                    Term::from_field_text(f.text, &token.text),
+                    IndexRecordOption::WithFreqs,
+                )),
+            ));
+        }
+        Box::new(BooleanQuery::new(clauses))
+    }
+}
+
+fn prefix_chars(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#x27;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

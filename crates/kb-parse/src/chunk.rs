@@ -19,7 +19,10 @@ pub(crate) const MAX_FACTOR: usize = 4;
 pub(crate) enum Kind {
     /// A section title. `level` only orders headings: smaller is outer; equal levels are
     /// siblings. Its lines are never part of a passage.
-    Heading { level: u32, title: String },
+    Heading {
+        level: u32,
+        title: String,
+    },
     Prose,
     /// Kept whole (up to the cap) and never used as overlap.
     Code,
@@ -151,34 +154,31 @@ fn pack(
         }
     }
     let mut cur: Vec<Unit> = Vec::new();
-    let mut cur_chars = 0usize;
+    // Characters of the units taken since the last emit (with separators), not counting the
+    // overlap carried over: the overlap is extra context on top of the target.
+    let mut fresh = 0usize;
     for unit in units {
-        if !cur.is_empty() && cur_chars + BLOCK_SEP.len() + unit.chars > target {
-            out.push(emit(&cur, heading));
-            cur = overlap_tail(&cur, overlap);
-            cur_chars = units_chars(&cur);
-            // The overlap is extra context on top of the target, not a reason to exceed it
-            // by more than the overlap itself.
-            if !cur.is_empty() && cur_chars + BLOCK_SEP.len() + unit.chars > target + overlap {
-                cur.clear();
-                cur_chars = 0;
+        if fresh > 0 && fresh + BLOCK_SEP.len() + unit.chars > target {
+            let tail = overlap_tail(&cur, overlap);
+            // When the whole passage would be repeated as the next one's overlap (a short
+            // lead-in before a big block), emitting it alone would only duplicate it: keep it
+            // with what follows instead.
+            if tail.len() < cur.len() {
+                out.push(emit(&cur, heading));
+                cur = tail;
+                fresh = 0;
             }
         }
-        cur_chars = if cur.is_empty() {
+        fresh = if fresh == 0 {
             unit.chars
         } else {
-            cur_chars + BLOCK_SEP.len() + unit.chars
+            fresh + BLOCK_SEP.len() + unit.chars
         };
         cur.push(unit);
     }
-    if !cur.is_empty() {
+    if fresh > 0 {
         out.push(emit(&cur, heading));
     }
-}
-
-fn units_chars(units: &[Unit]) -> usize {
-    units.iter().map(|u| u.chars).sum::<usize>()
-        + BLOCK_SEP.len() * units.len().saturating_sub(1)
 }
 
 fn trim_blank_edges(mut lines: Vec<(u32, String)>) -> Vec<(u32, String)> {
@@ -397,11 +397,7 @@ mod tests {
     #[test]
     fn long_line_is_cut_at_whitespace() {
         let line = "word ".repeat(200);
-        let p = chunk(
-            vec![Block::prose(vec![(3, line)])],
-            "f.json",
-            &opts(100, 0),
-        );
+        let p = chunk(vec![Block::prose(vec![(3, line)])], "f.json", &opts(100, 0));
         assert!(p.len() >= 10);
         assert!(p.iter().all(|p| p.text.chars().count() <= 100));
         assert!(p.iter().all(|p| p.line_start == 3 && p.line_end == 3));

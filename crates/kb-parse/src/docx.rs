@@ -71,9 +71,11 @@ fn read_part(zip: &mut Zip<'_>, name: &str, cap: u64) -> Result<Option<String>, 
 fn attr(e: &BytesStart<'_>, local: &str) -> Option<String> {
     e.attributes().flatten().find_map(|a| {
         (a.key.local_name().as_ref() == local)
-            .then(|| a.normalized_value(XmlVersion::Implicit1_0)
-                .ok()
-                .map(|v| v.into_owned()))
+            .then(|| {
+                a.normalized_value(XmlVersion::Implicit1_0)
+                    .ok()
+                    .map(|v| v.into_owned())
+            })
             .flatten()
     })
 }

@@ -23,8 +23,8 @@ use crate::chunk::Block;
 
 /// Elements whose content is not retrievable text.
 const SKIP: &[&str] = &[
-    "script", "style", "template", "noscript", "svg", "math", "head", "nav", "iframe",
-    "object", "select", "button", "textarea", "title", "noembed", "noframes",
+    "script", "style", "template", "noscript", "svg", "math", "head", "nav", "iframe", "object",
+    "select", "button", "textarea", "title", "noembed", "noframes",
 ];
 
 /// Elements that end the current block (on their start and end tags).
@@ -92,7 +92,8 @@ impl State {
         }
         if let Some(level) = self.heading {
             let title: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
-            self.out.push(Block::heading(level, &title.join(" "), lines[0].0));
+            self.out
+                .push(Block::heading(level, &title.join(" "), lines[0].0));
         } else if self.pre > 0 {
             self.out.push(Block::code(lines));
         } else {
@@ -173,7 +174,7 @@ impl TokenSink for Sink {
                     _ => None,
                 };
                 if SKIP.contains(&name) {
-                    if start && !tag.self_closing || start && raw.is_some() {
+                    if start && (!tag.self_closing || raw.is_some()) {
                         s.skip.push(name.to_owned());
                     } else if !start && let Some(p) = s.skip.iter().rposition(|n| n == name) {
                         s.skip.truncate(p);
@@ -215,9 +216,7 @@ impl TokenSink for Sink {
                 } else if (name == "td" || name == "th") && start {
                     s.space = true;
                 }
-                if start
-                    && let Some(r) = raw
-                {
+                if start && let Some(r) = raw {
                     return r;
                 }
             }

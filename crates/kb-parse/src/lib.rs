@@ -99,7 +99,10 @@ pub enum ParseError {
     TooLarge { size: u64, limit: u64 },
     /// A container format (`.docx`) that cannot be read; `detail` names the problem.
     #[error("malformed {format}: {detail}")]
-    Malformed { format: &'static str, detail: String },
+    Malformed {
+        format: &'static str,
+        detail: String,
+    },
 }
 
 /// The formats [`parse`] understands.
@@ -156,11 +159,11 @@ pub fn detect_format(path: &str) -> Option<Format> {
         "rs" | "py" | "pyi" | "js" | "mjs" | "cjs" | "jsx" | "ts" | "mts" | "cts" | "tsx"
         | "go" | "c" | "h" | "cc" | "cpp" | "cxx" | "hpp" | "hh" | "hxx" | "java" | "kt"
         | "kts" | "scala" | "rb" | "sh" | "bash" | "zsh" | "fish" | "ps1" | "toml" | "yaml"
-        | "yml" | "json" | "jsonc" | "json5" | "ini" | "cfg" | "conf" | "xml" | "sql"
-        | "lua" | "php" | "swift" | "m" | "mm" | "cs" | "fs" | "fsx" | "ex" | "exs" | "erl"
-        | "hrl" | "hs" | "ml" | "mli" | "clj" | "cljs" | "el" | "vim" | "r" | "jl" | "dart"
-        | "zig" | "nim" | "proto" | "graphql" | "gql" | "gradle" | "cmake" | "mk" | "css"
-        | "scss" | "sass" | "less" | "vue" | "svelte" | "tf" | "hcl" | "nix" | "pl" | "pm"
+        | "yml" | "json" | "jsonc" | "json5" | "ini" | "cfg" | "conf" | "xml" | "sql" | "lua"
+        | "php" | "swift" | "m" | "mm" | "cs" | "fs" | "fsx" | "ex" | "exs" | "erl" | "hrl"
+        | "hs" | "ml" | "mli" | "clj" | "cljs" | "el" | "vim" | "r" | "jl" | "dart" | "zig"
+        | "nim" | "proto" | "graphql" | "gql" | "gradle" | "cmake" | "mk" | "css" | "scss"
+        | "sass" | "less" | "vue" | "svelte" | "tf" | "hcl" | "nix" | "pl" | "pm"
         | "properties" | "bzl" | "star" | "wit" | "wat" | "s" | "asm" => Format::Code,
         _ => return None,
     })

@@ -71,15 +71,15 @@ pub(crate) fn blocks(text: &str) -> Vec<Block> {
                     }
                 }
             }
-            Event::Text(t) | Event::Code(t) => {
-                if open.as_ref().is_some_and(|o| o.heading.is_some()) {
-                    title.push_str(&t);
-                }
+            Event::Text(t) | Event::Code(t)
+                if open.as_ref().is_some_and(|o| o.heading.is_some()) =>
+            {
+                title.push_str(&t);
             }
-            Event::SoftBreak | Event::HardBreak => {
-                if open.as_ref().is_some_and(|o| o.heading.is_some()) {
-                    title.push(' ');
-                }
+            Event::SoftBreak | Event::HardBreak
+                if open.as_ref().is_some_and(|o| o.heading.is_some()) =>
+            {
+                title.push(' ');
             }
             _ => {}
         }

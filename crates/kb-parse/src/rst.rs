@@ -107,7 +107,10 @@ fn title_at(lines: &[&str], i: usize) -> Option<(usize, (char, bool), usize)> {
 }
 
 enum Markup<'a> {
-    Directive { name: &'a str, argument: &'a str },
+    Directive {
+        name: &'a str,
+        argument: &'a str,
+    },
     /// Comments, targets and substitution definitions.
     Drop,
     /// Footnotes and citations: prose.

@@ -28,7 +28,10 @@ pub(crate) fn argv<S: AsRef<str>>(words: &[S]) -> String {
             let w = w.as_ref();
             if w.is_empty() {
                 "''".to_owned()
-            } else if w.chars().any(|c| c.is_whitespace() || matches!(c, '\'' | '"' | ';' | '|' | '&')) {
+            } else if w
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '\'' | '"' | ';' | '|' | '&'))
+            {
                 format!("'{}'", w.replace('\'', "'\\''"))
             } else {
                 w.to_owned()

@@ -32,6 +32,30 @@
 //! [`Policy`] maps a classification to a [`Verdict`] for a workspace
 //! profile, with allow and deny prefix rules; see [`Policy::evaluate_shell`].
 //!
+//! # Assumptions and known limits
+//!
+//! - The runner executes command lines with **bash**. `((...))` is read as
+//!   bash arithmetic; a POSIX `sh` would run it as nested subshells (the
+//!   classifier analyses that reading too when the text is not valid
+//!   arithmetic, but not for valid arithmetic such as `((reboot))`).
+//! - Risk is about the command line, not the files it touches: `trusted`
+//!   auto-runs writes and builds, and a write can plant code that a later
+//!   build, test or git hook runs. Sensitive locations (`.git/`, shell
+//!   start-up files, `.cargo/config*`, system directories, `~`) are
+//!   `unknown` when written by name, but not when written indirectly (by
+//!   extracting an archive, applying a patch, copying a directory). The
+//!   sandbox remains the boundary.
+//! - Bash evaluates arithmetic on variable *values* (`$((x))`, `${a[$i]}`),
+//!   and a value holding `a[$(cmd)]` runs `cmd`. Literal such values in the
+//!   command line are caught; values read at run time (from a file or
+//!   command output) are not, except in `[[ ... -eq ... ]]`.
+//! - Configuration already present in the workspace (a repository's
+//!   `.git/config` fsmonitor or hooks, `.cargo/config.toml` runners, npm
+//!   scripts) runs under commands classified by their usual risk.
+//! - Aliases and functions defined outside the command line (in the user's
+//!   shell start-up files or git config) are not seen; the runner should
+//!   start bash without start-up files.
+//!
 //! # Failure modes
 //!
 //! Classification never panics and never errs: problems become `unknown`
@@ -109,7 +133,7 @@ pub struct Classification {
 impl Classification {
     fn from_analysis(a: parse::Analysis) -> Self {
         let mut findings = a.findings;
-        let empty = a.commands.is_empty() && findings.is_empty() && a.parse_error.is_none();
+        let empty = a.nodes == 0 && findings.is_empty() && a.parse_error.is_none();
         if empty {
             findings.push(Finding {
                 risk: Risk::Unknown,

@@ -44,6 +44,9 @@ pub(crate) struct Analysis {
     pub commands: Vec<CommandInfo>,
     pub findings: Vec<Finding>,
     pub parse_error: Option<String>,
+    /// How many commands of any kind (simple, compound, function
+    /// definitions, tests) were seen; zero means there was nothing to run.
+    pub nodes: usize,
 }
 
 /// Input a command reads on standard input, when statically known.
@@ -57,6 +60,9 @@ struct Analyzer {
     unrecognised: Vec<(usize, usize, String)>,
     depth: usize,
     exhausted: bool,
+    /// The text of each script being walked, innermost last, for looking
+    /// at source spans.
+    texts: Vec<Vec<char>>,
 }
 
 pub(crate) fn analyze_shell(command: &str) -> Analysis {
@@ -68,6 +74,7 @@ pub(crate) fn analyze_shell(command: &str) -> Analysis {
 pub(crate) fn analyze_argv(argv: &[String]) -> Analysis {
     let mut a = Analyzer::new();
     let args: Vec<Arg> = argv.iter().map(Arg::literal).collect();
+    a.out.nodes = 1;
     a.argv(args, None, None);
     a.finish()
 }
@@ -129,6 +136,7 @@ impl Analyzer {
             unrecognised: Vec::new(),
             depth: 0,
             exhausted: false,
+            texts: Vec::new(),
         }
     }
 
@@ -175,19 +183,18 @@ impl Analyzer {
         match parse_program(text) {
             Ok(program) => {
                 self.depth += 1;
+                self.texts.push(text.chars().collect());
                 for list in &program.complete_commands {
                     self.compound_list(list, &via);
                 }
+                self.texts.pop();
                 self.depth -= 1;
             }
             Err(e) => {
                 let where_ = via_suffix(&via);
                 self.finding(
                     Risk::Unknown,
-                    format!(
-                        "could not parse `{}`{where_}: {e}",
-                        display::clip(text)
-                    ),
+                    format!("could not parse `{}`{where_}: {e}", display::clip(text)),
                 );
                 if self.depth == 0 && self.out.parse_error.is_none() {
                     self.out.parse_error = Some(e);
@@ -215,6 +222,7 @@ impl Analyzer {
     }
 
     fn command(&mut self, cmd: &Command, via: &Option<String>) {
+        self.out.nodes += 1;
         match cmd {
             Command::Simple(sc) => self.simple(sc, via),
             Command::Compound(cc, redirects) => {
@@ -252,9 +260,52 @@ impl Analyzer {
 
     fn compound(&mut self, cc: &CompoundCommand, via: &Option<String>) {
         match cc {
-            CompoundCommand::Arithmetic(a) => self.arithmetic(&a.expr.value, via),
+            CompoundCommand::Arithmetic(a) => {
+                let span: Option<String> = self
+                    .texts
+                    .last()
+                    .and_then(|t| t.get(a.loc.start.index..a.loc.end.index))
+                    .map(|c| c.iter().collect());
+                match span {
+                    Some(s) if s.starts_with("((") => {
+                        self.arithmetic(&a.expr.value, via);
+                        let valid = crate::word::with_placeholders(&a.expr.value)
+                            .is_some_and(|t| brush_parser::arithmetic::parse(&t).is_ok());
+                        if valid {
+                            self.out.findings.push(Finding {
+                                risk: Risk::ReadOnly,
+                                reason: format!(
+                                    "`(({}))` only evaluates arithmetic",
+                                    display::clip(a.expr.value.trim())
+                                ),
+                                command: None,
+                            });
+                        } else if s.len() >= 2 {
+                            // Not arithmetic, so bash fails on it, but a
+                            // POSIX sh would run it as nested subshells.
+                            self.script(&s[1..s.len() - 1], via.clone());
+                        }
+                    }
+                    // Bash reads `( (` (with a space) as two nested
+                    // subshells, but brush-parser reads it as arithmetic:
+                    // peel one level and analyse the rest as commands.
+                    Some(s) if s.starts_with('(') && s.ends_with(')') && s.len() >= 2 => {
+                        self.script(&s[1..s.len() - 1], via.clone());
+                    }
+                    _ => {
+                        self.finding(
+                            Risk::Unknown,
+                            "could not locate a `((...))` command in the source".into(),
+                        );
+                        self.arithmetic(&a.expr.value, via);
+                    }
+                }
+            }
             CompoundCommand::ArithmeticForClause(f) => {
-                for e in [&f.initializer, &f.condition, &f.updater].into_iter().flatten() {
+                for e in [&f.initializer, &f.condition, &f.updater]
+                    .into_iter()
+                    .flatten()
+                {
                     self.arithmetic(&e.value, via);
                 }
                 self.compound_list(&f.body.list, via);
@@ -452,11 +503,13 @@ impl Analyzer {
                     assignments.push((name, values));
                 } else {
                     // `export X=1`: the builtin sees the whole word.
-                    let text = w.value.clone();
-                    assignments.push((name, values.clone()));
-                    let dynamic = values.iter().any(|v| v.dynamic);
-                    let mut shown = Arg::literal(text);
-                    shown.dynamic = dynamic;
+                    let _ = w;
+                    let joined: Vec<&str> = values.iter().map(|v| v.text.as_str()).collect();
+                    let op = if a.append { "+=" } else { "=" };
+                    let mut shown = Arg::literal(format!("{name}{op}{}", joined.join(" ")));
+                    shown.dynamic = values.iter().any(|v| v.dynamic);
+                    shown.literal_code = values.iter().any(|v| v.literal_code);
+                    assignments.push((name, values));
                     argv.push(shown);
                 }
             }
@@ -497,7 +550,10 @@ impl Analyzer {
         let suffix = via_suffix(via);
         match io {
             IoRedirect::File(fd, kind, target) => {
-                let input = matches!(kind, IoFileRedirectKind::Read | IoFileRedirectKind::DuplicateInput);
+                let input = matches!(
+                    kind,
+                    IoFileRedirectKind::Read | IoFileRedirectKind::DuplicateInput
+                );
                 match target {
                     IoFileRedirectTarget::Fd(_) => {}
                     IoFileRedirectTarget::ProcessSubstitution(_, sub) => {
@@ -581,7 +637,9 @@ impl Analyzer {
             } else {
                 self.finding(
                     Risk::Unknown,
-                    format!("output is redirected to `{path}`, a name only known at run time{suffix}"),
+                    format!(
+                        "output is redirected to `{path}`, a name only known at run time{suffix}"
+                    ),
                 );
             }
             return;
@@ -595,7 +653,8 @@ impl Analyzer {
         } else if input {
             // Reading a file is read-only; nothing to report.
         } else if matches!(t, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty")
-            || t.strip_prefix("/dev/fd/").is_some_and(|n| n.parse::<u32>().is_ok())
+            || t.strip_prefix("/dev/fd/")
+                .is_some_and(|n| n.parse::<u32>().is_ok())
         {
             // Discarding or re-routing output writes nothing.
         } else if t.starts_with("/dev/") {
@@ -606,7 +665,7 @@ impl Analyzer {
         } else if table::sensitive_path(t) {
             self.finding(
                 Risk::Unknown,
-                format!("output redirected to `{path}`, which can configure other programs to run code{suffix}"),
+                format!("output redirected to `{path}`, a sensitive location (git internals, shell start-up files, tool configuration or system files){suffix}"),
             );
         } else {
             self.finding(
@@ -621,7 +680,10 @@ impl Analyzer {
         if self.out.commands.len() >= MAX_COMMANDS {
             if !self.exhausted {
                 self.exhausted = true;
-                self.finding(Risk::Unknown, "the command line has too many commands to analyse".into());
+                self.finding(
+                    Risk::Unknown,
+                    "the command line has too many commands to analyse".into(),
+                );
             }
             return;
         }
@@ -662,6 +724,22 @@ impl Analyzer {
             return;
         }
         let mut own = Risk::ReadOnly;
+        // Bash itself only treats these paths specially in redirections,
+        // but a word naming one is a strong sign of intent to connect.
+        if let Some(a) = argv
+            .iter()
+            .find(|a| a.text.contains("/dev/tcp/") || a.text.contains("/dev/udp/"))
+        {
+            own = Risk::Network;
+            self.out.findings.push(Finding {
+                risk: Risk::Network,
+                reason: format!(
+                    "`{}` names a network socket{suffix}",
+                    display::clip(&a.text)
+                ),
+                command: Some(index),
+            });
+        }
         for effect in table::classify(&argv) {
             match effect {
                 Effect::Risk(risk, reason) => {

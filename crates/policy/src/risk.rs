@@ -105,8 +105,14 @@ mod tests {
 
     #[test]
     fn plugins_can_only_tighten() {
-        assert_eq!(effective_risk(Risk::Delete, Some(Risk::ReadOnly)), Risk::Delete);
-        assert_eq!(effective_risk(Risk::ReadOnly, Some(Risk::Network)), Risk::Network);
+        assert_eq!(
+            effective_risk(Risk::Delete, Some(Risk::ReadOnly)),
+            Risk::Delete
+        );
+        assert_eq!(
+            effective_risk(Risk::ReadOnly, Some(Risk::Network)),
+            Risk::Network
+        );
         assert_eq!(effective_risk(Risk::Write, None), Risk::Write);
     }
 }

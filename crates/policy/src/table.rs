@@ -76,28 +76,179 @@ const POSIX_SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "mksh", "ash
 
 /// Interpreters that run arbitrary code given to them.
 const INTERPRETERS: &[&str] = &[
-    "python", "python2", "python3", "pypy", "pypy3", "node", "nodejs", "deno", "bun", "perl",
-    "ruby", "php", "lua", "luajit", "Rscript", "R", "julia", "java", "osascript", "pwsh",
-    "powershell", "tclsh", "wish", "expect", "irb", "ghci", "runghc", "swift", "dotnet", "erl",
-    "elixir", "groovy", "scala", "kotlin", "fish", "csh", "tcsh", "ipython", "jshell",
+    "python",
+    "python2",
+    "python3",
+    "pypy",
+    "pypy3",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "perl",
+    "ruby",
+    "php",
+    "lua",
+    "luajit",
+    "Rscript",
+    "R",
+    "julia",
+    "java",
+    "osascript",
+    "pwsh",
+    "powershell",
+    "tclsh",
+    "wish",
+    "expect",
+    "irb",
+    "ghci",
+    "runghc",
+    "swift",
+    "dotnet",
+    "erl",
+    "elixir",
+    "groovy",
+    "scala",
+    "kotlin",
+    "fish",
+    "csh",
+    "tcsh",
+    "ipython",
+    "jshell",
 ];
 
 /// Commands that only read, whatever their arguments (options that would
 /// change that are handled by dedicated rules below, not here).
 const READ_ONLY: &[&str] = &[
-    "ls", "cat", "head", "tail", "grep", "egrep", "fgrep", "zgrep", "wc", "echo", "pwd", "true",
-    "false", "stat", "du", "df", "which", "whereis", "type", "cut", "tr", "cmp",
-    "diff", "diff3", "jq", "yq", "basename", "dirname", "realpath", "readlink", "whoami", "id",
-    "groups", "uname", "nproc", "printenv", "seq", "sleep", "rev", "nl", "od", "hexdump",
-    "base64", "base32", "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum",
-    "b2sum", "cksum", "sum", "column", "fold", "fmt", "paste", "join", "comm", "expand",
-    "unexpand", "strings", "tac", "ps", "free", "uptime", "locale", "getconf", "cal", "expr",
-    "numfmt", "cd", "pushd", "popd", "dirs", ":", "exit", "return", "break", "continue", "shift",
-    "wait", "jobs", "times", "tty", "clear", "tput", "lsblk", "lscpu", "arch", "logname",
-    "users", "who", "w", "zcat", "bzcat", "xzcat", "zstdcat", "look", "ag", "ack",
-    "exa", "eza", "lsd", "nm", "objdump", "readelf", "size", "getent", "pgrep", "pidof",
-    "shasum", "fzf", "uuidgen", "iconv", "tsort", "ptx", "pr", "factor", "yes",
-    "shopt", "umask", "ulimit", "hash", "history", "help", "dircolors",
+    "ls",
+    "cat",
+    "head",
+    "tail",
+    "grep",
+    "egrep",
+    "fgrep",
+    "zgrep",
+    "wc",
+    "echo",
+    "pwd",
+    "true",
+    "false",
+    "stat",
+    "du",
+    "df",
+    "which",
+    "whereis",
+    "type",
+    "cut",
+    "tr",
+    "cmp",
+    "diff",
+    "diff3",
+    "jq",
+    "basename",
+    "dirname",
+    "realpath",
+    "readlink",
+    "whoami",
+    "id",
+    "groups",
+    "uname",
+    "nproc",
+    "printenv",
+    "seq",
+    "sleep",
+    "rev",
+    "nl",
+    "od",
+    "hexdump",
+    "base64",
+    "base32",
+    "md5sum",
+    "sha1sum",
+    "sha224sum",
+    "sha256sum",
+    "sha384sum",
+    "sha512sum",
+    "b2sum",
+    "cksum",
+    "sum",
+    "column",
+    "fold",
+    "fmt",
+    "paste",
+    "join",
+    "comm",
+    "expand",
+    "unexpand",
+    "strings",
+    "tac",
+    "ps",
+    "free",
+    "uptime",
+    "locale",
+    "getconf",
+    "cal",
+    "expr",
+    "numfmt",
+    "cd",
+    "pushd",
+    "popd",
+    "dirs",
+    ":",
+    "exit",
+    "return",
+    "break",
+    "continue",
+    "shift",
+    "wait",
+    "jobs",
+    "times",
+    "tty",
+    "clear",
+    "tput",
+    "lsblk",
+    "lscpu",
+    "arch",
+    "logname",
+    "users",
+    "who",
+    "w",
+    "zcat",
+    "bzcat",
+    "xzcat",
+    "zstdcat",
+    "look",
+    "ag",
+    "ack",
+    "exa",
+    "eza",
+    "lsd",
+    "nm",
+    "objdump",
+    "readelf",
+    "size",
+    "getent",
+    "pgrep",
+    "pidof",
+    "shasum",
+    "fzf",
+    "uuidgen",
+    "iconv",
+    "tsort",
+    "shellcheck",
+    "tokei",
+    "cloc",
+    "ptx",
+    "pr",
+    "factor",
+    "yes",
+    "shopt",
+    "umask",
+    "ulimit",
+    "hash",
+    "history",
+    "help",
+    "dircolors",
 ];
 
 /// Commands that only delete.
@@ -105,20 +256,105 @@ const DELETE: &[&str] = &["rm", "rmdir", "unlink", "shred", "srm", "wipe"];
 
 /// Commands whose purpose is talking to the network.
 const NETWORK: &[&str] = &[
-    "curl", "wget", "nc", "ncat", "netcat", "socat", "ssh", "scp", "sftp", "ftp", "tftp",
-    "telnet", "ping", "ping6", "dig", "nslookup", "host", "traceroute", "tracepath", "mtr",
-    "whois", "http", "https", "xh", "aria2c", "gh", "glab", "nmap", "ssh-keyscan", "kubectl",
-    "aws", "gcloud", "az", "lftp", "mosh",
+    "curl",
+    "wget",
+    "nc",
+    "ncat",
+    "netcat",
+    "socat",
+    "ssh",
+    "scp",
+    "sftp",
+    "ftp",
+    "tftp",
+    "telnet",
+    "ping",
+    "ping6",
+    "dig",
+    "nslookup",
+    "host",
+    "traceroute",
+    "tracepath",
+    "mtr",
+    "whois",
+    "http",
+    "https",
+    "xh",
+    "aria2c",
+    "gh",
+    "glab",
+    "nmap",
+    "ssh-keyscan",
+    "kubectl",
+    "aws",
+    "gcloud",
+    "az",
+    "lftp",
+    "mosh",
 ];
 
 /// Commands that create or modify files and nothing worse.
 const WRITE: &[&str] = &[
-    "touch", "mkdir", "cp", "mv", "install", "ln", "chmod", "chown", "chgrp", "truncate",
-    "patch", "mkfifo", "split", "csplit", "sponge", "rename", "make", "gmake", "cmake", "ninja",
-    "meson", "gcc", "g++", "cc", "c++", "clang", "clang++", "javac", "kill", "pkill", "killall",
-    "zip", "gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "unzstd", "lz4",
-    "mktemp", "tsc", "prettier", "black", "ruff", "gofmt", "rustfmt", "clang-format", "mvn",
-    "gradle", "ant",
+    "touch",
+    "mkdir",
+    "cp",
+    "mv",
+    "install",
+    "ln",
+    "chmod",
+    "chown",
+    "chgrp",
+    "truncate",
+    "patch",
+    "mkfifo",
+    "split",
+    "csplit",
+    "sponge",
+    "rename",
+    "make",
+    "gmake",
+    "cmake",
+    "ninja",
+    "meson",
+    "gcc",
+    "g++",
+    "cc",
+    "c++",
+    "clang",
+    "clang++",
+    "javac",
+    "zip",
+    "gzip",
+    "gunzip",
+    "bzip2",
+    "bunzip2",
+    "xz",
+    "unxz",
+    "zstd",
+    "unzstd",
+    "lz4",
+    "mktemp",
+    "tsc",
+    "prettier",
+    "black",
+    "ruff",
+    "gofmt",
+    "rustfmt",
+    "clang-format",
+    "mvn",
+    "gradle",
+    "ant",
+    "pytest",
+    "py.test",
+    "jest",
+    "vitest",
+    "mocha",
+    "tox",
+    "nox",
+    "phpunit",
+    "rspec",
+    "eslint",
+    "rake",
 ];
 
 /// Where a write is no longer "just a write": files that configure code
@@ -151,11 +387,16 @@ pub(crate) fn sensitive_path(path: &str) -> bool {
         ".vscode",
         ".pre-commit-config.yaml",
     ];
-    let components: Vec<&str> = p.split('/').collect();
+    // Case-insensitive: on macOS `.GIT/config` is `.git/config`.
+    let lower = p.to_ascii_lowercase();
+    let components: Vec<&str> = lower.split('/').collect();
     if components.iter().any(|c| NAMES.contains(c)) {
         return true;
     }
-    if components.windows(2).any(|w| w[0] == ".cargo" && w[1].starts_with("config")) {
+    if components
+        .windows(2)
+        .any(|w| w[0] == ".cargo" && w[1].starts_with("config"))
+    {
         return true;
     }
     if p.starts_with('~') {
@@ -165,7 +406,7 @@ pub(crate) fn sensitive_path(path: &str) -> bool {
         "/etc/", "/dev/", "/proc/", "/sys/", "/boot/", "/usr/", "/bin/", "/sbin/", "/lib/",
         "/lib64/",
     ];
-    SYSTEM.iter().any(|s| p.starts_with(s))
+    SYSTEM.iter().any(|s| lower.starts_with(s))
 }
 
 /// Classifies one simple command. `argv[0]` must be static and non-empty;
@@ -191,7 +432,7 @@ pub(crate) fn classify(argv: &[Arg]) -> Vec<Effect> {
             .find(|t| sensitive_path(t))
         {
             let what = format!(
-                "writes to `{}`, which can configure other programs to run code",
+                "touches `{}`, a sensitive location (git internals, shell start-up files, tool configuration or system files)",
                 display::clip(path)
             );
             c.risk(Risk::Unknown, &what);
@@ -364,7 +605,10 @@ fn skip_opts(args: &[Arg], spec: &OptSpec, who: &str) -> Result<usize, String> {
                 i += 1;
                 continue;
             }
-            return Err(format!("`{who}` option `{}` is not understood", display::clip(t)));
+            return Err(format!(
+                "`{who}` option `{}` is not understood",
+                display::clip(t)
+            ));
         }
         if t.len() > 1 && t.starts_with('-') {
             let chars: Vec<char> = t[1..].chars().collect();
@@ -404,14 +648,50 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
         "sudo" | "doas" | "su" | "runuser" | "pkexec" => wrap_privileged(c, name),
         "env" => wrap_env(c),
         "nice" => wrap_nice(c),
-        "nohup" | "setsid" => wrap_simple(c, name, &OptSpec { short_val: "", short_flag: "cfw", long_val: &[], long_flag: &["ctty", "fork", "wait"] }),
+        "nohup" | "setsid" => wrap_simple(
+            c,
+            name,
+            &OptSpec {
+                short_val: "",
+                short_flag: "cfw",
+                long_val: &[],
+                long_flag: &["ctty", "fork", "wait"],
+            },
+        ),
         "timeout" => wrap_timeout(c),
         "time" => wrap_time(c),
-        "stdbuf" => wrap_simple(c, name, &OptSpec { short_val: "ioe", short_flag: "", long_val: &["input", "output", "error"], long_flag: &[] }),
-        "ionice" => wrap_simple(c, name, &OptSpec { short_val: "cnpPu", short_flag: "t", long_val: &["class", "classdata", "pid", "pgid", "uid"], long_flag: &["ignore"] }),
+        "stdbuf" => wrap_simple(
+            c,
+            name,
+            &OptSpec {
+                short_val: "ioe",
+                short_flag: "",
+                long_val: &["input", "output", "error"],
+                long_flag: &[],
+            },
+        ),
+        "ionice" => wrap_simple(
+            c,
+            name,
+            &OptSpec {
+                short_val: "cnpPu",
+                short_flag: "t",
+                long_val: &["class", "classdata", "pid", "pgid", "uid"],
+                long_flag: &["ignore"],
+            },
+        ),
         "command" => wrap_command(c),
         "builtin" => c.run(args.to_vec(), "builtin"),
-        "exec" => wrap_simple(c, name, &OptSpec { short_val: "a", short_flag: "cl", long_val: &[], long_flag: &[] }),
+        "exec" => wrap_simple(
+            c,
+            name,
+            &OptSpec {
+                short_val: "a",
+                short_flag: "cl",
+                long_val: &[],
+                long_flag: &[],
+            },
+        ),
         "busybox" => c.run(args.to_vec(), "busybox"),
         "xargs" => wrap_xargs(c),
         "find" => find(c),
@@ -422,8 +702,15 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
             if any_dynamic(args) {
                 c.unknown("evaluates text that comes from a variable");
             } else {
-                let text = args.iter().map(|a| a.text.as_str()).collect::<Vec<_>>().join(" ");
-                c.out.push(Effect::Script { text, via: "eval".into() });
+                let text = args
+                    .iter()
+                    .map(|a| a.text.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                c.out.push(Effect::Script {
+                    text,
+                    via: "eval".into(),
+                });
             }
         }
         "trap" => trap(c),
@@ -433,8 +720,21 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
         "enable" | "complete" | "compgen" | "bind" | "fc" | "coproc" => {
             c.unknown("is a shell builtin that can run or load arbitrary code")
         }
-        "mapfile" | "readarray" if has_flag(args, &["-C"]) => c.unknown("runs a callback for each line"),
-        "hash" if has_flag(args, &["-p"]) => c.unknown("re-points a command name at another program"),
+        "mapfile" | "readarray" if has_flag(args, &["-C"]) => {
+            c.unknown("runs a callback for each line")
+        }
+        "hash" if has_flag(args, &["-p"]) => {
+            c.unknown("re-points a command name at another program")
+        }
+        "export" | "declare" | "typeset" | "local" | "readonly"
+            if args.iter().any(|a| {
+                a.text
+                    .split_once('=')
+                    .is_some_and(|(n, _)| dangerous_env_var(n.trim_end_matches('+')))
+            }) =>
+        {
+            c.unknown("sets a variable that can make programs run other code");
+        }
         "let" | "declare" | "typeset" | "local" | "export" | "readonly" | "read" | "unset"
         | "mapfile" | "readarray" | "printf" | "wait" | "test" | "[" | "set" => {
             // All of these may evaluate an argument as an arithmetic
@@ -450,7 +750,10 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
 
         // Shells and interpreters.
         n if POSIX_SHELLS.contains(&n) => shell(c, n),
-        n if INTERPRETERS.contains(&n) || n.starts_with("python3.") || n.starts_with("python2.") => {
+        n if INTERPRETERS.contains(&n)
+            || n.starts_with("python3.")
+            || n.starts_with("python2.") =>
+        {
             if args.len() == 1 && surely_flag(args, &["--version", "-V", "-v", "version"]) {
                 c.read_only();
             } else {
@@ -482,7 +785,26 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
         }
         "apt-cache" => c.read_only(),
         "dpkg" | "rpm" => {
-            if surely_flag(args, &["-l", "-L", "-s", "-S", "-p", "-q", "-qa", "-qi", "-ql", "--list", "--status", "--search", "--listfiles", "--get-selections", "--print-architecture"]) {
+            if surely_flag(
+                args,
+                &[
+                    "-l",
+                    "-L",
+                    "-s",
+                    "-S",
+                    "-p",
+                    "-q",
+                    "-qa",
+                    "-qi",
+                    "-ql",
+                    "--list",
+                    "--status",
+                    "--search",
+                    "--listfiles",
+                    "--get-selections",
+                    "--print-architecture",
+                ],
+            ) {
                 c.read_only();
             } else {
                 c.unknown("installs or changes system packages, running their scripts");
@@ -508,29 +830,51 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
         }
         "tee" => {
             let targets: Vec<&Arg> = operands(args);
-            if targets.iter().all(|a| a.is_static() && is_null_device(&a.text)) {
+            if targets
+                .iter()
+                .all(|a| a.is_static() && is_null_device(&a.text))
+            {
                 c.read_only();
-            } else if targets.iter().any(|a| a.is_static() && is_net_device(&a.text)) {
+            } else if targets
+                .iter()
+                .any(|a| a.is_static() && is_net_device(&a.text))
+            {
                 c.network();
             } else {
                 c.write();
             }
         }
         "tree" => {
-            if has_flag(args, &["-o"]) { c.write() } else { c.read_only() }
+            if has_flag(args, &["-o"]) {
+                c.write()
+            } else {
+                c.read_only()
+            }
         }
         "file" => {
-            if has_flag(args, &["-C", "--compile"]) { c.write() } else { c.read_only() }
+            if has_flag(args, &["-C", "--compile"]) {
+                c.write()
+            } else {
+                c.read_only()
+            }
         }
         "date" => {
-            if has_flag(args, &["-s", "--set"]) || operands(args).iter().any(|a| !a.text.starts_with('+')) {
+            // `date MMDDhhmm[[CC]YY][.ss]` and `date -s` set the clock.
+            let sets_clock = operands(args).iter().any(|a| {
+                !a.text.is_empty() && a.text.chars().all(|ch| ch.is_ascii_digit() || ch == '.')
+            });
+            if has_flag(args, &["-s", "--set"]) || sets_clock {
                 c.unknown("sets the system clock");
             } else {
                 c.read_only();
             }
         }
         "hostname" => {
-            if operands(args).is_empty() { c.read_only() } else { c.unknown("changes the host name") }
+            if operands(args).is_empty() {
+                c.read_only()
+            } else {
+                c.unknown("changes the host name")
+            }
         }
         "less" | "more" | "most" => {
             if args.iter().any(|a| a.dynamic || a.text.starts_with('+')) {
@@ -547,29 +891,52 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
             }
         }
         "bat" | "batcat" => {
-            if has_flag(args, &["--pager"]) { c.unknown("runs a pager command") } else { c.read_only() }
+            if has_flag(args, &["--pager"]) {
+                c.unknown("runs a pager command")
+            } else {
+                c.read_only()
+            }
         }
         "dd" => dd(c),
         "tar" | "bsdtar" => tar(c),
         "unzip" => {
-            if surely_flag(args, &["-l", "-t", "-v", "-Z", "-z"]) { c.read_only() } else { c.write() }
+            if surely_flag(args, &["-l", "-t", "-v", "-Z", "-z"]) {
+                c.read_only()
+            } else {
+                c.write()
+            }
         }
         "rsync" => rsync(c),
         "ldd" => c.unknown("may execute the program it inspects"),
+        "kill" | "pkill" | "killall" => {
+            if surely_flag(args, &["-l", "-L", "--list"]) {
+                c.read_only();
+            } else {
+                c.risk(Risk::Delete, "terminates processes");
+            }
+        }
+
         n if READ_ONLY.contains(&n) => c.read_only(),
         n if DELETE.contains(&n) => c.delete(),
         n if NETWORK.contains(&n) => c.network(),
         n if WRITE.contains(&n) => c.write(),
         _ => {
-            let reason = format!("`{}` is not a known command, so it could do anything", c.shown);
+            let reason = format!(
+                "`{}` is not a known command, so it could do anything",
+                c.shown
+            );
             c.out.push(Effect::Unrecognised(reason));
         }
     }
 }
 
 fn is_null_device(path: &str) -> bool {
-    matches!(path, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty")
-        || path.strip_prefix("/dev/fd/").is_some_and(|n| n.parse::<u32>().is_ok())
+    matches!(
+        path,
+        "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty"
+    ) || path
+        .strip_prefix("/dev/fd/")
+        .is_some_and(|n| n.parse::<u32>().is_ok())
 }
 
 fn is_net_device(path: &str) -> bool {
@@ -595,8 +962,38 @@ fn wrap_privileged(c: &mut Cmd<'_>, name: &str) {
     let spec = OptSpec {
         short_val: "CDghprtTUuRc",
         short_flag: "AbEHKklnPSVvBNLs",
-        long_val: &["close-from", "chdir", "group", "host", "prompt", "chroot", "role", "type", "command-timeout", "other-user", "user", "command"],
-        long_flag: &["askpass", "background", "preserve-env", "set-home", "remove-timestamp", "reset-timestamp", "list", "non-interactive", "preserve-groups", "stdin", "version", "validate", "bell", "no-update", "login", "shell"],
+        long_val: &[
+            "close-from",
+            "chdir",
+            "group",
+            "host",
+            "prompt",
+            "chroot",
+            "role",
+            "type",
+            "command-timeout",
+            "other-user",
+            "user",
+            "command",
+        ],
+        long_flag: &[
+            "askpass",
+            "background",
+            "preserve-env",
+            "set-home",
+            "remove-timestamp",
+            "reset-timestamp",
+            "list",
+            "non-interactive",
+            "preserve-groups",
+            "stdin",
+            "version",
+            "validate",
+            "bell",
+            "no-update",
+            "login",
+            "shell",
+        ],
     };
     if let Ok(i) = skip_opts(c.args, &spec, name)
         && i < c.args.len()
@@ -610,28 +1007,106 @@ fn wrap_privileged(c: &mut Cmd<'_>, name: &str) {
 /// them turns even a read-only command into arbitrary code.
 pub(crate) fn dangerous_env_var(name: &str) -> bool {
     const EXACT: &[&str] = &[
-        "PATH", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND",
-        "HOME", "XDG_CONFIG_HOME", "ZDOTDIR", "CDPATH", "GLOBIGNORE", "EDITOR", "VISUAL", "PAGER",
-        "MANPAGER", "BROWSER", "LESSOPEN", "LESSCLOSE", "LESSKEY", "NODE_OPTIONS", "NODE_PATH",
-        "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS",
-        "_JAVA_OPTIONS", "RUSTC", "RUSTDOC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER",
-        "RUSTFLAGS", "RUSTDOCFLAGS", "CARGO_HOME", "CARGO_ENCODED_RUSTFLAGS", "SSH_ASKPASS",
-        "SUDO_ASKPASS", "MAKEFLAGS", "CC", "CXX", "LD", "AR", "TMPDIR", "SHELL", "TERMINFO",
-        "PKG_CONFIG_PATH", "GCONV_PATH", "HOSTALIASES", "LOCPATH", "NLSPATH", "MALLOC_CHECK_",
-        "OPENSSL_CONF", "SSL_CERT_FILE", "CURL_HOME", "WGETRC", "NPM_CONFIG_PREFIX",
-        "npm_config_script_shell", "PYTHONWARNINGS", "GIT_DIR", "BASH_FUNC",
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "IFS",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "HOME",
+        "XDG_CONFIG_HOME",
+        "ZDOTDIR",
+        "CDPATH",
+        "GLOBIGNORE",
+        "EDITOR",
+        "VISUAL",
+        "PAGER",
+        "MANPAGER",
+        "BROWSER",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "LESSKEY",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PERL5OPT",
+        "PERL5LIB",
+        "PERLLIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "RUSTC",
+        "RUSTDOC",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTFLAGS",
+        "RUSTDOCFLAGS",
+        "CARGO_HOME",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "SSH_ASKPASS",
+        "SUDO_ASKPASS",
+        "MAKEFLAGS",
+        "CC",
+        "CXX",
+        "LD",
+        "AR",
+        "TMPDIR",
+        "SHELL",
+        "TERMINFO",
+        "PKG_CONFIG_PATH",
+        "GCONV_PATH",
+        "HOSTALIASES",
+        "LOCPATH",
+        "NLSPATH",
+        "MALLOC_CHECK_",
+        "OPENSSL_CONF",
+        "SSL_CERT_FILE",
+        "CURL_HOME",
+        "WGETRC",
+        "NPM_CONFIG_PREFIX",
+        "npm_config_script_shell",
+        "PYTHONWARNINGS",
+        "GIT_DIR",
+        "BASH_FUNC",
     ];
     const PREFIXES: &[&str] = &[
-        "LD_", "DYLD_", "PYTHON", "GIT_", "BASH_FUNC_", "NPM_CONFIG_", "npm_config_", "CARGO_TARGET_",
-        "CARGO_BUILD_", "CARGO_REGISTRIES_", "CARGO_HTTP_", "CARGO_NET_",
+        "LD_",
+        "DYLD_",
+        "PYTHON",
+        "GIT_",
+        "BASH_FUNC_",
+        "NPM_CONFIG_",
+        "npm_config_",
+        "CARGO_TARGET_",
+        "CARGO_BUILD_",
+        "CARGO_REGISTRIES_",
+        "CARGO_HTTP_",
+        "CARGO_NET_",
     ];
-    const SUFFIXES: &[&str] = &["_PAGER", "_EDITOR", "_COMMAND", "_ASKPASS", "_PROXY", "_proxy", "_RUNNER", "_WRAPPER", "_LINKER", "_OPTIONS"];
+    const SUFFIXES: &[&str] = &[
+        "_PAGER", "_EDITOR", "_COMMAND", "_ASKPASS", "_PROXY", "_proxy", "_RUNNER", "_WRAPPER",
+        "_LINKER", "_OPTIONS",
+    ];
     /// Benign variables under the prefixes above that agents commonly set.
     const BENIGN: &[&str] = &[
-        "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME",
-        "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE", "GIT_TERMINAL_PROMPT", "GIT_PAGER_IN_USE",
-        "CARGO_TARGET_DIR", "CARGO_BUILD_JOBS", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
-        "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "GIT_OPTIONAL_LOCKS",
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_AUTHOR_DATE",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_COMMITTER_DATE",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_PAGER_IN_USE",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_JOBS",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONHASHSEED",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "GIT_OPTIONAL_LOCKS",
     ];
     if BENIGN.contains(&name) {
         return false;
@@ -648,12 +1123,16 @@ fn wrap_env(c: &mut Cmd<'_>) {
         short_val: "uC",
         short_flag: "i0v",
         long_val: &["unset", "chdir"],
-        long_flag: &["ignore-environment", "null", "debug", "default-signal", "ignore-signal", "block-signal", "list-signal-handling"],
+        long_flag: &[
+            "ignore-environment",
+            "null",
+            "debug",
+            "default-signal",
+            "ignore-signal",
+            "block-signal",
+            "list-signal-handling",
+        ],
     };
-    if has_flag(c.args, &["-S", "--split-string"]) || c.args.iter().any(|a| a.text.starts_with("-S") && !a.dynamic) {
-        c.unknown("splits a string into a command line");
-        return;
-    }
     let mut i = match skip_opts(c.args, &spec, "env") {
         Ok(i) => i,
         Err(reason) => {
@@ -667,9 +1146,13 @@ fn wrap_env(c: &mut Cmd<'_>) {
             c.unknown("runs a command or sets variables that come from a variable");
             return;
         }
-        let Some((var, _)) = a.text.split_once('=') else { break };
+        let Some((var, _)) = a.text.split_once('=') else {
+            break;
+        };
         if dangerous_env_var(var) {
-            c.unknown(&format!("sets `{var}`, which can make programs run other code"));
+            c.unknown(&format!(
+                "sets `{var}`, which can make programs run other code"
+            ));
         }
         i += 1;
     }
@@ -684,9 +1167,17 @@ fn wrap_env(c: &mut Cmd<'_>) {
 fn wrap_nice(c: &mut Cmd<'_>) {
     // `nice -5 cmd` is the historical form of `nice -n 5 cmd`.
     let skip = usize::from(c.args.first().is_some_and(|a| {
-        a.is_static() && a.text.len() > 1 && a.text.starts_with('-') && a.text[1..].parse::<i32>().is_ok()
+        a.is_static()
+            && a.text.len() > 1
+            && a.text.starts_with('-')
+            && a.text[1..].parse::<i32>().is_ok()
     }));
-    let spec = OptSpec { short_val: "n", short_flag: "", long_val: &["adjustment"], long_flag: &[] };
+    let spec = OptSpec {
+        short_val: "n",
+        short_flag: "",
+        long_val: &["adjustment"],
+        long_flag: &[],
+    };
     match skip_opts(&c.args[skip..], &spec, "nice") {
         Ok(i) if skip + i >= c.args.len() => c.read_only(),
         Ok(i) => {
@@ -722,60 +1213,113 @@ fn wrap_time(c: &mut Cmd<'_>) {
         long_val: &["format", "output"],
         long_flag: &["portability", "append", "verbose", "quiet"],
     };
-    if has_flag(c.args, &["-o", "--output"]) {
-        c.write();
+    // Only `time`'s own options count: `time grep -o x` is not `-o`.
+    if let Ok(i) = skip_opts(c.args, &spec, "time")
+        && has_flag(&c.args[..i], &["-o", "--output"])
+    {
+        c.risk(Risk::Write, "writes its timings to a file");
     }
     wrap_simple(c, "time", &spec);
 }
 
 fn wrap_command(c: &mut Cmd<'_>) {
-    if surely_flag(c.args, &["-v", "-V"]) {
+    // `command [-p] -v name` looks a name up; a `-v` after the name belongs
+    // to the command being run (`command rm -v x`).
+    let lookup = c
+        .args
+        .iter()
+        .take_while(|a| a.is_static() && a.text.starts_with('-'))
+        .any(|a| a.text.starts_with('-') && (a.text.contains('v') || a.text.contains('V')));
+    if lookup {
         c.risk(Risk::ReadOnly, "only looks a command up");
         return;
     }
-    let spec = OptSpec { short_val: "", short_flag: "p", long_val: &[], long_flag: &[] };
+    let spec = OptSpec {
+        short_val: "",
+        short_flag: "p",
+        long_val: &[],
+        long_flag: &[],
+    };
     wrap_simple(c, "command", &spec);
 }
 
 fn wrap_xargs(c: &mut Cmd<'_>) {
-    let spec = OptSpec {
-        short_val: "adEILnPs",
-        short_flag: "0rtpxo",
-        long_val: &["arg-file", "delimiter", "eof", "replace", "max-lines", "max-args", "max-procs", "max-chars", "process-slot-var"],
-        long_flag: &["null", "no-run-if-empty", "verbose", "interactive", "exit", "open-tty", "show-limits"],
-    };
-    // `-i[R]`, `-e[E]`, `-l[N]` take optional attached values only.
-    let args: Vec<Arg> = c.args.to_vec();
+    let args = c.args;
     let mut replace: Option<String> = None;
-    for a in opts(&args) {
-        let t = a.text.as_str();
-        if t == "-i" || t == "--replace" {
-            replace = Some("{}".into());
-        } else if let Some(r) = t.strip_prefix("-i").or_else(|| t.strip_prefix("--replace=")) {
-            replace = Some(r.to_owned());
-        }
-    }
-    let filtered: Vec<Arg> = args
-        .iter()
-        .filter(|a| !(a.is_static() && (a.text.starts_with("-i") || a.text.starts_with("-e") || a.text.starts_with("-l") || a.text == "--replace")))
-        .cloned()
-        .collect();
-    // Capture -I's value (separate-argument form).
-    if let Some(pos) = args.iter().position(|a| a.is_static() && (a.text == "-I")) {
-        if let Some(v) = args.get(pos + 1) {
-            replace = Some(v.text.clone());
-        }
-    } else if let Some(a) = args.iter().find(|a| a.is_static() && a.text.starts_with("-I") && a.text.len() > 2) {
-        replace = Some(a.text[2..].to_owned());
-    }
-    let start = match skip_opts(&filtered, &spec, "xargs") {
-        Ok(i) => i,
-        Err(reason) => {
-            c.unknown(&format!("cannot be analysed: {reason}"));
+    let mut i = 0;
+    // Options end at the first operand, which starts the command: its own
+    // options (`xargs sed -i ...`) must be left alone.
+    while i < args.len() {
+        let a = &args[i];
+        if a.dynamic {
+            c.unknown("has options or a command that come from a variable");
             return;
         }
-    };
-    let mut inner: Vec<Arg> = filtered[start..].to_vec();
+        let t = a.text.as_str();
+        if t == "--" {
+            i += 1;
+            break;
+        }
+        if !t.starts_with('-') || t == "-" {
+            break;
+        }
+        if let Some(long) = t.strip_prefix("--") {
+            let (name, value) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (long, None),
+            };
+            match name {
+                // Optional values, attached with `=` only.
+                "replace" => replace = Some(value.unwrap_or("{}").to_owned()),
+                "eof" | "max-lines" => {}
+                "arg-file" | "delimiter" | "max-args" | "max-procs" | "max-chars"
+                | "process-slot-var" => {
+                    if value.is_none() {
+                        i += 1;
+                    }
+                }
+                "null" | "no-run-if-empty" | "verbose" | "interactive" | "exit" | "open-tty"
+                | "show-limits" => {}
+                _ => {
+                    c.unknown(&format!("option `{}` is not understood", display::clip(t)));
+                    return;
+                }
+            }
+            i += 1;
+            continue;
+        }
+        let chars: Vec<char> = t[1..].chars().collect();
+        for (j, &ch) in chars.iter().enumerate() {
+            let rest: String = chars[j + 1..].iter().collect();
+            match ch {
+                '0' | 'r' | 't' | 'p' | 'x' | 'o' => continue,
+                // Optional values, attached only.
+                'i' => replace = Some(if rest.is_empty() { "{}".into() } else { rest }),
+                'e' | 'l' => {}
+                'a' | 'd' | 'E' | 'I' | 'L' | 'n' | 'P' | 's' => {
+                    let value = if rest.is_empty() {
+                        i += 1;
+                        match args.get(i) {
+                            Some(v) => v.text.clone(),
+                            None => String::new(),
+                        }
+                    } else {
+                        rest
+                    };
+                    if ch == 'I' {
+                        replace = Some(value);
+                    }
+                }
+                _ => {
+                    c.unknown(&format!("option `-{ch}` is not understood"));
+                    return;
+                }
+            }
+            break;
+        }
+        i += 1;
+    }
+    let mut inner: Vec<Arg> = args[i.min(args.len())..].to_vec();
     if inner.is_empty() {
         inner.push(Arg::literal("echo"));
     }
@@ -783,16 +1327,18 @@ fn wrap_xargs(c: &mut Cmd<'_>) {
     // unknown to us, and with a replacement string they land in place.
     match replace {
         Some(r) if !r.is_empty() => {
-            for a in inner.iter_mut().skip(1) {
+            for a in &mut inner {
                 if a.text.contains(&r) {
                     a.dynamic = true;
                 }
             }
-            if inner[0].text.contains(&r) {
-                inner[0].dynamic = true;
-            }
         }
-        _ => inner.push(Arg { text: "<stdin>".into(), dynamic: true, glob: false, literal_code: false }),
+        _ => inner.push(Arg {
+            text: "<stdin>".into(),
+            dynamic: true,
+            glob: false,
+            literal_code: false,
+        }),
     }
     c.run(inner, "xargs");
 }
@@ -805,7 +1351,10 @@ fn trap(c: &mut Cmd<'_>) {
         Some(a) if ops.len() == 1 || a.text == "-" || a.text.is_empty() => c.read_only(),
         Some(a) => {
             let text = a.text.clone();
-            c.out.push(Effect::Script { text, via: "trap".into() });
+            c.out.push(Effect::Script {
+                text,
+                via: "trap".into(),
+            });
         }
     }
 }
@@ -826,7 +1375,8 @@ fn shell(c: &mut Cmd<'_>, name: &str) {
             i += 1;
             break;
         }
-        if t == "-o" || t == "+o" || t == "-O" || t == "+O" || t == "--rcfile" || t == "--init-file" {
+        if t == "-o" || t == "+o" || t == "-O" || t == "+O" || t == "--rcfile" || t == "--init-file"
+        {
             if t.ends_with("file") {
                 c.unknown("reads a start-up file, which could run anything");
                 return;
@@ -835,7 +1385,16 @@ fn shell(c: &mut Cmd<'_>, name: &str) {
             continue;
         }
         if t.starts_with("--") {
-            if !matches!(t, "--norc" | "--noprofile" | "--login" | "--posix" | "--noediting" | "--restricted" | "--verbose") {
+            if !matches!(
+                t,
+                "--norc"
+                    | "--noprofile"
+                    | "--login"
+                    | "--posix"
+                    | "--noediting"
+                    | "--restricted"
+                    | "--verbose"
+            ) {
                 c.unknown(&format!("option `{}` is not understood", display::clip(t)));
                 return;
             }
@@ -859,15 +1418,23 @@ fn shell(c: &mut Cmd<'_>, name: &str) {
             Some(script) if script.dynamic => c.unknown("runs a script that comes from a variable"),
             Some(script) => {
                 let text = script.text.clone();
-                c.out.push(Effect::Script { text, via: format!("{name} -c") });
+                c.out.push(Effect::Script {
+                    text,
+                    via: format!("{name} -c"),
+                });
             }
             None => c.unknown("has `-c` but no script"),
         }
     } else if reads_stdin || i >= args.len() {
-        c.out.push(Effect::StdinScript { via: name.to_owned() });
+        c.out.push(Effect::StdinScript {
+            via: name.to_owned(),
+        });
     } else {
         let file = args[i].text.clone();
-        c.unknown(&format!("runs the script `{}`, which could do anything", display::clip(&file)));
+        c.unknown(&format!(
+            "runs the script `{}`, which could do anything",
+            display::clip(&file)
+        ));
     }
 }
 
@@ -888,7 +1455,10 @@ fn find(c: &mut Cmd<'_>) {
         match t {
             "-exec" | "-execdir" | "-ok" | "-okdir" => {
                 let start = i + 1;
-                let Some(end) = args[start..].iter().position(|a| a.text == ";" || a.text == "+") else {
+                let Some(end) = args[start..]
+                    .iter()
+                    .position(|a| a.text == ";" || a.text == "+")
+                else {
                     c.unknown("has an `-exec` without a terminating `;` or `+`");
                     return;
                 };
@@ -937,7 +1507,10 @@ fn fd(c: &mut Cmd<'_>) {
         }
         c.read_only();
         let rest = &args[pos + 1..];
-        let end = rest.iter().position(|a| a.text == ";").unwrap_or(rest.len());
+        let end = rest
+            .iter()
+            .position(|a| a.text == ";")
+            .unwrap_or(rest.len());
         let mut inner: Vec<Arg> = rest[..end].to_vec();
         for a in &mut inner {
             if a.text.contains('{') {
@@ -959,7 +1532,19 @@ fn watch(c: &mut Cmd<'_>) {
         short_val: "nq",
         short_flag: "dtbegcxpwr",
         long_val: &["interval", "equexit", "differences"],
-        long_flag: &["differences", "no-title", "beep", "errexit", "chgexit", "color", "no-color", "exec", "precise", "no-wrap", "no-rerun"],
+        long_flag: &[
+            "differences",
+            "no-title",
+            "beep",
+            "errexit",
+            "chgexit",
+            "color",
+            "no-color",
+            "exec",
+            "precise",
+            "no-wrap",
+            "no-rerun",
+        ],
     };
     match skip_opts(c.args, &spec, "watch") {
         Ok(i) if i < c.args.len() => {
@@ -969,8 +1554,15 @@ fn watch(c: &mut Cmd<'_>) {
             } else if any_dynamic(&c.args[i..]) {
                 c.unknown("runs a command that comes from a variable");
             } else {
-                let text = c.args[i..].iter().map(|a| a.text.as_str()).collect::<Vec<_>>().join(" ");
-                c.out.push(Effect::Script { text, via: "watch".into() });
+                let text = c.args[i..]
+                    .iter()
+                    .map(|a| a.text.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                c.out.push(Effect::Script {
+                    text,
+                    via: "watch".into(),
+                });
             }
         }
         Ok(_) => c.unknown("has no command"),
@@ -980,7 +1572,10 @@ fn watch(c: &mut Cmd<'_>) {
 
 fn parallel(c: &mut Cmd<'_>) {
     let args = c.args;
-    if args.first().is_none_or(|a| a.dynamic || a.text.starts_with('-')) {
+    if args
+        .first()
+        .is_none_or(|a| a.dynamic || a.text.starts_with('-'))
+    {
         c.unknown("options of `parallel` are not analysed, and without a command it runs lines from its input");
         return;
     }
@@ -992,8 +1587,15 @@ fn parallel(c: &mut Cmd<'_>) {
         c.unknown("runs a command that comes from a variable");
         return;
     }
-    let text = args[..end].iter().map(|a| a.text.as_str()).collect::<Vec<_>>().join(" ");
-    c.out.push(Effect::Script { text, via: "parallel".into() });
+    let text = args[..end]
+        .iter()
+        .map(|a| a.text.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    c.out.push(Effect::Script {
+        text,
+        via: "parallel".into(),
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -1002,7 +1604,9 @@ fn parallel(c: &mut Cmd<'_>) {
 fn sed(c: &mut Cmd<'_>) {
     let args = c.args;
     if any_dynamic(opts(args)) {
-        c.unknown("has arguments from a variable, which could be `-i` or a script that runs commands");
+        c.unknown(
+            "has arguments from a variable, which could be `-i` or a script that runs commands",
+        );
         return;
     }
     let mut scripts: Vec<String> = Vec::new();
@@ -1041,9 +1645,9 @@ fn sed(c: &mut Cmd<'_>) {
                 },
                 "file" => script_file = true,
                 "line-length" if value.is_none() => i += 1,
-                "quiet" | "silent" | "regexp-extended" | "separate" | "unbuffered" | "null-data"
-                | "zero-terminated" | "posix" | "debug" | "sandbox" | "follow-symlinks" | "binary"
-                | "line-length" | "help" | "version" => {}
+                "quiet" | "silent" | "regexp-extended" | "separate" | "unbuffered"
+                | "null-data" | "zero-terminated" | "posix" | "debug" | "sandbox"
+                | "follow-symlinks" | "binary" | "line-length" | "help" | "version" => {}
                 _ => {
                     c.unknown(&format!("option `{}` is not understood", display::clip(t)));
                     return;
@@ -1102,7 +1706,11 @@ fn sed(c: &mut Cmd<'_>) {
             }
         }
     }
-    let mut risk = if in_place { Risk::Write } else { Risk::ReadOnly };
+    let mut risk = if in_place {
+        Risk::Write
+    } else {
+        Risk::ReadOnly
+    };
     for s in &scripts {
         match sed_script_risk(s) {
             Ok(r) => risk = risk.max(r),
@@ -1144,7 +1752,11 @@ pub(crate) fn sed_script_risk(script: &str) -> Result<Risk, String> {
         s[start..*i].iter().collect()
     };
     let write_risk = |f: &str| {
-        if is_null_device(f.trim()) { Risk::ReadOnly } else { Risk::Write }
+        if is_null_device(f.trim()) {
+            Risk::ReadOnly
+        } else {
+            Risk::Write
+        }
     };
     // Skips a delimited regex/replacement part starting after the delimiter.
     let delimited = |i: &mut usize, d: char| -> bool {
@@ -1173,7 +1785,9 @@ pub(crate) fn sed_script_risk(script: &str) -> Result<Risk, String> {
         // Addresses.
         loop {
             if i < s.len() && (s[i].is_ascii_digit() || s[i] == '$' || s[i] == '~' || s[i] == '+') {
-                while i < s.len() && (s[i].is_ascii_digit() || s[i] == '$' || s[i] == '~' || s[i] == '+') {
+                while i < s.len()
+                    && (s[i].is_ascii_digit() || s[i] == '$' || s[i] == '~' || s[i] == '+')
+                {
                     i += 1;
                 }
             } else if i < s.len() && s[i] == '/' {
@@ -1242,7 +1856,9 @@ pub(crate) fn sed_script_risk(script: &str) -> Result<Risk, String> {
             }
             'e' => return err("uses the `e` command, which runs a shell command"),
             's' | 'y' => {
-                let Some(&d) = s.get(i) else { return err("is truncated") };
+                let Some(&d) = s.get(i) else {
+                    return err("is truncated");
+                };
                 if d == '\\' || d == '\n' {
                     return err("uses an unusual delimiter");
                 }
@@ -1254,7 +1870,11 @@ pub(crate) fn sed_script_risk(script: &str) -> Result<Risk, String> {
                     while i < s.len() {
                         match s[i] {
                             'g' | 'p' | 'i' | 'I' | 'm' | 'M' | '0'..='9' => i += 1,
-                            'e' => return err("uses the `e` flag, which runs the result as a command"),
+                            'e' => {
+                                return err(
+                                    "uses the `e` flag, which runs the result as a command",
+                                );
+                            }
                             'w' => {
                                 i += 1;
                                 let f = filename(&mut i);
@@ -1312,8 +1932,14 @@ fn awk(c: &mut Cmd<'_>) {
         Some(p) if p.dynamic => c.unknown("runs a program that comes from a variable"),
         Some(p) => {
             let text = &p.text;
-            if text.contains("system") || text.contains('>') || text.contains('|') || text.contains('@') {
-                c.unknown("has a program that may run commands or write files (`system`, `|` or `>`)");
+            if text.contains("system")
+                || text.contains('>')
+                || text.contains('|')
+                || text.contains('@')
+            {
+                c.unknown(
+                    "has a program that may run commands or write files (`system`, `|` or `>`)",
+                );
             } else {
                 c.read_only();
             }
@@ -1331,18 +1957,59 @@ fn git_config_safe(kv: &str) -> bool {
     let (key, value) = kv.split_once('=').unwrap_or((kv, "true"));
     let key = key.to_ascii_lowercase();
     const EXACT: &[&str] = &[
-        "user.name", "user.email", "core.quotepath", "core.autocrlf", "core.safecrlf", "core.eol",
-        "core.filemode", "core.ignorecase", "core.abbrev", "core.precomposeunicode",
-        "init.defaultbranch", "diff.algorithm", "diff.renames", "diff.noprefix",
-        "diff.mnemonicprefix", "diff.relative", "diff.context", "diff.interhunkcontext",
-        "diff.colormoved", "diff.indentheuristic", "diff.statgraphwidth", "merge.conflictstyle",
-        "merge.ff", "pull.rebase", "pull.ff", "rebase.autosquash", "rebase.autostash",
-        "commit.gpgsign", "tag.gpgsign", "format.pretty", "i18n.commitencoding",
-        "i18n.logoutputencoding", "status.short", "status.branch", "status.showuntrackedfiles",
-        "grep.linenumber", "grep.patterntype", "grep.extendedregexp", "blame.date",
-        "branch.sort", "tag.sort", "push.default", "push.autosetupremote", "log.date",
-        "log.decorate", "log.follow", "log.abbrevcommit", "log.showroot", "gc.auto",
-        "maintenance.auto", "fetch.prune", "help.autocorrect", "core.longpaths",
+        "user.name",
+        "user.email",
+        "core.quotepath",
+        "core.autocrlf",
+        "core.safecrlf",
+        "core.eol",
+        "core.filemode",
+        "core.ignorecase",
+        "core.abbrev",
+        "core.precomposeunicode",
+        "init.defaultbranch",
+        "diff.algorithm",
+        "diff.renames",
+        "diff.noprefix",
+        "diff.mnemonicprefix",
+        "diff.relative",
+        "diff.context",
+        "diff.interhunkcontext",
+        "diff.colormoved",
+        "diff.indentheuristic",
+        "diff.statgraphwidth",
+        "merge.conflictstyle",
+        "merge.ff",
+        "pull.rebase",
+        "pull.ff",
+        "rebase.autosquash",
+        "rebase.autostash",
+        "commit.gpgsign",
+        "tag.gpgsign",
+        "format.pretty",
+        "i18n.commitencoding",
+        "i18n.logoutputencoding",
+        "status.short",
+        "status.branch",
+        "status.showuntrackedfiles",
+        "grep.linenumber",
+        "grep.patterntype",
+        "grep.extendedregexp",
+        "blame.date",
+        "branch.sort",
+        "tag.sort",
+        "push.default",
+        "push.autosetupremote",
+        "log.date",
+        "log.decorate",
+        "log.follow",
+        "log.abbrevcommit",
+        "log.showroot",
+        "gc.auto",
+        "maintenance.auto",
+        "fetch.prune",
+        "help.autocorrect",
+        "core.longpaths",
     ];
     if EXACT.contains(&key.as_str()) {
         // `help.autocorrect` with a command name would run it.
@@ -1351,7 +2018,10 @@ fn git_config_safe(kv: &str) -> bool {
     if key.starts_with("color.") || key.starts_with("advice.") || key.starts_with("column.") {
         return true;
     }
-    let boolean = matches!(value.to_ascii_lowercase().as_str(), "true" | "false" | "yes" | "no" | "on" | "off" | "0" | "1" | "");
+    let boolean = matches!(
+        value.to_ascii_lowercase().as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "0" | "1" | ""
+    );
     if key.starts_with("pager.") && boolean {
         return true;
     }
@@ -1371,7 +2041,9 @@ fn git(c: &mut Cmd<'_>) {
         match t {
             "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => {
                 if matches!(t, "--git-dir" | "--work-tree") {
-                    c.unknown("points git at another repository, whose configuration can run programs");
+                    c.unknown(
+                        "points git at another repository, whose configuration can run programs",
+                    );
                     return;
                 }
                 i += 2;
@@ -1392,9 +2064,19 @@ fn git(c: &mut Cmd<'_>) {
                 i += 2;
                 continue;
             }
-            "-p" | "--paginate" | "-P" | "--no-pager" | "--no-replace-objects" | "--bare"
-            | "--literal-pathspecs" | "--glob-pathspecs" | "--noglob-pathspecs"
-            | "--icase-pathspecs" | "--no-optional-locks" | "--no-lazy-fetch" | "--no-advice" => {
+            "-p"
+            | "--paginate"
+            | "-P"
+            | "--no-pager"
+            | "--no-replace-objects"
+            | "--bare"
+            | "--literal-pathspecs"
+            | "--glob-pathspecs"
+            | "--noglob-pathspecs"
+            | "--icase-pathspecs"
+            | "--no-optional-locks"
+            | "--no-lazy-fetch"
+            | "--no-advice" => {
                 i += 1;
                 continue;
             }
@@ -1406,17 +2088,29 @@ fn git(c: &mut Cmd<'_>) {
             _ if t.starts_with("--config-env=") => {
                 let kv = &t["--config-env=".len()..];
                 if !git_config_safe(kv) {
-                    c.unknown(&format!("sets git config `{}`, which can make git run arbitrary programs", display::clip(kv)));
+                    c.unknown(&format!(
+                        "sets git config `{}`, which can make git run arbitrary programs",
+                        display::clip(kv)
+                    ));
                     return;
                 }
                 i += 1;
                 continue;
             }
-            _ if t.starts_with("--git-dir=") || t.starts_with("--work-tree=") || t.starts_with("--exec-path=") => {
-                c.unknown("points git at other files, whose configuration or programs can run code");
+            _ if t.starts_with("--git-dir=")
+                || t.starts_with("--work-tree=")
+                || t.starts_with("--exec-path=") =>
+            {
+                c.unknown(
+                    "points git at other files, whose configuration or programs can run code",
+                );
                 return;
             }
-            _ if t.starts_with("--namespace=") || t.starts_with("--super-prefix=") || t.starts_with("--list-cmds=") || t.starts_with("--attr-source=") => {
+            _ if t.starts_with("--namespace=")
+                || t.starts_with("--super-prefix=")
+                || t.starts_with("--list-cmds=")
+                || t.starts_with("--attr-source=") =>
+            {
                 i += 1;
                 continue;
             }
@@ -1432,12 +2126,41 @@ fn git(c: &mut Cmd<'_>) {
         return;
     };
     let rest = &args[i + 1..];
+    // Transport options that name a program to run locally.
+    let transfer = matches!(
+        sub.text.as_str(),
+        "clone" | "fetch" | "pull" | "push" | "ls-remote" | "archive" | "submodule"
+    );
+    let runs_program = |a: &Arg| {
+        a.text.contains("ext::")
+            || (transfer
+                && (a.dynamic
+                    || [
+                        "--upload-pack",
+                        "--receive-pack",
+                        "--exec",
+                        "--config",
+                        "-u",
+                    ]
+                    .iter()
+                    .any(|o| a.text == *o || a.text.starts_with(&format!("{o}=")))))
+    };
+    if rest.iter().any(runs_program) {
+        c.unknown("names a program for git to run for the transfer");
+        return;
+    }
     git_subcommand(c, sub.text.as_str(), rest);
 }
 
 fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
-    let first = rest.iter().find(|a| a.dynamic || !a.text.starts_with('-')).map(|a| a.text.as_str());
-    let first_static = rest.first().filter(|a| a.is_static()).map(|a| a.text.as_str());
+    let first = rest
+        .iter()
+        .find(|a| a.dynamic || !a.text.starts_with('-'))
+        .map(|a| a.text.as_str());
+    let first_static = rest
+        .first()
+        .filter(|a| a.is_static())
+        .map(|a| a.text.as_str());
     match sub {
         "status" | "rev-parse" | "ls-files" | "ls-tree" | "cat-file" | "rev-list" | "show-ref"
         | "for-each-ref" | "name-rev" | "describe" | "merge-base" | "count-objects"
@@ -1447,31 +2170,84 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
         | "show-index" | "patch-id" => c.read_only(),
         "log" | "show" | "diff" | "whatchanged" | "shortlog" | "diff-tree" | "diff-files"
         | "diff-index" | "range-diff" => {
-            if has_flag(rest, &["--output"]) {
-                c.write();
+            if surely_flag(rest, &["--output"])
+                || rest.iter().any(|a| a.text.starts_with("--output="))
+            {
+                c.risk(Risk::Write, "writes its output to a file");
+            } else if any_dynamic(rest) {
+                c.risk(
+                    Risk::Write,
+                    "may write a file (an argument from a variable could be `--output`)",
+                );
             } else {
                 c.read_only();
             }
         }
         "grep" => {
-            if has_flag(rest, &["--open-files-in-pager"]) || rest.iter().any(|a| a.dynamic || a.text.starts_with("-O")) {
+            if has_flag(rest, &["--open-files-in-pager"])
+                || rest.iter().any(|a| a.dynamic || a.text.starts_with("-O"))
+            {
                 c.unknown("opens results with a pager program");
             } else {
                 c.read_only();
             }
         }
         "hash-object" => {
-            if has_flag(rest, &["-w"]) { c.write() } else { c.read_only() }
+            if has_flag(rest, &["-w"]) {
+                c.write()
+            } else {
+                c.read_only()
+            }
         }
         "config" => git_config(c, rest),
         "branch" => {
-            if has_flag(rest, &["-d", "-D", "--delete"]) || has_short(rest, 'd') || has_short(rest, 'D') {
+            if has_flag(rest, &["-d", "-D", "--delete"])
+                || has_short(rest, 'd')
+                || has_short(rest, 'D')
+            {
                 c.risk(Risk::Delete, "deletes branches");
             } else if has_flag(rest, &["--edit-description"]) {
                 c.unknown("opens an editor");
-            } else if has_flag(rest, &["-m", "-M", "-c", "-C", "--move", "--copy", "-u", "--set-upstream-to", "--unset-upstream", "-f", "--force", "--track", "--no-track", "--create-reflog"]) {
+            } else if has_flag(
+                rest,
+                &[
+                    "-m",
+                    "-M",
+                    "-c",
+                    "-C",
+                    "--move",
+                    "--copy",
+                    "-u",
+                    "--set-upstream-to",
+                    "--unset-upstream",
+                    "-f",
+                    "--force",
+                    "--track",
+                    "--no-track",
+                    "--create-reflog",
+                ],
+            ) {
                 c.risk(Risk::Write, "modifies branches");
-            } else if surely_flag(rest, &["-l", "--list", "-a", "--all", "-r", "--remotes", "--contains", "--no-contains", "--merged", "--no-merged", "--points-at", "--show-current", "-v", "-vv"]) || operands(rest).is_empty() {
+            } else if surely_flag(
+                rest,
+                &[
+                    "-l",
+                    "--list",
+                    "-a",
+                    "--all",
+                    "-r",
+                    "--remotes",
+                    "--contains",
+                    "--no-contains",
+                    "--merged",
+                    "--no-merged",
+                    "--points-at",
+                    "--show-current",
+                    "-v",
+                    "-vv",
+                ],
+            ) || operands(rest).is_empty()
+            {
                 c.read_only();
             } else {
                 c.risk(Risk::Write, "creates a branch");
@@ -1480,7 +2256,9 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
         "tag" => {
             if has_flag(rest, &["-d", "--delete"]) {
                 c.risk(Risk::Delete, "deletes tags");
-            } else if surely_flag(rest, &["-l", "--list", "-v", "--verify"]) || operands(rest).is_empty() && !has_flag(rest, &["-a", "-s", "-f", "-m", "-F"]) {
+            } else if surely_flag(rest, &["-l", "--list", "-v", "--verify"])
+                || operands(rest).is_empty() && !has_flag(rest, &["-a", "-s", "-f", "-m", "-F"])
+            {
                 c.read_only();
             } else {
                 c.risk(Risk::Write, "creates a tag");
@@ -1539,7 +2317,20 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
             }
         }
         "checkout" | "switch" | "restore" => {
-            if has_flag(rest, &["-f", "--force", "--discard-changes"]) {
+            let discards_paths = match sub {
+                // `git checkout -- path` and `git checkout .` overwrite
+                // uncommitted edits to those paths.
+                "checkout" => rest
+                    .iter()
+                    .any(|a| a.dynamic || a.text == "--" || a.text == "."),
+                // `git restore path` restores the working tree unless only
+                // `--staged` is given.
+                "restore" => {
+                    !surely_flag(rest, &["--staged", "-S"]) || has_flag(rest, &["--worktree", "-W"])
+                }
+                _ => false,
+            };
+            if discards_paths || has_flag(rest, &["-f", "--force", "--discard-changes"]) {
                 c.risk(Risk::Delete, "discards uncommitted changes");
             } else {
                 c.risk(Risk::Write, "modifies the working tree");
@@ -1569,14 +2360,20 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
             }
         }
         "apply" => {
-            if surely_flag(rest, &["--check", "--stat", "--numstat", "--summary"]) && !has_flag(rest, &["--apply", "--index", "--cached"]) {
+            if surely_flag(rest, &["--check", "--stat", "--numstat", "--summary"])
+                && !has_flag(rest, &["--apply", "--index", "--cached"])
+            {
                 c.read_only();
             } else {
                 c.write();
             }
         }
         "update-ref" | "symbolic-ref" => {
-            if has_flag(rest, &["-d", "--delete"]) { c.delete() } else { c.write() }
+            if has_flag(rest, &["-d", "--delete"]) {
+                c.delete()
+            } else {
+                c.write()
+            }
         }
         "bundle" => match first {
             Some("verify" | "list-heads") => c.read_only(),
@@ -1595,8 +2392,8 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
         | "commit-tree" | "update-index" | "gc" | "repack" | "replace" | "rerere"
         | "sparse-checkout" | "format-patch" | "maintenance" | "commit-graph"
         | "multi-pack-index" | "pack-refs" | "fast-import" | "read-tree" | "write-tree"
-        | "checkout-index" | "merge-file" | "mktag" | "mktree" | "pack-objects"
-        | "index-pack" | "unpack-objects" | "merge-tree" | "stage" => {
+        | "checkout-index" | "merge-file" | "mktag" | "mktree" | "pack-objects" | "index-pack"
+        | "unpack-objects" | "merge-tree" | "stage" => {
             c.risk(Risk::Write, "modifies the repository");
         }
         "prune" | "prune-packed" => c.risk(Risk::Delete, "deletes unreachable objects"),
@@ -1612,9 +2409,36 @@ fn git_config(c: &mut Cmd<'_>, rest: &[Arg]) {
         c.unknown("has arguments from a variable");
         return;
     }
-    let reading = surely_flag(rest, &["--get", "--get-all", "--get-regexp", "--get-urlmatch", "-l", "--list", "--get-color", "--get-colorbool", "--show-origin", "--show-scope"])
-        || matches!(rest.first().map(|a| a.text.as_str()), Some("get" | "list"));
-    if reading && !has_flag(rest, &["--add", "--unset", "--unset-all", "--replace-all", "--rename-section", "--remove-section", "-e", "--edit"]) {
+    let reading = surely_flag(
+        rest,
+        &[
+            "--get",
+            "--get-all",
+            "--get-regexp",
+            "--get-urlmatch",
+            "-l",
+            "--list",
+            "--get-color",
+            "--get-colorbool",
+            "--show-origin",
+            "--show-scope",
+        ],
+    ) || matches!(rest.first().map(|a| a.text.as_str()), Some("get" | "list"));
+    if reading
+        && !has_flag(
+            rest,
+            &[
+                "--add",
+                "--unset",
+                "--unset-all",
+                "--replace-all",
+                "--rename-section",
+                "--remove-section",
+                "-e",
+                "--edit",
+            ],
+        )
+    {
         c.read_only();
         return;
     }
@@ -1626,12 +2450,29 @@ fn git_config(c: &mut Cmd<'_>, rest: &[Arg]) {
         c.unknown("changes git configuration outside the repository");
         return;
     }
-    if has_flag(rest, &["--unset", "--unset-all", "--remove-section", "--rename-section"]) || rest.first().is_some_and(|a| matches!(a.text.as_str(), "unset" | "remove-section" | "rename-section")) {
+    if has_flag(
+        rest,
+        &[
+            "--unset",
+            "--unset-all",
+            "--remove-section",
+            "--rename-section",
+        ],
+    ) || rest.first().is_some_and(|a| {
+        matches!(
+            a.text.as_str(),
+            "unset" | "remove-section" | "rename-section"
+        )
+    }) {
         c.risk(Risk::Write, "changes repository configuration");
         return;
     }
     let ops: Vec<&Arg> = operands(rest);
-    let ops: Vec<&Arg> = if ops.first().is_some_and(|a| a.text == "set") { ops[1..].to_vec() } else { ops };
+    let ops: Vec<&Arg> = if ops.first().is_some_and(|a| a.text == "set") {
+        ops[1..].to_vec()
+    } else {
+        ops
+    };
     match ops.as_slice() {
         [] => c.unknown("has no key"),
         [key] => {
@@ -1669,7 +2510,18 @@ fn cargo(c: &mut Cmd<'_>) {
             return;
         }
         let t = a.text.as_str();
-        if t.starts_with('+') || matches!(t, "-v" | "-vv" | "-q" | "--quiet" | "--verbose" | "--frozen" | "--locked" | "--offline") {
+        if t.starts_with('+')
+            || matches!(
+                t,
+                "-v" | "-vv"
+                    | "-q"
+                    | "--quiet"
+                    | "--verbose"
+                    | "--frozen"
+                    | "--locked"
+                    | "--offline"
+            )
+        {
             i += 1;
         } else if matches!(t, "--color" | "-Z" | "-C") {
             i += 2;
@@ -1685,25 +2537,38 @@ fn cargo(c: &mut Cmd<'_>) {
     let rest = args.get(i + 1..).unwrap_or(&[]);
     match args.get(i).map(|a| a.text.as_str()) {
         None => c.read_only(),
-        Some("metadata" | "tree" | "version" | "help" | "locate-project" | "pkgid" | "verify-project" | "read-manifest") => {
-            c.read_only()
-        }
+        Some(
+            "metadata" | "tree" | "version" | "help" | "locate-project" | "pkgid"
+            | "verify-project" | "read-manifest",
+        ) => c.read_only(),
         Some("fmt") => {
-            if surely_flag(rest, &["--check"]) { c.read_only() } else { c.risk(Risk::Write, "reformats source files") }
+            if surely_flag(rest, &["--check"]) {
+                c.read_only()
+            } else {
+                c.risk(Risk::Write, "reformats source files")
+            }
         }
-        Some("build" | "b" | "check" | "c" | "clippy" | "test" | "t" | "bench" | "run" | "r" | "doc" | "d" | "rustc" | "rustdoc" | "fix" | "new" | "init" | "package" | "remove" | "rm" | "nextest" | "llvm-cov" | "expand" | "miri") => {
-            c.risk(Risk::Write, "builds and runs project code, writing the target directory");
+        Some(
+            "build" | "b" | "check" | "c" | "clippy" | "test" | "t" | "bench" | "run" | "r" | "doc"
+            | "d" | "rustc" | "rustdoc" | "fix" | "new" | "init" | "package" | "remove" | "rm"
+            | "nextest" | "llvm-cov" | "expand" | "miri",
+        ) => {
+            c.risk(
+                Risk::Write,
+                "builds and runs project code, writing the target directory",
+            );
         }
         Some("clean") => c.risk(Risk::Delete, "deletes build artifacts"),
         Some("uninstall") => c.risk(Risk::Delete, "deletes installed binaries"),
-        Some("update" | "fetch" | "vendor" | "generate-lockfile" | "install" | "publish" | "login" | "logout" | "owner" | "yank" | "add" | "search" | "info") => {
-            c.network()
-        }
+        Some(
+            "update" | "fetch" | "vendor" | "generate-lockfile" | "install" | "publish" | "login"
+            | "logout" | "owner" | "yank" | "add" | "search" | "info",
+        ) => c.network(),
         Some(_) => c.unknown("is not a known cargo subcommand (plugins can do anything)"),
     }
 }
 
-fn first_word<'a>(args: &'a [Arg]) -> Option<&'a Arg> {
+fn first_word(args: &[Arg]) -> Option<&Arg> {
     args.iter().find(|a| a.dynamic || !a.text.starts_with('-'))
 }
 
@@ -1725,20 +2590,28 @@ fn npm(c: &mut Cmd<'_>) {
         "ls" | "list" | "ll" | "la" | "view" | "info" | "show" | "v" | "help" | "root" | "bin"
         | "prefix" | "explain" | "why" | "query" | "fund" | "get" => c.read_only(),
         "config" | "c" => {
-            if surely_flag(args, &["get", "list", "ls"]) { c.read_only() } else { c.unknown("changes npm configuration") }
+            if surely_flag(args, &["get", "list", "ls"]) {
+                c.read_only()
+            } else {
+                c.unknown("changes npm configuration")
+            }
         }
-        "run" | "run-script" | "rum" | "urn" | "test" | "t" | "tst" | "start" | "stop" | "restart"
-        | "rebuild" | "rb" | "pack" | "init" | "create" | "link" | "ln" | "dedupe" | "prune"
-        | "version" => c.risk(Risk::Write, "runs package scripts or modifies the project"),
-        "uninstall" | "remove" | "rm" | "r" | "un" | "unlink" => c.risk(Risk::Delete, "removes packages"),
+        "run" | "run-script" | "rum" | "urn" | "test" | "t" | "tst" | "start" | "stop"
+        | "restart" | "rebuild" | "rb" | "pack" | "init" | "create" | "link" | "ln" | "dedupe"
+        | "prune" | "version" => {
+            c.risk(Risk::Write, "runs package scripts or modifies the project")
+        }
+        "uninstall" | "remove" | "rm" | "r" | "un" | "unlink" => {
+            c.risk(Risk::Delete, "removes packages")
+        }
         "cache" => c.risk(Risk::Delete, "changes the package cache"),
         "exec" | "x" => c.unknown("downloads and runs a package, which can do anything"),
-        "install" | "i" | "in" | "ins" | "inst" | "insta" | "instal" | "isnt" | "isnta" | "isntal"
-        | "add" | "ci" | "clean-install" | "install-clean" | "install-ci-test" | "cit"
-        | "install-test" | "it" | "update" | "up" | "upgrade" | "udpate" | "publish" | "unpublish"
-        | "login" | "logout" | "adduser" | "dist-tag" | "deprecate" | "owner" | "access" | "team"
-        | "token" | "ping" | "outdated" | "search" | "audit" | "doctor" | "whoami" | "repo"
-        | "docs" | "bugs" => c.network(),
+        "install" | "i" | "in" | "ins" | "inst" | "insta" | "instal" | "isnt" | "isnta"
+        | "isntal" | "add" | "ci" | "clean-install" | "install-clean" | "install-ci-test"
+        | "cit" | "install-test" | "it" | "update" | "up" | "upgrade" | "udpate" | "publish"
+        | "unpublish" | "login" | "logout" | "adduser" | "dist-tag" | "deprecate" | "owner"
+        | "access" | "team" | "token" | "ping" | "outdated" | "search" | "audit" | "doctor"
+        | "whoami" | "repo" | "docs" | "bugs" => c.network(),
         _ => c.unknown("is not a known npm subcommand"),
     }
 }
@@ -1760,8 +2633,10 @@ fn yarn(c: &mut Cmd<'_>, name: &str) {
         return;
     }
     match sub.text.as_str() {
-        "list" | "ls" | "why" | "info" | "view" | "help" | "bin" | "root" | "licenses" | "config" => c.read_only(),
-        "install" | "i" | "add" | "upgrade" | "up" | "update" | "publish" | "login" | "outdated" | "audit" | "fetch" | "import" => c.network(),
+        "list" | "ls" | "why" | "info" | "view" | "help" | "bin" | "root" | "licenses"
+        | "config" => c.read_only(),
+        "install" | "i" | "add" | "upgrade" | "up" | "update" | "publish" | "login"
+        | "outdated" | "audit" | "fetch" | "import" => c.network(),
         "remove" | "rm" | "uninstall" | "un" | "prune" => c.risk(Risk::Delete, "removes packages"),
         "dlx" | "exec" | "x" | "node" => c.unknown("runs arbitrary code"),
         // Anything else is a package.json script (`yarn test`, `pnpm build`).
@@ -1774,12 +2649,18 @@ fn yarn(c: &mut Cmd<'_>, name: &str) {
 
 fn pip(c: &mut Cmd<'_>) {
     let Some(sub) = first_word(c.args) else {
-        if surely_flag(c.args, &["--version", "-V"]) { c.read_only() } else { c.unknown("has options that are not understood") }
+        if surely_flag(c.args, &["--version", "-V"]) {
+            c.read_only()
+        } else {
+            c.unknown("has options that are not understood")
+        }
         return;
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
-        "list" | "show" | "freeze" | "check" | "help" | "debug" | "inspect" | "hash" => c.read_only(),
+        "list" | "show" | "freeze" | "check" | "help" | "debug" | "inspect" | "hash" => {
+            c.read_only()
+        }
         "install" | "download" | "wheel" | "index" | "search" => c.network(),
         "uninstall" => c.risk(Risk::Delete, "removes packages"),
         "cache" | "config" => c.write(),
@@ -1795,7 +2676,8 @@ fn uv(c: &mut Cmd<'_>) {
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
         "version" | "help" | "tree" => c.read_only(),
-        "pip" | "add" | "sync" | "lock" | "tool" | "python" | "venv" | "init" | "remove" | "export" | "publish" | "build" => c.network(),
+        "pip" | "add" | "sync" | "lock" | "tool" | "python" | "venv" | "init" | "remove"
+        | "export" | "publish" | "build" => c.network(),
         "run" => c.unknown("runs arbitrary code"),
         _ => c.unknown("is not a known uv subcommand"),
     }
@@ -1810,9 +2692,15 @@ fn go(c: &mut Cmd<'_>) {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
         "version" | "doc" | "help" | "list" => c.read_only(),
         "env" => {
-            if has_flag(c.args, &["-w", "-u"]) { c.risk(Risk::Write, "changes go configuration") } else { c.read_only() }
+            if has_flag(c.args, &["-w", "-u"]) {
+                c.risk(Risk::Write, "changes go configuration")
+            } else {
+                c.read_only()
+            }
         }
-        "build" | "test" | "vet" | "run" | "fmt" | "fix" => c.risk(Risk::Write, "builds and runs project code"),
+        "build" | "test" | "vet" | "run" | "fmt" | "fix" => {
+            c.risk(Risk::Write, "builds and runs project code")
+        }
         "clean" => c.risk(Risk::Delete, "deletes build artifacts"),
         "get" | "install" | "mod" | "work" => c.network(),
         "generate" => c.unknown("runs commands named in source comments"),
@@ -1822,7 +2710,11 @@ fn go(c: &mut Cmd<'_>) {
 
 fn rustup(c: &mut Cmd<'_>) {
     let args = c.args;
-    let words: Vec<&str> = args.iter().filter(|a| !a.text.starts_with('-')).map(|a| a.text.as_str()).collect();
+    let words: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.text.starts_with('-'))
+        .map(|a| a.text.as_str())
+        .collect();
     if any_dynamic(args) {
         c.unknown("has arguments that come from a variable");
         return;
@@ -1831,9 +2723,18 @@ fn rustup(c: &mut Cmd<'_>) {
         [] => c.read_only(),
         ["show" | "which" | "help" | "doc", ..] => c.read_only(),
         ["toolchain" | "component" | "target", "list", ..] => c.read_only(),
-        ["toolchain" | "component" | "target", "remove" | "uninstall", ..] => c.delete(),
-        ["update" | "install" | "self" | "toolchain" | "component" | "target", ..] => c.network(),
-        ["default" | "override" | "set", ..] => c.risk(Risk::Write, "changes toolchain configuration"),
+        [
+            "toolchain" | "component" | "target",
+            "remove" | "uninstall",
+            ..,
+        ] => c.delete(),
+        [
+            "update" | "install" | "self" | "toolchain" | "component" | "target",
+            ..,
+        ] => c.network(),
+        ["default" | "override" | "set", ..] => {
+            c.risk(Risk::Write, "changes toolchain configuration")
+        }
         ["run", ..] => c.unknown("runs an arbitrary command"),
         _ => c.unknown("is not a known rustup subcommand"),
     }
@@ -1846,23 +2747,33 @@ fn docker(c: &mut Cmd<'_>) {
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
-        "ps" | "images" | "inspect" | "logs" | "version" | "info" | "stats" | "top" | "history" | "port" | "diff" => c.read_only(),
+        "ps" | "images" | "inspect" | "logs" | "version" | "info" | "stats" | "top" | "history"
+        | "port" | "diff" => c.read_only(),
         "pull" | "push" | "login" | "search" => c.network(),
         "rm" | "rmi" | "prune" => c.delete(),
         "stop" | "kill" | "restart" | "pause" | "unpause" | "tag" | "rename" => c.write(),
-        _ => c.unknown("controls containers, which can do anything (the container daemon runs as root)"),
+        _ => c.unknown(
+            "controls containers, which can do anything (the container daemon runs as root)",
+        ),
     }
 }
 
 fn package_manager(c: &mut Cmd<'_>, name: &str) {
     let Some(sub) = first_word(c.args) else {
-        if surely_flag(c.args, &["--version", "-v", "-V"]) { c.read_only() } else { c.unknown("has options that are not understood") }
+        if surely_flag(c.args, &["--version", "-v", "-V"]) {
+            c.read_only()
+        } else {
+            c.unknown("has options that are not understood")
+        }
         return;
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
-        "list" | "info" | "show" | "policy" | "config" | "--version" | "version" | "help" | "env" | "which" | "home" => c.read_only(),
-        "remove" | "uninstall" | "purge" | "autoremove" | "erase" => c.risk(Risk::Delete, "removes packages"),
+        "list" | "info" | "show" | "policy" | "config" | "--version" | "version" | "help"
+        | "env" | "which" | "home" => c.read_only(),
+        "remove" | "uninstall" | "purge" | "autoremove" | "erase" => {
+            c.risk(Risk::Delete, "removes packages")
+        }
         "run" | "exec" => c.unknown(&format!("`{name} {}` runs arbitrary code", sub.text)),
         _ => c.risk(Risk::Network, "downloads or manages packages"),
     }
@@ -1901,7 +2812,19 @@ fn dd(c: &mut Cmd<'_>) {
 
 fn tar(c: &mut Cmd<'_>) {
     let args = c.args;
-    if has_flag(args, &["--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--rsh-command", "--info-script", "--new-volume-script", "-F"]) {
+    if has_flag(
+        args,
+        &[
+            "--to-command",
+            "--use-compress-program",
+            "-I",
+            "--checkpoint-action",
+            "--rsh-command",
+            "--info-script",
+            "--new-volume-script",
+            "-F",
+        ],
+    ) {
         c.unknown("runs a helper program");
         return;
     }
@@ -1910,7 +2833,10 @@ fn tar(c: &mut Cmd<'_>) {
         .iter()
         .filter(|a| !a.text.starts_with("--"))
         .take(1)
-        .chain(args.iter().filter(|a| a.text.starts_with('-') && !a.text.starts_with("--")))
+        .chain(
+            args.iter()
+                .filter(|a| a.text.starts_with('-') && !a.text.starts_with("--")),
+        )
         .map(|a| a.text.trim_start_matches('-').to_owned())
         .collect();
     let long = |n: &str| surely_flag(args, &[n]);
@@ -1920,7 +2846,10 @@ fn tar(c: &mut Cmd<'_>) {
         } else {
             c.read_only();
         }
-    } else if args.iter().any(|a| a.text.contains("--remove-files") || a.text.contains("--delete")) {
+    } else if args
+        .iter()
+        .any(|a| a.text.contains("--remove-files") || a.text.contains("--delete"))
+    {
         c.delete();
     } else {
         c.write();
@@ -1942,7 +2871,10 @@ fn rsync(c: &mut Cmd<'_>) {
     if remote {
         c.network();
     }
-    if args.iter().any(|a| a.text.starts_with("--delete") || a.text == "--remove-source-files") {
+    if args
+        .iter()
+        .any(|a| a.text.starts_with("--delete") || a.text == "--remove-source-files")
+    {
         c.delete();
     } else if !remote {
         c.write();

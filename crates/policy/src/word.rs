@@ -66,6 +66,12 @@ pub(crate) struct WordScan {
     pub hazards: Vec<String>,
 }
 
+/// Whether unquoted text is a glob pattern: `*`, `?`, or a `[...]` class
+/// (a lone `[`, as in the `[` command, is not).
+fn is_glob(s: &str) -> bool {
+    s.contains('*') || s.contains('?') || s.find('[').is_some_and(|i| s[i + 1..].contains(']'))
+}
+
 fn looks_like_code(s: &str) -> bool {
     s.contains("$(") || s.contains('`')
 }
@@ -77,26 +83,21 @@ fn options() -> ParserOptions {
 /// Scans one raw source word (as written, quotes included).
 pub(crate) fn scan_word(raw: &str) -> WordScan {
     let mut scan = WordScan::default();
-    let expanded = match expand_braces(raw) {
-        Some(words) => words,
-        None => {
-            scan.hazards.push(format!(
-                "`{}` brace-expands into too many words to analyse",
-                crate::display::clip(raw)
-            ));
-            // Still look inside it for substitutions, and keep it as one
-            // opaque argument.
-            vec![raw.to_owned()]
-        }
+    // Too many alternatives: keep the word whole (still scanning it for
+    // substitutions) and treat its value as unknown.
+    let (expanded, too_many) = match expand_braces(raw) {
+        Some(words) => (words, false),
+        None => (vec![raw.to_owned()], true),
     };
-    let too_many = expanded.len() == 1 && !scan.hazards.is_empty();
     for w in expanded {
         let mut b = Builder::default();
         match word::parse(&w, &options()) {
             Ok(pieces) => walk(&w, &pieces, false, &mut b, &mut scan),
             Err(_) => {
-                scan.hazards
-                    .push(format!("could not parse the word `{}`", crate::display::clip(&w)));
+                scan.hazards.push(format!(
+                    "could not parse the word `{}`",
+                    crate::display::clip(&w)
+                ));
                 b.text.push_str(&w);
                 b.dynamic = true;
             }
@@ -104,9 +105,15 @@ pub(crate) fn scan_word(raw: &str) -> WordScan {
         if too_many {
             b.dynamic = true;
         }
-        // An unquoted word that expands to nothing vanishes; a static empty
-        // word (`''`) is a real empty argument. Dynamic words are always kept
-        // so that callers see there is something there.
+        // A glob that starts with a wildcard can match file names that
+        // start with `-` (such as a file the agent created named
+        // `--to-command=sh`), so it may turn into options: treat its value
+        // as unknown. `src/*.rs` cannot, and stays static apart from `glob`.
+        if b.glob && b.text.starts_with(['*', '?', '[']) {
+            b.dynamic = true;
+        }
+        // Every word is kept, even one that might expand to nothing, so
+        // callers always see that something was there.
         scan.args.push(Arg {
             literal_code: looks_like_code(&b.literal_view),
             text: b.text,
@@ -144,20 +151,25 @@ fn source_of<'a>(raw: &'a str, p: &WordPieceWithSource, fallback: &'a str) -> &'
     raw.get(p.start_index..p.end_index).unwrap_or(fallback)
 }
 
-fn walk(raw: &str, pieces: &[WordPieceWithSource], quoted: bool, b: &mut Builder, scan: &mut WordScan) {
+fn walk(
+    raw: &str,
+    pieces: &[WordPieceWithSource],
+    quoted: bool,
+    b: &mut Builder,
+    scan: &mut WordScan,
+) {
     for p in pieces {
         match &p.piece {
             WordPiece::Text(s) => {
-                if !quoted && s.chars().any(|c| matches!(c, '*' | '?' | '[')) {
+                if !quoted && is_glob(s) {
                     b.glob = true;
                 }
                 b.lit(s);
             }
             WordPiece::SingleQuotedText(s) => b.lit(s),
             WordPiece::AnsiCQuotedText(s) => b.lit(&decode_ansi_c(s)),
-            WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
-                walk(raw, inner, true, b, scan)
-            }
+            WordPiece::DoubleQuotedSequence(inner)
+            | WordPiece::GettextDoubleQuotedSequence(inner) => walk(raw, inner, true, b, scan),
             WordPiece::TildeExpansion(_) => {
                 // The home directory is static but unknown to us; keep the
                 // tilde so path checks can see it refers to $HOME.
@@ -181,9 +193,14 @@ fn walk(raw: &str, pieces: &[WordPieceWithSource], quoted: bool, b: &mut Builder
                         "`{src}` applies prompt expansion, which can run commands"
                     ));
                 }
-                scan_nested_text(src.strip_prefix("${").and_then(|s| s.strip_suffix('}')), src, scan);
+                scan_nested_text(
+                    src.strip_prefix("${").and_then(|s| s.strip_suffix('}')),
+                    src,
+                    scan,
+                );
             }
-            WordPiece::CommandSubstitution(body) | WordPiece::BackquotedCommandSubstitution(body) => {
+            WordPiece::CommandSubstitution(body)
+            | WordPiece::BackquotedCommandSubstitution(body) => {
                 let src = source_of(raw, p, "$(...)");
                 b.dyn_part(src);
                 scan.substitutions.push(body.clone());
@@ -227,6 +244,22 @@ fn is_prompt_expansion(expr: &ParameterExpr) -> bool {
             ..
         }
     )
+}
+
+/// The text with every expansion replaced by `1`, for checking whether
+/// arithmetic text is well-formed once expanded. `None` if it cannot be
+/// parsed as a word.
+pub(crate) fn with_placeholders(text: &str) -> Option<String> {
+    let pieces = word::parse(text, &options()).ok()?;
+    let mut out = String::new();
+    for p in pieces {
+        match p.piece {
+            WordPiece::Text(s) | WordPiece::SingleQuotedText(s) => out.push_str(&s),
+            WordPiece::EscapeSequence(s) => out.push_str(s.trim_start_matches('\\')),
+            _ => out.push('1'),
+        }
+    }
+    Some(out)
 }
 
 /// Decodes the body of a `$'...'` string the way bash does.
@@ -365,7 +398,11 @@ fn expand_member(m: &BraceExpressionMember) -> Option<Vec<String>> {
             let mut v = *start;
             for _ in 0..span {
                 out.push(v.to_string());
-                v = if start <= end { v + step as i64 } else { v - step as i64 };
+                v = if start <= end {
+                    v + step as i64
+                } else {
+                    v - step as i64
+                };
             }
             Some(out)
         }
@@ -424,7 +461,7 @@ mod tests {
         assert_eq!(texts("a{1..3}"), ["a1", "a2", "a3"]);
         assert_eq!(texts("'{a,b}'"), ["{a,b}"]);
         let big = scan_word("{1..100000}");
-        assert!(big.args[0].dynamic && !big.hazards.is_empty());
+        assert!(big.args[0].dynamic && big.hazards.is_empty());
     }
 
     #[test]

@@ -50,6 +50,14 @@ impl PidsCgroup {
         &self.path
     }
 
+    /// One attempt at removing the cgroup, for the fast path.
+    pub(crate) fn try_remove(&self) -> bool {
+        match std::fs::remove_dir(&self.path) {
+            Ok(()) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
+    }
+
     /// Removes the (by now empty) cgroup. Tasks leave a cgroup when they exit, but
     /// the removal can race with the last exit, hence the short retry.
     pub(crate) fn remove(&self) {
@@ -104,7 +112,9 @@ fn pids_cgroup_dir() -> Option<PathBuf> {
     if let Some(m) = &v2
         && std::fs::read_to_string(m.join("cgroup.controllers"))
             .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"))
-        && let Some((_, rel)) = entries.iter().find(|(controllers, _)| controllers.is_empty())
+        && let Some((_, rel)) = entries
+            .iter()
+            .find(|(controllers, _)| controllers.is_empty())
     {
         return Some(m.join(rel));
     }

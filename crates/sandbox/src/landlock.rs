@@ -59,9 +59,11 @@ pub(crate) enum Enforced {
 /// directories the command may modify.
 pub(crate) fn restrict(writable: &[PathBuf], network: bool) -> Result<Enforced, String> {
     let Some(kernel) = kernel_abi() else {
-        return Err("Landlock is not available in this kernel (needs Linux 5.13+ with \
+        return Err(
+            "Landlock is not available in this kernel (needs Linux 5.13+ with \
                     landlock in the lsm= boot list)"
-            .into());
+                .into(),
+        );
     };
     // Ask for exactly what the running kernel supports (capped at what the crate
     // knows): asking for more would report "partially enforced" on every run of a
@@ -70,8 +72,8 @@ pub(crate) fn restrict(writable: &[PathBuf], network: bool) -> Result<Enforced, 
     let all = AccessFs::from_all(abi);
     let read_exec = AccessFs::from_read(abi);
     let read = read_exec & !AccessFs::Execute;
-    let device = (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev)
-        & all;
+    let device =
+        (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev) & all;
 
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)

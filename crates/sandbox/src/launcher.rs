@@ -5,8 +5,9 @@
 //!
 //! ```text
 //! run() ── launcher (own process group; new user+pid+mount[+net] namespaces)
-//!            └─ init (PID 1 of the new PID namespace; mounts a private /proc;
-//!               supervises)
+//!            └─ init (PID 1 of the new PID namespace; makes every mount but the
+//!               workspace and the task directory read-only, mounts a private
+//!               /proc; supervises)
 //!                 └─ command (setsid; rlimits, Landlock, no_new_privs, seccomp; exec)
 //! ```
 //!
@@ -80,14 +81,8 @@ impl Ctrl {
         while !buf.is_empty() {
             // MSG_NOSIGNAL: if `run` is gone, fail quietly instead of SIGPIPE.
             // SAFETY: valid buffer; the fd is ours.
-            let n = unsafe {
-                libc::send(
-                    self.0,
-                    buf.as_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_NOSIGNAL,
-                )
-            };
+            let n =
+                unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
             if n <= 0 {
                 if n < 0 && errno() == libc::EINTR {
                     continue;
@@ -182,7 +177,7 @@ fn launch(ctrl: Ctrl) -> Result<i32, String> {
             // and with it the whole namespace.
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
             if ns.mount {
-                mount_private_proc(ctrl);
+                harden_mounts(&config, ctrl);
             }
             let code = supervise(&config, ctrl, &ns, Some(life_r));
             std::process::exit(code)
@@ -192,12 +187,7 @@ fn launch(ctrl: Ctrl) -> Result<i32, String> {
             // Signals sent to our process group are for init; the launcher only
             // waits (and keeps the lifeline open while it lives).
             ignore_termination_signals();
-            loop {
-                match nix::sys::wait::waitpid(child, None) {
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    _ => break,
-                }
-            }
+            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(child, None) {}
             drop(life_w);
             Ok(0)
         }
@@ -212,8 +202,7 @@ fn thread_count() -> usize {
 
 fn read_config(ctrl: Ctrl) -> Result<LaunchConfig, String> {
     // SAFETY: the fd is ours; ManuallyDrop keeps it open.
-    let mut sock =
-        std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(ctrl.0) });
+    let mut sock = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(ctrl.0) });
     let mut len = [0u8; 4];
     sock.read_exact(&mut len)
         .map_err(|e| format!("reading the configuration: {e}"))?;
@@ -237,82 +226,223 @@ struct Namespaces {
 }
 
 /// Enters new namespaces: unprivileged through a user namespace first, then (for
-/// root without user namespaces) directly; otherwise none, with a warning.
+/// root without user namespaces) directly; a kernel without network namespaces
+/// still gets the others. Whatever cannot be had is reported as a warning; the
+/// mechanisms that must not be missing (Landlock, seccomp) are checked later.
 fn enter_namespaces(config: &LaunchConfig, ctrl: Ctrl) -> Namespaces {
-    let mut base = CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS;
-    if !config.network {
-        base |= CloneFlags::CLONE_NEWNET;
-    }
-    let uid = nix::unistd::getuid();
-    let gid = nix::unistd::getgid();
-    let entered = |user| Namespaces {
-        user,
-        pid: true,
-        mount: true,
-        net: !config.network,
+    let user = CloneFlags::CLONE_NEWUSER;
+    let base = CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS;
+    let net = if config.network {
+        CloneFlags::empty()
+    } else {
+        CloneFlags::CLONE_NEWNET
     };
-    let user_err = match nix::sched::unshare(CloneFlags::CLONE_NEWUSER | base) {
-        Ok(()) => {
-            // Map our own uid/gid to themselves: files keep their owners, and an
-            // unprivileged user may write exactly this single-line mapping.
-            let maps = std::fs::write("/proc/self/setgroups", "deny")
-                .and_then(|()| std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n")))
-                .and_then(|()| std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n")));
-            if let Err(e) = maps {
-                ctrl.warn(format!("cannot write the user namespace id maps: {e}"));
-            }
-            return entered(true);
-        }
-        Err(e) => e,
-    };
-    match nix::sched::unshare(base) {
-        Ok(()) => entered(false),
-        Err(e) => {
-            let mut ns = Namespaces::default();
-            let mut msg = format!(
-                "no user namespace ({user_err}) and no privileged namespaces ({e}): \
-                 descendants are tracked with a child subreaper instead of a PID namespace"
-            );
-            if !config.network {
-                if nix::sched::unshare(CloneFlags::CLONE_NEWNET).is_ok() {
-                    ns.net = true;
-                } else {
-                    msg.push_str("; network is blocked by seccomp only");
+    // Read before unshare: inside the new user namespace, until the maps are
+    // written, our ids read as the overflow id (65534).
+    let ids = (nix::unistd::getuid(), nix::unistd::getgid());
+    let mut errors = Vec::new();
+    let mut attempts = vec![user | base | net, user | base, base | net, base];
+    attempts.dedup(); // with the network on, `net` is empty
+    for flags in attempts {
+        match nix::sched::unshare(flags) {
+            Ok(()) => {
+                let ns = Namespaces {
+                    user: flags.contains(user),
+                    pid: true,
+                    mount: true,
+                    net: flags.contains(CloneFlags::CLONE_NEWNET),
+                };
+                if ns.user {
+                    write_id_maps(ids, ctrl);
                 }
+                if !net.is_empty() && !ns.net {
+                    ctrl.warn(format!(
+                        "no network namespace ({}): network is blocked by seccomp only",
+                        errors.first().map(String::as_str).unwrap_or("?")
+                    ));
+                }
+                return ns;
             }
-            ctrl.warn(msg);
-            ns
+            Err(e) => errors.push(format!("{flags:?}: {e}")),
         }
+    }
+    let mut ns = Namespaces::default();
+    let mut msg = format!(
+        "no PID namespace ({}): descendants are tracked with a child subreaper instead",
+        errors.join("; ")
+    );
+    if !net.is_empty() {
+        if nix::sched::unshare(net).is_ok() {
+            ns.net = true;
+        } else {
+            msg.push_str("; network is blocked by seccomp only");
+        }
+    }
+    ctrl.warn(msg);
+    ns
+}
+
+/// Maps our own uid/gid to themselves in the new user namespace: files keep
+/// their owners, and an unprivileged user may write exactly this single-line
+/// mapping.
+fn write_id_maps((uid, gid): (nix::unistd::Uid, nix::unistd::Gid), ctrl: Ctrl) {
+    let maps = std::fs::write("/proc/self/setgroups", "deny")
+        .and_then(|()| std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n")))
+        .and_then(|()| std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n")));
+    if let Err(e) = maps {
+        ctrl.warn(format!("cannot write the user namespace id maps: {e}"));
     }
 }
 
-/// Mounts a /proc that shows only the task's processes (we are PID 1 of the new
-/// PID namespace and alone in a new mount namespace).
-fn mount_private_proc(ctrl: Ctrl) {
-    // SAFETY: mount(2) with static, NUL-terminated strings.
-    let ok = unsafe {
-        // Keep our mounts from propagating back to the host's namespace.
+/// Makes the task's private mount namespace read-only everywhere except the
+/// workspace and the per-task directory, and mounts a /proc that shows only the
+/// task's processes. Runs in init (PID 1 of the new PID namespace, alone in the
+/// new mount namespace), before the command is forked.
+///
+/// Why read-only mounts on top of Landlock: Landlock does not govern metadata
+/// (chmod, chown, utimes, xattrs), so without this a command could change the
+/// mode of any file its user owns outside the workspace. A read-only mount
+/// refuses all of those with `EROFS`; device nodes such as /dev/null stay
+/// writable because the read-only flag does not apply to them.
+///
+/// Failure mode: if the namespace cannot be made private, nothing else is tried
+/// (a remount could otherwise reach the host's mounts) and a warning is sent;
+/// Landlock still confines writes.
+fn harden_mounts(config: &LaunchConfig, ctrl: Ctrl) {
+    let last_err = || std::io::Error::last_os_error();
+    // SAFETY (all mount calls below): mount(2) with NUL-terminated strings that
+    // outlive the call.
+    // Keep our mount changes from propagating back to the host's namespace.
+    if unsafe {
         libc::mount(
             std::ptr::null(),
             c"/".as_ptr(),
             std::ptr::null(),
             libc::MS_REC | libc::MS_PRIVATE,
             std::ptr::null(),
-        ) == 0
-            && libc::mount(
-                c"proc".as_ptr(),
-                c"/proc".as_ptr(),
-                c"proc".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        )
+    } != 0
+    {
+        ctrl.warn(format!(
+            "cannot make the mount namespace private ({}): filesystems stay writable \
+             outside Landlock's control of metadata, and the command can list host processes",
+            last_err()
+        ));
+        return;
+    }
+
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let writable = [&config.workspace, &config.task_dir];
+    // Bind the writable trees onto themselves first: the copies are separate
+    // mounts that keep their write access when the mounts below go read-only.
+    let mut binds_ok = true;
+    for dir in writable {
+        let Ok(c) = CString::new(dir.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        if unsafe {
+            libc::mount(
+                c.as_ptr(),
+                c.as_ptr(),
                 std::ptr::null(),
-            ) == 0
-    };
-    if !ok {
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            binds_ok = false;
+            ctrl.warn(format!(
+                "cannot bind-mount {} ({}): filesystems are left writable (Landlock still \
+                 confines writes, not metadata changes)",
+                dir.display(),
+                last_err()
+            ));
+        }
+    }
+    if binds_ok {
+        let mut failed = Vec::new();
+        for line in mounts.lines() {
+            let Some(mount_point) = line.split(' ').nth(4).map(unescape_mountinfo) else {
+                continue;
+            };
+            let mp = Path::new(&mount_point);
+            // Our binds (and mounts below them) stay writable.
+            if writable.iter().any(|w| mp.starts_with(w)) {
+                continue;
+            }
+            let Ok(c) = CString::new(mount_point.as_bytes()) else {
+                continue;
+            };
+            // Locked flags (nosuid, nodev, noexec, atime) must be kept or the
+            // kernel refuses the remount inside a user namespace.
+            let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+            if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+                continue; // hidden under another mount, or gone
+            }
+            let keep = st.f_flag
+                & (libc::ST_NOSUID
+                    | libc::ST_NODEV
+                    | libc::ST_NOEXEC
+                    | libc::ST_NOATIME
+                    | libc::ST_NODIRATIME
+                    | libc::ST_RELATIME);
+            let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | keep as libc::c_ulong;
+            if unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    c.as_ptr(),
+                    std::ptr::null(),
+                    flags,
+                    std::ptr::null(),
+                )
+            } != 0
+            {
+                failed.push(format!("{mount_point} ({})", last_err()));
+            }
+        }
+        if !failed.is_empty() {
+            ctrl.warn(format!(
+                "could not make these mounts read-only: {}",
+                failed.join(", ")
+            ));
+        }
+    }
+
+    if unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    } != 0
+    {
         ctrl.warn(format!(
             "cannot mount a private /proc ({}): the command can list host processes",
-            std::io::Error::last_os_error()
+            last_err()
         ));
     }
+}
+
+/// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn ignore_termination_signals() {
@@ -324,12 +454,7 @@ fn ignore_termination_signals() {
 
 /// Forks the command and supervises it until it and all its descendants are
 /// gone. Returns the supervisor's own exit code.
-fn supervise(
-    config: &LaunchConfig,
-    ctrl: Ctrl,
-    ns: &Namespaces,
-    lifeline: Option<OwnedFd>,
-) -> i32 {
+fn supervise(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces, lifeline: Option<OwnedFd>) -> i32 {
     let pid1 = ns.pid;
     // Signals are read from a signalfd in the poll loop, not by handlers.
     let mut mask = SigSet::empty();
@@ -384,7 +509,7 @@ fn supervise(
             kill_descendants(sig);
         }
     };
-    let mut terminate = |kill_at: &mut Option<Instant>| {
+    let terminate = |kill_at: &mut Option<Instant>| {
         if kill_at.is_none() {
             kill_all(Signal::SIGTERM);
             kill_all(Signal::SIGCONT);
@@ -465,12 +590,15 @@ fn supervise(
         }
         if kill_at.is_some_and(|t| Instant::now() >= t) {
             kill_all(Signal::SIGKILL);
+            // Look again shortly, without spinning, until the command is reaped.
+            kill_at = Some(Instant::now() + Duration::from_millis(50));
         }
     }
 
     // The command is done: nothing it started may outlive it.
-    kill_all(Signal::SIGKILL);
-    if !pid1 {
+    if pid1 {
+        kill_all(Signal::SIGKILL);
+    } else {
         reap_all_descendants();
     }
     // As PID 1, exiting makes the kernel kill and reap the rest of the namespace;
@@ -482,13 +610,17 @@ fn supervise(
 }
 
 /// Subreaper mode: kills and reaps until we have no children. Because we are a
-/// subreaper, having no children means having no descendants.
+/// subreaper, having no children means having no descendants, so the common
+/// case (nothing left behind) costs one `waitpid` and no `/proc` walk.
 fn reap_all_descendants() {
     loop {
-        kill_descendants(Signal::SIGKILL);
         match nix::sys::wait::waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Err(nix::errno::Errno::EINTR) => {}
             Err(_) => return, // ECHILD: none left
-            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(2)),
+            Ok(WaitStatus::StillAlive) => {
+                kill_descendants(Signal::SIGKILL);
+                std::thread::sleep(Duration::from_millis(1));
+            }
             Ok(_) => {}
         }
     }
@@ -500,7 +632,11 @@ fn kill_descendants(sig: Signal) {
     let mut parent_of: Vec<(i32, i32)> = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
                 continue;
             };
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -665,7 +801,7 @@ fn close_inherited_fds() {
 
 fn apply_limits(limits: &Limits, ns: &Namespaces, ctrl: Ctrl) {
     use nix::sys::resource::{Resource, setrlimit};
-    let mut set = |res: Resource, name: &str, value: u64| {
+    let set = |res: Resource, name: &str, value: u64| {
         if let Err(e) = setrlimit(res, value, value) {
             ctrl.warn(format!("cannot set {name} to {value}: {e}"));
         }
@@ -683,7 +819,13 @@ fn apply_limits(limits: &Limits, ns: &Namespaces, ctrl: Ctrl) {
     if let Some(v) = limits.max_processes {
         // In our own user namespace the count starts at zero; outside one it is
         // per user across the machine, so leave room for what already runs.
-        let v = if ns.user { v } else { v + user_process_count() };
+        // Root is exempt from RLIMIT_NPROC (the pids cgroup covers it): skip the
+        // /proc walk.
+        let v = if ns.user || nix::unistd::getuid().is_root() {
+            v
+        } else {
+            v + user_process_count()
+        };
         set(Resource::RLIMIT_NPROC, "RLIMIT_NPROC", v);
     }
 }
@@ -694,7 +836,11 @@ fn user_process_count() -> u64 {
     let mut n = 0u64;
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
-            if !e.file_name().to_str().is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit())) {
+            if !e
+                .file_name()
+                .to_str()
+                .is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit()))
+            {
                 continue;
             }
             let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
@@ -753,5 +899,15 @@ fn drop_capabilities() {
             0,
             0,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(super::unescape_mountinfo("/a\\040b\\134c"), "/a b\\c");
+        assert_eq!(super::unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(super::unescape_mountinfo("/end\\04"), "/end\\04");
     }
 }

@@ -7,7 +7,10 @@
 //! * **Filesystem** ([Landlock](https://docs.kernel.org/userspace-api/landlock.html)):
 //!   the command may read and execute the system directories and the workspace, and
 //!   may write only the workspace and a private per-task directory (its `HOME` and
-//!   `TMPDIR`), which is removed afterwards.
+//!   `TMPDIR`), which is removed afterwards. In the task's private mount namespace
+//!   every other mount is also read-only, which covers what Landlock does not
+//!   govern (chmod, chown, utimes, xattrs), and /proc shows only the task's
+//!   processes.
 //! * **System calls** (seccomp): no `ptrace`, no `io_uring`, no keyrings, no mounts,
 //!   no new namespaces, no BPF or perf, no module loading; with the network off, no
 //!   socket other than `AF_UNIX`. Denied calls fail with `EPERM`, so programs print
@@ -49,6 +52,8 @@
 //! the caller itself dies.
 
 #![cfg(target_os = "linux")]
+// The crate docs show the exact `main` a binary needs.
+#![allow(clippy::needless_doctest_main)]
 
 mod cgroup;
 mod check;
@@ -321,18 +326,86 @@ pub async fn run(spec: ExecSpec, cancel: CancellationToken) -> Result<ExecOutcom
         source,
     })?;
     let result = supervise(&spec, &prepared, &launcher, cancel).await;
-    // Only now, with every process of the task gone, remove what it could write.
-    if let Some(cg) = &prepared.cgroup {
-        cg.remove();
+    // Only now, with every process of the task gone, remove what it could write
+    // (off the async threads: the per-task directory may be large).
+    let mut leftovers = prepared.leftovers;
+    if !leftovers.clean_if_empty() {
+        let _ = tokio::task::spawn_blocking(move || leftovers.clean()).await;
     }
-    remove_task_dir(prepared.task_dir);
     result
 }
 
 struct Prepared {
     config: launcher::LaunchConfig,
-    task_dir: tempfile::TempDir,
+    leftovers: Leftovers,
+}
+
+/// What a task leaves on the host: its private directory and, for root, its
+/// pids cgroup. Removed by [`Leftovers::clean`] once the task has ended; if the
+/// `run` future is dropped before that, `Drop` removes them from a thread after
+/// the launcher has had time to kill the task (it notices the closed control
+/// socket), so nothing is removed under a live process and nothing leaks.
+struct Leftovers {
+    task_dir: Option<tempfile::TempDir>,
     cgroup: Option<cgroup::PidsCgroup>,
+}
+
+impl Leftovers {
+    fn clean(mut self) {
+        self.clean_now();
+    }
+
+    /// The common case, cheap enough for an async thread: the command left its
+    /// private directories empty, so a few `rmdir`s remove everything.
+    fn clean_if_empty(&mut self) -> bool {
+        let Some(dir) = &self.task_dir else {
+            return true;
+        };
+        let base = dir.path();
+        let empty = ["home", "tmp"]
+            .iter()
+            .all(|d| std::fs::remove_dir(base.join(d)).is_ok())
+            && std::fs::remove_dir(base).is_ok();
+        if !empty {
+            return false;
+        }
+        // Already gone: keep TempDir's drop from trying again.
+        let _ = self.task_dir.take().map(tempfile::TempDir::keep);
+        match &self.cgroup {
+            Some(cg) if !cg.try_remove() => false,
+            _ => {
+                self.cgroup = None;
+                true
+            }
+        }
+    }
+
+    fn clean_now(&mut self) {
+        if let Some(cg) = self.cgroup.take() {
+            cg.remove();
+        }
+        if let Some(dir) = self.task_dir.take() {
+            remove_task_dir(dir);
+        }
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        if self.task_dir.is_none() && self.cgroup.is_none() {
+            return;
+        }
+        let mut rest = Leftovers {
+            task_dir: self.task_dir.take(),
+            cgroup: self.cgroup.take(),
+        };
+        let _ = std::thread::Builder::new()
+            .name("capstan-sandbox-cleanup".into())
+            .spawn(move || {
+                std::thread::sleep(KILL_GRACE + Duration::from_secs(3));
+                rest.clean_now();
+            });
+    }
 }
 
 /// Checks the spec and builds the launcher configuration. Nothing is started.
@@ -396,8 +469,10 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
     };
     Ok(Prepared {
         config,
-        task_dir,
-        cgroup,
+        leftovers: Leftovers {
+            task_dir: Some(task_dir),
+            cgroup,
+        },
     })
 }
 
@@ -530,7 +605,11 @@ async fn supervise(
         reports
     });
 
-    let deadline = tokio::time::Instant::from_std(started + spec.timeout);
+    // A timeout too large to represent means no timeout.
+    let deadline = started
+        .checked_add(spec.timeout)
+        .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
+    let deadline = tokio::time::Instant::from_std(deadline);
     let stop = tokio::select! {
         status = child.wait() => { status?; Stop::Finished }
         _ = tokio::time::sleep_until(deadline) => Stop::TimedOut,
@@ -650,7 +729,10 @@ mod tests {
         let env = scrubbed_env(
             Path::new("/h"),
             Path::new("/t"),
-            &[("LANG".into(), "en_US.UTF-8".into()), ("X".into(), "1".into())],
+            &[
+                ("LANG".into(), "en_US.UTF-8".into()),
+                ("X".into(), "1".into()),
+            ],
         );
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("PATH"), Some(SANDBOX_PATH));
@@ -662,12 +744,28 @@ mod tests {
     }
 
     #[test]
+    fn unsupported_error_says_what_to_do() {
+        let e = SandboxError::Unsupported {
+            what: "Landlock is not available".into(),
+            hint: UNSUPPORTED_HINT.into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "sandbox unavailable: Landlock is not available; set sandbox = \"off\" in the \
+             workspace profile to run unsandboxed"
+        );
+    }
+
+    #[test]
     fn cwd_must_stay_inside_workspace() {
         let ws = tempfile::tempdir().unwrap();
         let ws_path = std::fs::canonicalize(ws.path()).unwrap();
         std::fs::create_dir(ws_path.join("sub")).unwrap();
         std::os::unix::fs::symlink("/etc", ws_path.join("out")).unwrap();
-        assert_eq!(resolve_cwd(&ws_path, Path::new("sub")).unwrap(), ws_path.join("sub"));
+        assert_eq!(
+            resolve_cwd(&ws_path, Path::new("sub")).unwrap(),
+            ws_path.join("sub")
+        );
         assert!(resolve_cwd(&ws_path, Path::new("..")).is_err());
         assert!(resolve_cwd(&ws_path, Path::new("out")).is_err());
         assert!(resolve_cwd(&ws_path, Path::new("/etc")).is_err());

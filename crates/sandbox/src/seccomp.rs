@@ -105,11 +105,14 @@ pub(crate) fn build(network: bool) -> Result<Vec<BpfProgram>, String> {
 
     // TIOCSTI/TIOCLINUX push input into a terminal: the classic way out of a
     // sandbox that shares the user's tty.
+    // The request constants' type differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    let (tiocsti, tioclinux) = (libc::TIOCSTI as u64, libc::TIOCLINUX as u64);
     rules.insert(
         libc::SYS_ioctl,
         vec![
-            rule(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCSTI as u64)?])?,
-            rule(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX as u64)?])?,
+            rule(vec![cond(1, SeccompCmpOp::Eq, tiocsti)?])?,
+            rule(vec![cond(1, SeccompCmpOp::Eq, tioclinux)?])?,
         ],
     );
 

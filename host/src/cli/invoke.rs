@@ -13,7 +13,9 @@ use crate::protocol::{Event, EventSink, TaskRequest};
 use crate::services::{HostServices, RunContext};
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Exit status: 0 when the task succeeds, 1 when it fails (the reason is printed), 2 on usage errors.")]
+#[command(
+    after_help = "Exit status: 0 when the task succeeds, 1 when it fails (the reason is printed), 2 on usage errors."
+)]
 pub struct InvokeArgs {
     /// The capability kind, e.g. local_kb_retrieval, terminal_exec, docx.
     pub kind: String,
@@ -44,8 +46,12 @@ impl EventSink for PrintSink {
         }
         match event {
             Event::Activity { message, .. } => eprintln!("  • {message}"),
-            Event::Progress { done, total, unit, .. } => eprintln!("  … {done}/{total} {unit}"),
-            Event::CapabilityStatus { status, message, .. } => eprintln!("  ! {status}: {message}"),
+            Event::Progress {
+                done, total, unit, ..
+            } => eprintln!("  … {done}/{total} {unit}"),
+            Event::CapabilityStatus {
+                status, message, ..
+            } => eprintln!("  ! {status}: {message}"),
             _ => {}
         }
     }
@@ -62,17 +68,33 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
     let operation = match args.operation {
         Some(op) => op,
         None => match registry.resolve(&args.kind) {
-            Ok(plugin) => plugin.operations.first().map(|o| o.name.clone()).unwrap_or_default(),
+            Ok(plugin) => plugin
+                .operations
+                .first()
+                .map(|o| o.name.clone())
+                .unwrap_or_default(),
             Err(_) => String::new(),
         },
     };
-    let task = TaskRequest { id: "t1".into(), kind: args.kind, operation, input };
-    let run = RunContext::new(workspace, Arc::new(PrintSink { json: args.json }), HostServices::default());
+    let task = TaskRequest {
+        id: "t1".into(),
+        kind: args.kind,
+        operation,
+        input,
+    };
+    let run = RunContext::new(
+        workspace,
+        Arc::new(PrintSink { json: args.json }),
+        HostServices::default(),
+    );
     let outcome = run_task(&runtime, &registry, &task, &run).await;
     match outcome {
         Ok(success) => {
             if args.json {
-                println!("{}", json!({"type": "result", "ok": true, "summary": success.summary, "data": success.data}));
+                println!(
+                    "{}",
+                    json!({"type": "result", "ok": true, "summary": success.summary, "data": success.data})
+                );
             } else {
                 eprintln!("{}", success.summary);
                 println!("{}", serde_json::to_string_pretty(&success.data)?);
@@ -81,7 +103,10 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         }
         Err(failure) => {
             if args.json {
-                println!("{}", json!({"type": "result", "ok": false, "reason": failure.reason, "message": failure.message}));
+                println!(
+                    "{}",
+                    json!({"type": "result", "ok": false, "reason": failure.reason, "message": failure.message})
+                );
             } else {
                 eprintln!("task failed ({}): {}", failure.reason, failure.message);
             }

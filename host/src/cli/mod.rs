@@ -64,7 +64,10 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.global.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -95,7 +98,10 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 impl GlobalArgs {
@@ -111,9 +117,12 @@ impl GlobalArgs {
 
 /// A workspace given on the command line, checked and made canonical.
 pub fn workspace_root(dir: &Path) -> Result<PathBuf> {
-    let root = dir
-        .canonicalize()
-        .with_context(|| format!("workspace {} does not exist; pass an existing directory to --workspace", dir.display()))?;
+    let root = dir.canonicalize().with_context(|| {
+        format!(
+            "workspace {} does not exist; pass an existing directory to --workspace",
+            dir.display()
+        )
+    })?;
     if !root.is_dir() {
         bail!("workspace {} is not a directory", root.display());
     }
@@ -122,13 +131,26 @@ pub fn workspace_root(dir: &Path) -> Result<PathBuf> {
 
 /// The runtime and registry for one command: bundled plugins, the user's
 /// capstan.toml, and the workspace's capstan.toml if there is a workspace.
-pub async fn load(global: &GlobalArgs, workspace: Option<&Path>) -> Result<(Dirs, Runtime, Registry)> {
+pub async fn load(
+    global: &GlobalArgs,
+    workspace: Option<&Path>,
+) -> Result<(Dirs, Runtime, Registry)> {
     let dirs = global.dirs()?;
-    let runtime = Runtime::new(dirs.component_cache(), vec![dirs.config.clone(), dirs.data.clone()])?;
+    let runtime = Runtime::new(
+        dirs.component_cache(),
+        vec![dirs.config.clone(), dirs.data.clone()],
+    )?;
     let mut files = vec![dirs.user_config_file()];
     if let Some(ws) = workspace {
         files.push(ws.join("capstan.toml"));
     }
-    let registry = Registry::load(&runtime, &ManifestSources { bundled: true, files }).await;
+    let registry = Registry::load(
+        &runtime,
+        &ManifestSources {
+            bundled: true,
+            files,
+        },
+    )
+    .await;
     Ok((dirs, runtime, registry))
 }

@@ -56,18 +56,41 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         for p in registry.plugins() {
             let e = &p.spec.entry;
             let host: Vec<String> = e.permissions.host.iter().map(|s| s.to_string()).collect();
-            let ops: Vec<String> = p.operations.iter().map(|o| format!("{}({:?})", o.name, o.risk)).collect();
+            let ops: Vec<String> = p
+                .operations
+                .iter()
+                .map(|o| format!("{}({:?})", o.name, o.risk))
+                .collect();
             println!("{} {} [ok]", e.name, e.version);
             println!("  kinds:      {}", e.kinds.join(", "));
             println!("  operations: {}", ops.join(", "));
-            println!("  workspace:  {}   host services: {}", e.permissions.workspace, if host.is_empty() { "-".into() } else { host.join(", ") });
-            let fuel = e.limits.fuel.map(|f| f.to_string()).unwrap_or_else(|| "unlimited".into());
-            println!("  limits:     {} MiB, {} ms, fuel {fuel}", e.limits.memory_mb, e.limits.timeout_ms);
+            println!(
+                "  workspace:  {}   host services: {}",
+                e.permissions.workspace,
+                if host.is_empty() {
+                    "-".into()
+                } else {
+                    host.join(", ")
+                }
+            );
+            let fuel = e
+                .limits
+                .fuel
+                .map(|f| f.to_string())
+                .unwrap_or_else(|| "unlimited".into());
+            println!(
+                "  limits:     {} MiB, {} ms, fuel {fuel}",
+                e.limits.memory_mb, e.limits.timeout_ms
+            );
             println!(
                 "  component:  {} (from {}; {} in {:.1} ms)",
                 p.spec.source,
                 p.spec.origin,
-                if p.load.cache_hit { "cached" } else { "compiled" },
+                if p.load.cache_hit {
+                    "cached"
+                } else {
+                    "compiled"
+                },
                 p.load.duration.as_secs_f64() * 1e3
             );
         }

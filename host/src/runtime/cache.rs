@@ -55,7 +55,12 @@ impl ComponentCache {
 
     /// The compiled component, from the cache when possible. Returns whether the
     /// cache was hit. A corrupt entry is replaced, not fatal.
-    pub fn load_or_compile(&self, engine: &Engine, bytes: &[u8], sha256: &str) -> Result<(Component, bool)> {
+    pub fn load_or_compile(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Result<(Component, bool)> {
         let path = self.entry(sha256);
         if path.exists() {
             // SAFETY: the file was written by `store` below from wasmtime's own
@@ -63,7 +68,9 @@ impl ComponentCache {
             // directory no plugin can reach.
             match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(component) => return Ok((component, true)),
-                Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}")
+                }
             }
         }
         let component = Component::new(engine, bytes)?;

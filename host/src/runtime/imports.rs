@@ -15,7 +15,11 @@ use super::bindings::{PACKAGE, VERSION};
 use crate::manifest::HostService;
 
 /// Host services the component imports, or why it cannot be loaded.
-pub fn check(engine: &Engine, component: &Component, granted: &BTreeSet<HostService>) -> Result<BTreeSet<HostService>, String> {
+pub fn check(
+    engine: &Engine,
+    component: &Component,
+    granted: &BTreeSet<HostService>,
+) -> Result<BTreeSet<HostService>, String> {
     let ty = component.component_type();
     let mut used = BTreeSet::new();
     for (name, _) in ty.imports(engine) {
@@ -25,7 +29,9 @@ pub fn check(engine: &Engine, component: &Component, granted: &BTreeSet<HostServ
             continue;
         }
         let Some(rest) = name.strip_prefix(PACKAGE).and_then(|r| r.strip_prefix('/')) else {
-            return Err(format!("imports `{name}`, which this host does not provide"));
+            return Err(format!(
+                "imports `{name}`, which this host does not provide"
+            ));
         };
         let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
         if version != VERSION {
@@ -36,7 +42,10 @@ pub fn check(engine: &Engine, component: &Component, granted: &BTreeSet<HostServ
         if iface == "types" {
             continue;
         }
-        let Some(service) = HostService::ALL.into_iter().find(|s| s.interface() == iface) else {
+        let Some(service) = HostService::ALL
+            .into_iter()
+            .find(|s| s.interface() == iface)
+        else {
             return Err(format!("imports unknown host interface `{name}`"));
         };
         if !service.always_granted() && !granted.contains(&service) {

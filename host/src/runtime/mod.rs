@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Linker, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
@@ -47,7 +49,9 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 const OUTPUT_CAPTURE: usize = 64 * 1024;
 
 /// A risk as the host sees it. Ordered by severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Risk {
     ReadOnly,
@@ -174,11 +178,16 @@ impl Runtime {
         pool.total_stacks(256);
         pool.max_memory_size((crate::manifest::MAX_MEMORY_MB as usize) << 20);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(anyhow::Error::from).context("creating the wasmtime engine")?;
+        let engine = Engine::new(&config)
+            .map_err(anyhow::Error::from)
+            .context("creating the wasmtime engine")?;
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        bindings::Plugin::add_to_linker::<TaskState, wasmtime::component::HasSelf<TaskState>>(&mut linker, |s| s)?;
+        bindings::Plugin::add_to_linker::<TaskState, wasmtime::component::HasSelf<TaskState>>(
+            &mut linker,
+            |s| s,
+        )?;
 
         let cache = ComponentCache::new(cache_dir.clone(), &engine);
         let mut protected = protected;
@@ -220,13 +229,17 @@ impl Runtime {
             .cache
             .load_or_compile(&self.engine, bytes, &sha256)
             .map_err(|e| fail(format!("not a valid WebAssembly component: {e:#}")))?;
-        let imports = imports::check(&self.engine, &component, &spec.entry.permissions.host).map_err(fail)?;
+        let imports =
+            imports::check(&self.engine, &component, &spec.entry.permissions.host).map_err(fail)?;
         let pre = self
             .linker
             .instantiate_pre(&component)
             .and_then(bindings::PluginPre::new)
             .map_err(|e| fail(format!("cannot be linked: {e:#}")))?;
-        let load = LoadStats { cache_hit, duration: started.elapsed() };
+        let load = LoadStats {
+            cache_hit,
+            duration: started.elapsed(),
+        };
         let mut plugin = LoadedPlugin {
             sha256,
             kinds: vec![],
@@ -236,11 +249,17 @@ impl Runtime {
             pre,
             spec,
         };
-        let info = self.describe(&plugin).await.map_err(|e| fail(format!("describe failed: {e}")))?;
+        let info = self
+            .describe(&plugin)
+            .await
+            .map_err(|e| fail(format!("describe failed: {e}")))?;
         plugin.kinds = info.kinds;
         for op in info.operations {
             let input_schema = serde_json::from_str(&op.input_schema).map_err(|e| {
-                fail(format!("operation `{}` has an input schema that is not JSON: {e}", op.name))
+                fail(format!(
+                    "operation `{}` has an input schema that is not JSON: {e}",
+                    op.name
+                ))
             })?;
             plugin.operations.push(OperationInfo {
                 name: op.name,
@@ -249,7 +268,13 @@ impl Runtime {
                 risk: op.risk.into(),
             });
         }
-        if let Some(kind) = plugin.spec.entry.kinds.iter().find(|k| !plugin.kinds.contains(k)) {
+        if let Some(kind) = plugin
+            .spec
+            .entry
+            .kinds
+            .iter()
+            .find(|k| !plugin.kinds.contains(k))
+        {
             return Err(fail(format!(
                 "the manifest claims kind `{kind}`, but the component serves only {:?}",
                 plugin.kinds
@@ -261,26 +286,31 @@ impl Runtime {
     /// Load a component from its manifest source.
     pub async fn load_spec(&self, spec: PluginSpec) -> Result<LoadedPlugin, LoadError> {
         let bytes = match &spec.source {
-            crate::manifest::ComponentSource::Builtin(name) => match crate::bundled::component(name) {
-                Some(bytes) => std::borrow::Cow::Borrowed(bytes),
-                None => {
-                    return Err(LoadError {
-                        plugin: spec.entry.name.clone(),
-                        source_desc: spec.source.to_string(),
-                        message: format!(
-                            "no builtin component `{name}`; builtins are: {}",
-                            crate::bundled::names().join(", ")
-                        ),
-                    });
+            crate::manifest::ComponentSource::Builtin(name) => {
+                match crate::bundled::component(name) {
+                    Some(bytes) => std::borrow::Cow::Borrowed(bytes),
+                    None => {
+                        return Err(LoadError {
+                            plugin: spec.entry.name.clone(),
+                            source_desc: spec.source.to_string(),
+                            message: format!(
+                                "no builtin component `{name}`; builtins are: {}",
+                                crate::bundled::names().join(", ")
+                            ),
+                        });
+                    }
                 }
-            },
+            }
             crate::manifest::ComponentSource::File(path) => match std::fs::read(path) {
                 Ok(b) => std::borrow::Cow::Owned(b),
                 Err(e) => {
                     return Err(LoadError {
                         plugin: spec.entry.name.clone(),
                         source_desc: spec.source.to_string(),
-                        message: format!("cannot read the component file (field `component` in {}): {e}", spec.origin),
+                        message: format!(
+                            "cannot read the component file (field `component` in {}): {e}",
+                            spec.origin
+                        ),
                     });
                 }
             },
@@ -288,10 +318,22 @@ impl Runtime {
         self.load(spec, &bytes).await
     }
 
-    async fn describe(&self, plugin: &LoadedPlugin) -> Result<bindings::types::CapabilityInfo, TaskFailure> {
-        let run = RunContext::new(None, Arc::new(crate::protocol::NullSink), Default::default());
-        let (mut store, instance) = self.instantiate(plugin, "describe", &run, WorkspaceAccess::None).await?;
-        let result = instance.capstan_plugin_capability().call_describe(&mut store).await;
+    async fn describe(
+        &self,
+        plugin: &LoadedPlugin,
+    ) -> Result<bindings::types::CapabilityInfo, TaskFailure> {
+        let run = RunContext::new(
+            None,
+            Arc::new(crate::protocol::NullSink),
+            Default::default(),
+        );
+        let (mut store, instance) = self
+            .instantiate(plugin, "describe", &run, WorkspaceAccess::None)
+            .await?;
+        let result = instance
+            .capstan_plugin_capability()
+            .call_describe(&mut store)
+            .await;
         result.map_err(|e| classify_trap(&store, plugin, e))
     }
 
@@ -306,17 +348,31 @@ impl Runtime {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE);
         let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(stdout.clone()).stderr(stderr.clone()).allow_ip_name_lookup(false).allow_tcp(false).allow_udp(false);
+        wasi.stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_ip_name_lookup(false)
+            .allow_tcp(false)
+            .allow_udp(false);
         if access != WorkspaceAccess::None {
             let root = run.workspace.as_ref().ok_or_else(|| {
                 TaskFailure::new(
                     FailureReason::WorkspaceRequired,
-                    format!("`{}` needs a workspace; bind one with --workspace DIR", plugin.name()),
+                    format!(
+                        "`{}` needs a workspace; bind one with --workspace DIR",
+                        plugin.name()
+                    ),
                 )
             })?;
-            let perms = if access == WorkspaceAccess::ReadWrite { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            let perms = if access == WorkspaceAccess::ReadWrite {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
             wasi.preopened_dir(root, ".", perms).map_err(|e| {
-                TaskFailure::new(FailureReason::Failed, format!("cannot open workspace {}: {e:#}", root.display()))
+                TaskFailure::new(
+                    FailureReason::Failed,
+                    format!("cannot open workspace {}: {e:#}", root.display()),
+                )
             })?;
         }
         let state = TaskState {
@@ -366,7 +422,12 @@ impl Runtime {
 
     /// Run one task on a plugin. Never panics and never leaks a fault: every
     /// failure is a [`TaskFailure`].
-    pub async fn invoke(&self, plugin: &LoadedPlugin, task: &TaskRequest, run: &RunContext) -> TaskOutcome {
+    pub async fn invoke(
+        &self,
+        plugin: &LoadedPlugin,
+        task: &TaskRequest,
+        run: &RunContext,
+    ) -> TaskOutcome {
         let Some(op) = plugin.operation(&task.operation) else {
             let names: Vec<&str> = plugin.operations.iter().map(|o| o.name.as_str()).collect();
             return Err(TaskFailure::new(
@@ -382,14 +443,21 @@ impl Runtime {
         let granted = plugin.spec.entry.permissions.workspace;
         // The plugin's risk claim can only narrow its rights: a read-only
         // operation gets a read-only view even from a read-write plugin.
-        let access = if op.risk == Risk::ReadOnly { granted.min(WorkspaceAccess::Read) } else { granted };
+        let access = if op.risk == Risk::ReadOnly {
+            granted.min(WorkspaceAccess::Read)
+        } else {
+            granted
+        };
         if access != WorkspaceAccess::None {
             if let Some(root) = &run.workspace {
                 self.check_workspace(root)?;
             }
         }
         if run.cancel.is_cancelled() {
-            return Err(TaskFailure::new(FailureReason::Cancelled, "cancelled before it started"));
+            return Err(TaskFailure::new(
+                FailureReason::Cancelled,
+                "cancelled before it started",
+            ));
         }
         let (mut store, instance) = self.instantiate(plugin, &task.id, run, access).await?;
         let wit_task = bindings::types::Task {
@@ -398,7 +466,10 @@ impl Runtime {
             operation: task.operation.clone(),
             input: task.input.to_string(),
         };
-        let result = instance.capstan_plugin_capability().call_invoke(&mut store, &wit_task).await;
+        let result = instance
+            .capstan_plugin_capability()
+            .call_invoke(&mut store, &wit_task)
+            .await;
         log_output(&store, plugin);
         match result {
             Ok(Ok(out)) => {
@@ -406,10 +477,16 @@ impl Runtime {
                     serde_json::Value::Null
                 } else {
                     serde_json::from_str(&out.data).map_err(|e| {
-                        TaskFailure::new(FailureReason::InvalidPlugin, format!("`{}` returned data that is not JSON: {e}", plugin.name()))
+                        TaskFailure::new(
+                            FailureReason::InvalidPlugin,
+                            format!("`{}` returned data that is not JSON: {e}", plugin.name()),
+                        )
                     })?
                 };
-                Ok(TaskSuccess { summary: out.summary, data })
+                Ok(TaskSuccess {
+                    summary: out.summary,
+                    data,
+                })
             }
             Ok(Err(err)) => {
                 use bindings::types::TaskError as E;
@@ -446,35 +523,68 @@ impl Runtime {
 }
 
 /// Turn a wasmtime error from a plugin call into the reason people can act on.
-fn classify_trap(store: &Store<TaskState>, plugin: &LoadedPlugin, err: wasmtime::Error) -> TaskFailure {
+fn classify_trap(
+    store: &Store<TaskState>,
+    plugin: &LoadedPlugin,
+    err: wasmtime::Error,
+) -> TaskFailure {
     let state = store.data();
     let limits = &plugin.spec.entry.limits;
     if let Some(interrupt) = state.interrupted {
         return match interrupt {
-            Interrupt::Cancelled => TaskFailure::new(FailureReason::Cancelled, "cancelled while running"),
+            Interrupt::Cancelled => {
+                TaskFailure::new(FailureReason::Cancelled, "cancelled while running")
+            }
             Interrupt::Timeout => TaskFailure::new(
                 FailureReason::Timeout,
-                format!("`{}` ran past its {} ms limit and was stopped", plugin.name(), limits.timeout_ms),
+                format!(
+                    "`{}` ran past its {} ms limit and was stopped",
+                    plugin.name(),
+                    limits.timeout_ms
+                ),
             ),
         };
     }
     if let Some(hit) = &state.limiter.hit {
-        return TaskFailure::new(FailureReason::ResourceLimit, format!("`{}`: {hit}", plugin.name()));
+        return TaskFailure::new(
+            FailureReason::ResourceLimit,
+            format!("`{}`: {hit}", plugin.name()),
+        );
     }
     if let Some(wasmtime::Trap::OutOfFuel) = err.downcast_ref::<wasmtime::Trap>() {
         return TaskFailure::new(
             FailureReason::ResourceLimit,
-            format!("`{}` used up its fuel ({} units)", plugin.name(), limits.fuel.unwrap_or(0)),
+            format!(
+                "`{}` used up its fuel ({} units)",
+                plugin.name(),
+                limits.fuel.unwrap_or(0)
+            ),
         );
     }
-    let stderr = String::from_utf8_lossy(&state.stderr.contents()).trim().to_string();
-    let tail: String = stderr.chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
-    let detail = if tail.is_empty() { String::new() } else { format!(" (plugin stderr: {tail})") };
+    let stderr = String::from_utf8_lossy(&state.stderr.contents())
+        .trim()
+        .to_string();
+    let tail: String = stderr
+        .chars()
+        .rev()
+        .take(500)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let detail = if tail.is_empty() {
+        String::new()
+    } else {
+        format!(" (plugin stderr: {tail})")
+    };
     let trap = err
         .downcast_ref::<wasmtime::Trap>()
         .map(|t| t.to_string())
         .unwrap_or_else(|| format!("{err:#}"));
-    TaskFailure::new(FailureReason::Trap, format!("`{}` trapped: {trap}{detail}", plugin.name()))
+    TaskFailure::new(
+        FailureReason::Trap,
+        format!("`{}` trapped: {trap}{detail}", plugin.name()),
+    )
 }
 
 fn log_output(store: &Store<TaskState>, plugin: &LoadedPlugin) {

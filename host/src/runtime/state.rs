@@ -28,7 +28,12 @@ pub struct Limiter {
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.memory_bytes {
             self.hit = Some(format!(
                 "memory limit of {} MiB reached (asked for {} MiB)",
@@ -40,9 +45,17 @@ impl ResourceLimiter for Limiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.table_elements {
-            self.hit = Some(format!("table limit of {} elements reached", self.table_elements));
+            self.hit = Some(format!(
+                "table limit of {} elements reached",
+                self.table_elements
+            ));
             return Ok(false);
         }
         Ok(true)
@@ -62,7 +75,10 @@ pub struct TaskState {
 
 impl WasiView for TaskState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -92,7 +108,12 @@ impl events::Host for TaskState {
     }
 
     async fn progress(&mut self, done: u64, total: u64, unit: String) -> wasmtime::Result<()> {
-        self.send_event(Event::Progress { task_id: self.scope.task_id.clone(), done, total, unit });
+        self.send_event(Event::Progress {
+            task_id: self.scope.task_id.clone(),
+            done,
+            total,
+            unit,
+        });
         Ok(())
     }
 }
@@ -104,7 +125,10 @@ impl cancel::Host for TaskState {
 }
 
 impl exec::Host for TaskState {
-    async fn run(&mut self, req: exec::ExecRequest) -> wasmtime::Result<Result<exec::ExecOutput, exec::ExecError>> {
+    async fn run(
+        &mut self,
+        req: exec::ExecRequest,
+    ) -> wasmtime::Result<Result<exec::ExecOutput, exec::ExecError>> {
         Ok(match self.scope.run.services.exec.clone() {
             Some(service) => service.run(&self.scope, req).await,
             None => Err(exec::ExecError::Denied(not_offered("exec"))),
@@ -120,7 +144,11 @@ impl index::Host for TaskState {
         })
     }
 
-    async fn upsert_file(&mut self, meta: index::FileMeta, passages: Vec<index::Passage>) -> wasmtime::Result<Result<(), String>> {
+    async fn upsert_file(
+        &mut self,
+        meta: index::FileMeta,
+        passages: Vec<index::Passage>,
+    ) -> wasmtime::Result<Result<(), String>> {
         Ok(match self.scope.run.services.index.clone() {
             Some(s) => s.upsert_file(&self.scope, meta, passages).await,
             None => Err(not_offered("index")),
@@ -141,7 +169,11 @@ impl index::Host for TaskState {
         })
     }
 
-    async fn search(&mut self, query: String, limit: u32) -> wasmtime::Result<Result<Vec<index::Hit>, String>> {
+    async fn search(
+        &mut self,
+        query: String,
+        limit: u32,
+    ) -> wasmtime::Result<Result<Vec<index::Hit>, String>> {
         Ok(match self.scope.run.services.index.clone() {
             Some(s) => s.search(&self.scope, query, limit).await,
             None => Err(not_offered("index")),
@@ -150,7 +182,10 @@ impl index::Host for TaskState {
 }
 
 impl approval::Host for TaskState {
-    async fn request(&mut self, req: approval::ApprovalRequest) -> wasmtime::Result<approval::Decision> {
+    async fn request(
+        &mut self,
+        req: approval::ApprovalRequest,
+    ) -> wasmtime::Result<approval::Decision> {
         Ok(match self.scope.run.services.approval.clone() {
             Some(s) => s.request(&self.scope, req).await,
             // Nobody to ask means nobody said yes.
@@ -160,7 +195,10 @@ impl approval::Host for TaskState {
 }
 
 impl model::Host for TaskState {
-    async fn complete(&mut self, req: model::CompletionRequest) -> wasmtime::Result<Result<model::Completion, model::ModelError>> {
+    async fn complete(
+        &mut self,
+        req: model::CompletionRequest,
+    ) -> wasmtime::Result<Result<model::Completion, model::ModelError>> {
         Ok(match self.scope.run.services.model.clone() {
             Some(s) => s.complete(&self.scope, req).await,
             None => Err(model::ModelError::Denied(not_offered("model"))),

@@ -7,6 +7,8 @@
 //! is called (inside each service). A service that this host does not offer
 //! answers `denied` with a sentence saying so.
 
+pub mod index;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -36,7 +38,11 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    pub fn new(workspace: Option<PathBuf>, events: Arc<dyn EventSink>, services: HostServices) -> Self {
+    pub fn new(
+        workspace: Option<PathBuf>,
+        events: Arc<dyn EventSink>,
+        services: HostServices,
+    ) -> Self {
         Self {
             run_id: String::new(),
             workspace,
@@ -49,26 +55,48 @@ impl RunContext {
 
 #[async_trait]
 pub trait ExecService: Send + Sync {
-    async fn run(&self, scope: &TaskScope, req: exec::ExecRequest) -> Result<exec::ExecOutput, exec::ExecError>;
+    async fn run(
+        &self,
+        scope: &TaskScope,
+        req: exec::ExecRequest,
+    ) -> Result<exec::ExecOutput, exec::ExecError>;
 }
 
 #[async_trait]
 pub trait IndexService: Send + Sync {
     async fn known_files(&self, scope: &TaskScope) -> Result<Vec<index::FileMeta>, String>;
-    async fn upsert_file(&self, scope: &TaskScope, meta: index::FileMeta, passages: Vec<index::Passage>) -> Result<(), String>;
+    async fn upsert_file(
+        &self,
+        scope: &TaskScope,
+        meta: index::FileMeta,
+        passages: Vec<index::Passage>,
+    ) -> Result<(), String>;
     async fn remove_file(&self, scope: &TaskScope, path: String) -> Result<(), String>;
     async fn commit(&self, scope: &TaskScope) -> Result<index::IndexStats, String>;
-    async fn search(&self, scope: &TaskScope, query: String, limit: u32) -> Result<Vec<index::Hit>, String>;
+    async fn search(
+        &self,
+        scope: &TaskScope,
+        query: String,
+        limit: u32,
+    ) -> Result<Vec<index::Hit>, String>;
 }
 
 #[async_trait]
 pub trait Approver: Send + Sync {
-    async fn request(&self, scope: &TaskScope, req: approval::ApprovalRequest) -> approval::Decision;
+    async fn request(
+        &self,
+        scope: &TaskScope,
+        req: approval::ApprovalRequest,
+    ) -> approval::Decision;
 }
 
 #[async_trait]
 pub trait ModelService: Send + Sync {
-    async fn complete(&self, scope: &TaskScope, req: model::CompletionRequest) -> Result<model::Completion, model::ModelError>;
+    async fn complete(
+        &self,
+        scope: &TaskScope,
+        req: model::CompletionRequest,
+    ) -> Result<model::Completion, model::ModelError>;
 }
 
 /// The services a host offers. `None` means "not offered here".

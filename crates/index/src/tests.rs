@@ -1,0 +1,519 @@
+use std::path::Path;
+
+use super::*;
+
+fn meta(path: &str, n: u64) -> FileMeta {
+    FileMeta {
+        path: path.into(),
+        mtime_ms: 1_700_000_000_000 + n,
+        size: 100 + n,
+        hash: format!("{n:064x}"),
+    }
+}
+
+fn passage(heading: &str, text: &str, a: u32, b: u32) -> Passage {
+    Passage {
+        heading: heading.into(),
+        text: text.into(),
+        line_start: a,
+        line_end: b,
+    }
+}
+
+fn open(dir: &Path) -> WorkspaceIndex {
+    WorkspaceIndex::open(dir, IndexOptions::default()).unwrap()
+}
+
+/// Three files about different things.
+fn populate(idx: &WorkspaceIndex) {
+    idx.upsert_file(
+        meta("docs/keys.md", 1),
+        &[
+            passage(
+                "Guide > Keys",
+                "Keys are stored in the keyring. Each key has an owner.",
+                3,
+                5,
+            ),
+            passage(
+                "Guide > Keys > Rotation",
+                "Rotating keys regularly limits the damage of a leaked secret. \
+                 Run `capstan keys rotate` to rotate every key at once.",
+                8,
+                12,
+            ),
+        ],
+    )
+    .unwrap();
+    idx.upsert_file(
+        meta("docs/network.md", 2),
+        &[passage(
+            "Network > Proxies",
+            "Outbound connections go through the egress proxy. The proxy denies unknown hosts.",
+            1,
+            4,
+        )],
+    )
+    .unwrap();
+    idx.upsert_file(
+        meta("src/main.rs", 3),
+        &[passage(
+            "src/main.rs",
+            "fn main() {\n    let proxy = Proxy::new();\n}",
+            1,
+            3,
+        )],
+    )
+    .unwrap();
+}
+
+fn keys(hits: &[Hit]) -> Vec<(&str, &str, u32, u32)> {
+    hits.iter()
+        .map(|h| {
+            (
+                h.path.as_str(),
+                h.heading.as_str(),
+                h.line_start,
+                h.line_end,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<WorkspaceIndex>();
+}
+
+#[test]
+fn search_finds_the_right_passage_with_snippet() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    populate(&idx);
+    // Nothing is visible before the commit.
+    assert!(idx.search("rotate", 5).unwrap().is_empty());
+    let stats = idx.commit().unwrap();
+    assert_eq!(
+        stats,
+        IndexStats {
+            files: 3,
+            passages: 4
+        }
+    );
+
+    // Stemming: "rotating" / "rotate" / "rotation" meet.
+    let hits = idx.search("how do I rotate my keys", 5).unwrap();
+    assert_eq!(
+        keys(&hits)[0],
+        ("docs/keys.md", "Guide > Keys > Rotation", 8, 12)
+    );
+    let top = &hits[0];
+    assert!(top.text.starts_with("Rotating keys regularly"));
+    assert!(top.snippet.contains("<b>rotate</b>"), "{}", top.snippet);
+    assert!(top.snippet.contains("<b>keys</b>"), "{}", top.snippet);
+    assert!(top.score > 0.0);
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+
+    let hits = idx.search("proxy", 5).unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(
+        keys(&hits)[0],
+        ("docs/network.md", "Network > Proxies", 1, 4)
+    );
+
+    // A heading-only match still gets a snippet: the start of the text, escaped.
+    idx.upsert_file(
+        meta("docs/tags.md", 4),
+        &[passage("Zebra", "a <b> tag & more", 1, 1)],
+    )
+    .unwrap();
+    idx.commit().unwrap();
+    let hits = idx.search("zebra", 5).unwrap();
+    assert_eq!(hits[0].snippet, "a &lt;b&gt; tag &amp; more");
+    // Snippet text is escaped, matches highlighted.
+    let hits = idx.search("tag", 5).unwrap();
+    assert_eq!(hits[0].snippet, "a &lt;b&gt; <b>tag</b> &amp; more");
+
+    assert!(idx.search("", 5).unwrap().is_empty());
+    assert!(idx.search("proxy", 0).unwrap().is_empty());
+    assert!(idx.search("the of and", 5).unwrap().is_empty());
+}
+
+#[test]
+fn heading_matches_are_boosted() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    idx.upsert_file(
+        meta("a.md", 1),
+        &[passage(
+            "Other",
+            "Mentions widgets once among many other words here.",
+            1,
+            1,
+        )],
+    )
+    .unwrap();
+    idx.upsert_file(
+        meta("b.md", 2),
+        &[passage(
+            "Widgets",
+            "All about these things and many other words here.",
+            1,
+            1,
+        )],
+    )
+    .unwrap();
+    idx.commit().unwrap();
+    let hits = idx.search("widgets", 5).unwrap();
+    assert_eq!(hits[0].path, "b.md");
+}
+
+#[test]
+fn phrase_queries_use_positions() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    idx.upsert_file(
+        meta("a.md", 1),
+        &[passage("A", "the quick brown fox", 1, 1)],
+    )
+    .unwrap();
+    idx.upsert_file(
+        meta("b.md", 2),
+        &[passage("B", "brown dogs are quick", 1, 1)],
+    )
+    .unwrap();
+    idx.commit().unwrap();
+    let hits = idx.search("\"quick brown\"", 5).unwrap();
+    assert_eq!(keys(&hits), [("a.md", "A", 1, 1)]);
+    assert_eq!(idx.search("quick brown", 5).unwrap().len(), 2);
+}
+
+#[test]
+fn syntax_errors_fall_back_to_plain_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    populate(&idx);
+    idx.commit().unwrap();
+    for q in [
+        "\"unterminated proxy",
+        "AND OR proxy",
+        "foo:bar proxy",
+        "proxy)",
+        "((proxy",
+        "proxy^^",
+        "std::proxy::new",
+        "[proxy TO",
+        "proxy~~~",
+        "*",
+        "AND OR",
+        "\"",
+        ":",
+    ] {
+        let hits = idx
+            .search(q, 5)
+            .unwrap_or_else(|e| panic!("{q:?} failed: {e}"));
+        if q.contains("proxy") {
+            assert!(
+                hits.iter().any(|h| h.path == "docs/network.md"),
+                "{q:?}: {:?}",
+                keys(&hits)
+            );
+        }
+    }
+    // Valid syntax is honoured: a required term and an exclusion.
+    let hits = idx.search("+proxy -egress", 5).unwrap();
+    assert_eq!(keys(&hits), [("src/main.rs", "src/main.rs", 1, 3)]);
+    let hits = idx.search("heading:rotation", 5).unwrap();
+    assert_eq!(hits.len(), 1);
+}
+
+#[test]
+fn upsert_replaces_remove_deletes_and_rename_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    populate(&idx);
+    idx.commit().unwrap();
+
+    // Upsert replaces all passages of the file.
+    idx.upsert_file(
+        meta("docs/keys.md", 10),
+        &[passage(
+            "Keys",
+            "Keys are now kept in a hardware token.",
+            1,
+            2,
+        )],
+    )
+    .unwrap();
+    let stats = idx.commit().unwrap();
+    assert_eq!(stats.passages, 3);
+    assert!(idx.search("keyring", 5).unwrap().is_empty());
+    let hits = idx.search("hardware token", 5).unwrap();
+    assert_eq!(keys(&hits), [("docs/keys.md", "Keys", 1, 2)]);
+    let known = idx.known_files();
+    assert_eq!(
+        known.iter().find(|m| m.path == "docs/keys.md"),
+        Some(&meta("docs/keys.md", 10))
+    );
+
+    // Two upserts of one file before a commit: the last wins.
+    idx.upsert_file(meta("x.md", 1), &[passage("X", "first version", 1, 1)])
+        .unwrap();
+    idx.upsert_file(meta("x.md", 2), &[passage("X", "second version", 1, 1)])
+        .unwrap();
+    idx.commit().unwrap();
+    assert!(idx.search("first", 5).unwrap().is_empty());
+    assert_eq!(idx.search("second", 5).unwrap().len(), 1);
+
+    // Remove.
+    idx.remove_file("docs/network.md").unwrap();
+    idx.remove_file("never/indexed.md").unwrap();
+    let stats = idx.commit().unwrap();
+    assert_eq!(stats.files, 3);
+    assert!(idx.search("egress", 5).unwrap().is_empty());
+
+    // Rename = remove + upsert under the new path.
+    idx.remove_file("src/main.rs").unwrap();
+    idx.upsert_file(
+        meta("src/bin/app.rs", 3),
+        &[passage(
+            "src/bin/app.rs",
+            "fn main() {\n    let proxy = Proxy::new();\n}",
+            1,
+            3,
+        )],
+    )
+    .unwrap();
+    idx.commit().unwrap();
+    let hits = idx.search("proxy", 5).unwrap();
+    assert_eq!(keys(&hits), [("src/bin/app.rs", "src/bin/app.rs", 1, 3)]);
+    let paths: Vec<_> = idx.known_files().into_iter().map(|m| m.path).collect();
+    assert_eq!(paths, ["docs/keys.md", "src/bin/app.rs", "x.md"]);
+
+    // A file with no passages is known but not searchable.
+    idx.upsert_file(meta("empty.md", 9), &[]).unwrap();
+    let stats = idx.commit().unwrap();
+    assert_eq!(stats.files, 4);
+    assert!(idx.known_files().iter().any(|m| m.path == "empty.md"));
+}
+
+#[test]
+fn invalid_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    assert!(matches!(
+        idx.upsert_file(meta("", 1), &[]),
+        Err(IndexError::Invalid(_))
+    ));
+    assert!(matches!(
+        idx.upsert_file(meta("a", 1), &[passage("h", "t", 5, 4)]),
+        Err(IndexError::Invalid(_))
+    ));
+    let bad = IndexOptions {
+        heading_boost: f32::NAN,
+        ..IndexOptions::default()
+    };
+    let other = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        WorkspaceIndex::open(other.path(), bad),
+        Err(IndexError::Invalid(_))
+    ));
+}
+
+#[test]
+fn known_files_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let idx = open(dir.path());
+        assert!(idx.known_files().is_empty());
+        populate(&idx);
+        // The writer's view includes uncommitted changes.
+        assert_eq!(idx.known_files().len(), 3);
+        idx.commit().unwrap();
+    }
+    let idx = open(dir.path());
+    assert_eq!(
+        idx.known_files(),
+        [
+            meta("docs/keys.md", 1),
+            meta("docs/network.md", 2),
+            meta("src/main.rs", 3)
+        ]
+    );
+    assert_eq!(
+        idx.stats(),
+        IndexStats {
+            files: 3,
+            passages: 4
+        }
+    );
+    assert_eq!(idx.search("egress", 5).unwrap().len(), 1);
+}
+
+#[test]
+fn dropping_without_commit_keeps_the_previous_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let idx = open(dir.path());
+        populate(&idx);
+        idx.commit().unwrap();
+        idx.remove_file("docs/keys.md").unwrap();
+        idx.upsert_file(
+            meta("new.md", 7),
+            &[passage("New", "uncommitted words", 1, 1)],
+        )
+        .unwrap();
+        // Dropped here: writer and pending changes discarded.
+    }
+    let idx = open(dir.path());
+    assert_eq!(idx.known_files().len(), 3);
+    assert!(idx.search("uncommitted", 5).unwrap().is_empty());
+    assert_eq!(idx.search("keyring", 5).unwrap().len(), 1);
+}
+
+#[test]
+fn another_analyzer_is_a_schema_mismatch_and_rebuild_recreates() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let idx = open(dir.path());
+        populate(&idx);
+        idx.commit().unwrap();
+    }
+    let simple = IndexOptions {
+        analyzer: Analyzer::Simple,
+        ..IndexOptions::default()
+    };
+    assert!(matches!(
+        WorkspaceIndex::open(dir.path(), simple.clone()),
+        Err(IndexError::SchemaMismatch(_))
+    ));
+    let idx = WorkspaceIndex::open_or_rebuild(dir.path(), simple).unwrap();
+    assert!(idx.known_files().is_empty());
+    // The simple analyzer does not stem.
+    idx.upsert_file(meta("a.md", 1), &[passage("A", "rotating keys", 1, 1)])
+        .unwrap();
+    idx.commit().unwrap();
+    assert!(idx.search("rotate", 5).unwrap().is_empty());
+    assert_eq!(idx.search("rotating", 5).unwrap().len(), 1);
+}
+
+#[test]
+fn a_second_writer_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _idx = open(dir.path());
+    let err = WorkspaceIndex::open(dir.path(), IndexOptions::default()).unwrap_err();
+    assert!(matches!(err, IndexError::Tantivy(_)), "{err}");
+}
+
+#[test]
+fn concurrent_searches_while_indexing() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = std::sync::Arc::new(open(dir.path()));
+    populate(&idx);
+    idx.commit().unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            let idx = idx.clone();
+            s.spawn(move || {
+                for _ in 0..50 {
+                    let hits = idx.search("proxy", 5).unwrap();
+                    assert!(!hits.is_empty());
+                }
+            });
+        }
+        let idx = idx.clone();
+        s.spawn(move || {
+            for i in 0..20 {
+                idx.upsert_file(
+                    meta(&format!("gen/{i}.md"), i),
+                    &[passage("Gen", &format!("generated proxy note {i}"), 1, 1)],
+                )
+                .unwrap();
+                if i % 5 == 4 {
+                    idx.commit().unwrap();
+                }
+            }
+        });
+    });
+    assert_eq!(idx.stats().files, 23);
+}
+
+#[test]
+fn search_distinct_drops_overlapping_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    idx.upsert_file(
+        meta("long.md", 1),
+        &[
+            passage(
+                "Long",
+                "alpha beta gamma. shared overlap about kernels",
+                1,
+                10,
+            ),
+            passage("Long", "shared overlap about kernels. delta epsilon", 9, 20),
+            passage("Long", "unrelated", 21, 30),
+        ],
+    )
+    .unwrap();
+    idx.upsert_file(
+        meta("other.md", 2),
+        &[passage("Other", "kernels elsewhere", 1, 2)],
+    )
+    .unwrap();
+    idx.commit().unwrap();
+    assert_eq!(idx.search("kernels overlap", 10).unwrap().len(), 3);
+    let hits = idx.search_distinct("kernels overlap", 10).unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(idx.search_distinct("kernels overlap", 1).unwrap().len(), 1);
+}
+
+/// A real crash: a child process (this test binary) commits, starts a second batch and
+/// aborts mid-way; the index must reopen at the first commit.
+#[test]
+fn crash_mid_index_keeps_the_previous_commit() {
+    const CHILD_ENV: &str = "CAPSTAN_INDEX_CRASH_CHILD_DIR";
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        let idx = open(Path::new(&dir));
+        populate(&idx);
+        idx.commit().unwrap();
+        for i in 0..2000u64 {
+            idx.upsert_file(
+                meta(&format!("batch/{i}.md"), i),
+                &[passage(
+                    "Batch",
+                    &format!("crashing batch document {i}"),
+                    1,
+                    1,
+                )],
+            )
+            .unwrap();
+        }
+        idx.remove_file("docs/keys.md").unwrap();
+        std::process::abort();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tests::crash_mid_index_keeps_the_previous_commit",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the child must have aborted");
+    let idx = open(dir.path());
+    assert_eq!(idx.known_files().len(), 3);
+    assert_eq!(idx.stats().passages, 4);
+    assert!(idx.search("crashing", 5).unwrap().is_empty());
+    assert_eq!(idx.search("keyring", 5).unwrap().len(), 1);
+    // And it is writable again (the dead writer's lock died with it).
+    idx.upsert_file(meta("after.md", 1), &[passage("After", "recovered", 1, 1)])
+        .unwrap();
+    assert_eq!(idx.commit().unwrap().files, 4);
+}

@@ -1,0 +1,177 @@
+//! Provider-neutral request, usage and stream-event types.
+
+use serde::{Deserialize, Serialize};
+
+/// Who said a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions. Anthropic takes these in the top-level `system` field, so a provider
+    /// may move them out of the message list; their relative order is kept.
+    System,
+    User,
+    Assistant,
+}
+
+/// One turn of the conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+        }
+    }
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+}
+
+/// A chat completion request, the same for every provider.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The provider's model id. Empty means "the provider's configured default model"
+    /// (see [`crate::ProviderConfig::model`]); a provider without one answers
+    /// [`crate::ModelError::Config`].
+    #[serde(default)]
+    pub model: String,
+    pub messages: Vec<Message>,
+    /// Upper bound on generated tokens. Anthropic requires one, so it gets
+    /// [`crate::anthropic::DEFAULT_MAX_TOKENS`] when this is `None`.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    /// Ask for JSON output matching this JSON Schema. OpenAI-compatible servers get
+    /// `response_format: {type: "json_schema", ...}` (enforced where the server supports
+    /// it); Anthropic gets an instruction appended to the system prompt (best effort: the
+    /// caller must still validate the output).
+    #[serde(default)]
+    pub json_schema: Option<serde_json::Value>,
+}
+
+impl ChatRequest {
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+        Self {
+            model: model.into(),
+            messages,
+            ..Self::default()
+        }
+    }
+
+    /// Rough token count of everything this request sends (see [`estimate_tokens`]).
+    pub fn estimated_input_tokens(&self) -> u64 {
+        let mut chars: usize = self
+            .messages
+            .iter()
+            .map(|m| m.content.chars().count())
+            .sum();
+        if let Some(schema) = &self.json_schema {
+            chars += schema.to_string().chars().count();
+        }
+        estimate_chars(chars)
+    }
+}
+
+/// Token usage of one completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `true` when at least one of the two numbers was not reported by the provider and
+    /// was estimated with [`estimate_tokens`] instead: budgets built on it are approximate.
+    pub estimated: bool,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    /// Usage estimated from the request and the generated text.
+    pub fn estimate(req: &ChatRequest, output: &str) -> Self {
+        Self {
+            input_tokens: req.estimated_input_tokens(),
+            output_tokens: estimate_tokens(output),
+            estimated: true,
+        }
+    }
+}
+
+/// The crude fallback token count used when a provider reports none: characters / 4,
+/// rounded up, and at least 1 (a request or an answer is never free).
+pub fn estimate_tokens(text: &str) -> u64 {
+    estimate_chars(text.chars().count())
+}
+
+pub(crate) fn estimate_chars(chars: usize) -> u64 {
+    (chars as u64).div_ceil(4).max(1)
+}
+
+/// One event of a completion stream.
+///
+/// Invariant of every stream returned by this crate's providers: zero or more `Delta`,
+/// then exactly one `Usage`, then exactly one `Done`, then the stream ends. An `Err` item
+/// may replace any of these; nothing follows an `Err`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// The next piece of generated text (never empty).
+    Delta(String),
+    Usage(Usage),
+    /// The provider finished. `stop_reason` is the provider's own word
+    /// (`stop`, `length`, `end_turn`, `max_tokens`, ...).
+    Done {
+        stop_reason: Option<String>,
+    },
+}
+
+/// A collected completion (see [`crate::ModelProvider::complete`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub text: String,
+    pub usage: Usage,
+    pub stop_reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimate_rounds_up_and_is_at_least_one() {
+        assert_eq!(estimate_tokens(""), 1);
+        assert_eq!(estimate_tokens("abc"), 1);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+        // Characters, not bytes.
+        assert_eq!(estimate_tokens("ééééé"), 2);
+    }
+
+    #[test]
+    fn stream_event_serialises_externally_tagged() {
+        let ev = StreamEvent::Done {
+            stop_reason: Some("stop".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&ev).unwrap(),
+            serde_json::json!({"done": {"stop_reason": "stop"}})
+        );
+        let ev = StreamEvent::Delta("hi".into());
+        assert_eq!(
+            serde_json::to_value(&ev).unwrap(),
+            serde_json::json!({"delta": "hi"})
+        );
+    }
+}

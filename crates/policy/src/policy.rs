@@ -1,0 +1,464 @@
+//! Workspace policy: profiles, allow/deny prefix rules, and the verdict.
+//!
+//! Order of decision (first match wins):
+//! 1. `locked` profile → deny everything.
+//! 2. Empty command → deny.
+//! 3. Any command anywhere in the line (including nested under `sh -c`,
+//!    `env`, `xargs`, `$(...)`, functions, ...) matching a `deny` prefix →
+//!    deny.
+//! 4. Overall risk within the profile's auto-run level (`cautious`:
+//!    `read_only`; `trusted`: `read_only` and `write`) → allow.
+//! 5. Every finding above that level belongs to a command matched by an
+//!    `allow` prefix → allow. Findings not tied to a command (redirections,
+//!    assignments such as `PATH=...`, dynamic command names, parse
+//!    failures) can never be allowed this way, so `allow = ["cargo test"]`
+//!    does not let `cargo test; rm -rf /` or `cargo test > .git/config`
+//!    through.
+//! 6. Otherwise → ask.
+//!
+//! Network: `network = false` does not change verdicts. Network-risk
+//! commands are never auto-run by a profile, so they reach the user as
+//! `ask`, and the explanation says that the sandbox will block the network
+//! even if they are approved. `network`, `sandbox` and `env_allow` are
+//! otherwise carried for the sandbox, which enforces them.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::display;
+use crate::risk::Risk;
+use crate::word::scan_word;
+use crate::{Classification, CommandInfo, classify_argv, classify_shell};
+
+/// How much a workspace lets run without asking.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// Auto-run read-only commands; ask for everything else.
+    #[default]
+    Cautious,
+    /// Auto-run read-only and write commands; ask for delete, network and
+    /// unknown. Note that writes include builds and tests, which run
+    /// project code, and writes that plant files later run by builds.
+    Trusted,
+    /// Run nothing at all.
+    Locked,
+}
+
+impl Profile {
+    /// The highest risk this profile runs without asking, if any.
+    pub const fn auto_run_up_to(self) -> Option<Risk> {
+        match self {
+            Profile::Cautious => Some(Risk::ReadOnly),
+            Profile::Trusted => Some(Risk::Write),
+            Profile::Locked => None,
+        }
+    }
+
+    const fn as_str(self) -> &'static str {
+        match self {
+            Profile::Cautious => "cautious",
+            Profile::Trusted => "trusted",
+            Profile::Locked => "locked",
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether commands must run inside the sandbox.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// Commands run only inside the sandbox (the default).
+    #[default]
+    Required,
+    /// Commands run without a sandbox. Verdicts are unchanged.
+    Off,
+}
+
+/// A workspace's command policy, as written in its TOML or JSON config.
+///
+/// Every field has a default and unknown fields are rejected, so a typo
+/// like `deny_rules = [...]` fails loudly instead of silently allowing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Policy {
+    /// How much runs without asking.
+    pub profile: Profile,
+    /// Command prefixes that may run without asking (see module docs).
+    pub allow: Vec<String>,
+    /// Command prefixes that are refused wherever they appear.
+    pub deny: Vec<String>,
+    /// Whether the sandbox grants network access (default `false`).
+    pub network: bool,
+    /// Whether commands must run sandboxed.
+    pub sandbox: SandboxMode,
+    /// Environment variables passed through to commands.
+    pub env_allow: Vec<String>,
+}
+
+/// What to do with a command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Run it without asking.
+    Allow,
+    /// Ask the user first.
+    Ask,
+    /// Refuse it.
+    Deny {
+        /// Why, for the user and the agent.
+        reason: String,
+    },
+}
+
+/// A verdict with the classification and explanation behind it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// What to do.
+    pub verdict: Verdict,
+    /// Why, in human-readable sentences (which findings made it ask, which
+    /// rules allowed it, the network note, ...).
+    pub explanation: Vec<String>,
+    /// The classification the verdict was based on.
+    pub classification: Classification,
+}
+
+/// A malformed policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// A rule is not a plain sequence of literal words.
+    #[error("{kind} rule `{rule}` is not a plain command prefix: {why}")]
+    BadRule {
+        /// `allow` or `deny`.
+        kind: &'static str,
+        /// The rule as written.
+        rule: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// A rule split into normalised words.
+fn rule_words(rule: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    for raw in split_rule(rule)? {
+        let scan = scan_word(&raw);
+        if !scan.substitutions.is_empty() || !scan.hazards.is_empty() {
+            return Err("it contains an expansion".into());
+        }
+        for a in scan.args {
+            if !a.is_static() {
+                return Err("it contains an expansion or glob".into());
+            }
+            words.push(a.text);
+        }
+    }
+    if words.is_empty() {
+        return Err("it is empty".into());
+    }
+    Ok(words)
+}
+
+/// Splits a rule at unquoted whitespace (shell quoting respected).
+fn split_rule(rule: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut chars = rule.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (None, c) if c.is_whitespace() => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            (None, ';' | '|' | '&' | '<' | '>' | '(' | ')' | '`') => {
+                return Err(format!("it contains the operator `{c}`"));
+            }
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                cur.push(c);
+            }
+            (Some(q), c) if c == q => {
+                quote = None;
+                cur.push(c);
+            }
+            (_, '\\') => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            (_, c) => cur.push(c),
+        }
+    }
+    if quote.is_some() {
+        return Err("it has an unterminated quote".into());
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// Whether `words` is a word-level prefix of the command. The first word
+/// matches the command's `argv[0]` or its resolved name, so `rm` matches
+/// `/bin/rm`.
+fn prefix_matches(words: &[String], argv: &[String], name: &str) -> bool {
+    if words.len() > argv.len() {
+        return false;
+    }
+    (words[0] == argv[0] || words[0] == name) && words[1..] == argv[1..words.len()]
+}
+
+/// Alternative spellings of a command that a deny rule should also see:
+/// git's global options (`git -C d --no-pager push`) are dropped, as is
+/// cargo's `+toolchain`, so they cannot be used to slip past `git push`.
+fn canonical_forms(cmd: &CommandInfo) -> Vec<Vec<String>> {
+    let argv = &cmd.argv;
+    let mut forms = vec![argv.clone()];
+    match cmd.name.as_str() {
+        "git" => {
+            let mut out = vec![argv[0].clone()];
+            let mut i = 1;
+            while i < argv.len() {
+                let t = argv[i].as_str();
+                if matches!(
+                    t,
+                    "-C" | "-c"
+                        | "--git-dir"
+                        | "--work-tree"
+                        | "--namespace"
+                        | "--config-env"
+                        | "--super-prefix"
+                ) {
+                    i += 2;
+                } else if t.starts_with('-') {
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            out.extend(argv[i.min(argv.len())..].iter().cloned());
+            forms.push(out);
+        }
+        "cargo" if argv.get(1).is_some_and(|a| a.starts_with('+')) => {
+            let mut out = vec![argv[0].clone()];
+            out.extend(argv[2..].iter().cloned());
+            forms.push(out);
+        }
+        _ => {}
+    }
+    forms
+}
+
+impl Policy {
+    /// Checks that every allow and deny rule is a plain command prefix.
+    ///
+    /// Evaluation does not require this: a malformed rule is still applied
+    /// on a best-effort whitespace split. Hosts should call it when loading
+    /// a policy and report the error to the user.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        for (kind, rules) in [("allow", &self.allow), ("deny", &self.deny)] {
+            for rule in rules {
+                rule_words(rule).map_err(|why| PolicyError::BadRule {
+                    kind,
+                    rule: rule.clone(),
+                    why,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn rules(rules: &[String]) -> Vec<(String, Vec<String>)> {
+        rules
+            .iter()
+            .filter_map(|r| {
+                let words = rule_words(r)
+                    .unwrap_or_else(|_| r.split_whitespace().map(str::to_owned).collect());
+                (!words.is_empty()).then(|| (r.clone(), words))
+            })
+            .collect()
+    }
+
+    /// Classifies a raw shell command line and decides what to do with it.
+    ///
+    /// When the line could not be fully analysed (risk `unknown`), deny
+    /// rules are also matched against the raw text, split at whitespace and
+    /// shell punctuation, so that a construct the parser does not
+    /// understand cannot hide a denied command from its rule.
+    pub fn evaluate_shell(&self, command: &str) -> Evaluation {
+        let classification = classify_shell(command);
+        if classification.risk == Risk::Unknown
+            && self.profile != Profile::Locked
+            && let Some(rule) = self.deny_in_text(command)
+        {
+            let reason = format!(
+                "the command could not be fully analysed and its text contains the denied command `{rule}`"
+            );
+            return Evaluation {
+                verdict: Verdict::Deny {
+                    reason: reason.clone(),
+                },
+                explanation: vec![reason],
+                classification,
+            };
+        }
+        self.evaluate(classification)
+    }
+
+    fn deny_in_text(&self, text: &str) -> Option<String> {
+        let tokens: Vec<&str> = text
+            .split(|c: char| c.is_whitespace() || ";|&()<>{}$`'\"\\".contains(c))
+            .filter(|t| !t.is_empty())
+            .collect();
+        let base = |t: &str| t.rsplit('/').next().unwrap_or(t).to_owned();
+        Self::rules(&self.deny)
+            .into_iter()
+            .find_map(|(rule, words)| {
+                tokens
+                    .windows(words.len())
+                    .any(|w| {
+                        (w[0] == words[0] || base(w[0]) == words[0])
+                            && w[1..].iter().zip(&words[1..]).all(|(a, b)| a == b)
+                    })
+                    .then_some(rule)
+            })
+    }
+
+    /// Classifies an argv run without a shell and decides what to do with it.
+    pub fn evaluate_argv(&self, argv: &[String]) -> Evaluation {
+        self.evaluate(classify_argv(argv))
+    }
+
+    /// Decides what to do with an existing classification.
+    pub fn evaluate(&self, classification: Classification) -> Evaluation {
+        let (verdict, explanation) = self.decide(&classification);
+        Evaluation {
+            verdict,
+            explanation,
+            classification,
+        }
+    }
+
+    fn decide(&self, c: &Classification) -> (Verdict, Vec<String>) {
+        let Some(limit) = self.profile.auto_run_up_to() else {
+            let reason = "the workspace profile is `locked`: no commands may run".to_owned();
+            return (
+                Verdict::Deny {
+                    reason: reason.clone(),
+                },
+                vec![reason],
+            );
+        };
+        if c.empty {
+            let reason = "the command is empty: there is nothing to run".to_owned();
+            return (
+                Verdict::Deny {
+                    reason: reason.clone(),
+                },
+                vec![reason],
+            );
+        }
+        let deny = Self::rules(&self.deny);
+        for cmd in &c.commands {
+            for form in canonical_forms(cmd) {
+                if let Some((rule, _)) = deny
+                    .iter()
+                    .find(|(_, words)| prefix_matches(words, &form, &cmd.name))
+                {
+                    let reason = format!(
+                        "`{}` matches the deny rule `{rule}`",
+                        display::argv(&cmd.argv)
+                    );
+                    return (
+                        Verdict::Deny {
+                            reason: reason.clone(),
+                        },
+                        vec![reason],
+                    );
+                }
+            }
+        }
+        if c.risk <= limit {
+            let why = format!(
+                "the command is {} and the `{}` profile runs that without asking",
+                c.risk, self.profile
+            );
+            return (Verdict::Allow, vec![why]);
+        }
+        let allow = Self::rules(&self.allow);
+        let allowed_by = |index: usize| -> Option<&str> {
+            let cmd = c.commands.get(index)?;
+            if cmd.dynamic {
+                return None;
+            }
+            allow
+                .iter()
+                .find(|(_, words)| prefix_matches(words, &cmd.argv, &cmd.name))
+                .map(|(r, _)| r.as_str())
+        };
+        let mut blocking = Vec::new();
+        let mut used_rules: Vec<&str> = Vec::new();
+        for f in c.findings.iter().filter(|f| f.risk > limit) {
+            match f.command.and_then(allowed_by) {
+                Some(rule) => {
+                    if !used_rules.contains(&rule) {
+                        used_rules.push(rule);
+                    }
+                }
+                None => blocking.push(f),
+            }
+        }
+        if blocking.is_empty() {
+            let why = format!(
+                "every part above {limit} is covered by the allow rule(s) {}",
+                used_rules
+                    .iter()
+                    .map(|r| format!("`{r}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return (Verdict::Allow, vec![why]);
+        }
+        let mut explanation: Vec<String> = Vec::new();
+        explanation.push(format!(
+            "the command is {} and the `{}` profile only runs {limit} commands without asking",
+            c.risk, self.profile
+        ));
+        for f in &blocking {
+            if !explanation.contains(&f.reason) {
+                explanation.push(f.reason.clone());
+            }
+        }
+        if !self.network && blocking.iter().any(|f| f.risk == Risk::Network) {
+            explanation.push(
+                "network access is disabled for this workspace: the sandbox will block it even if approved"
+                    .into(),
+            );
+        }
+        (Verdict::Ask, explanation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_are_split_like_shell_words() {
+        assert_eq!(rule_words("git 'push'").unwrap(), ["git", "push"]);
+        assert_eq!(rule_words("  cargo   test ").unwrap(), ["cargo", "test"]);
+        assert!(rule_words("git push; rm").is_err());
+        assert!(rule_words("$X").is_err());
+        assert!(rule_words("").is_err());
+    }
+}

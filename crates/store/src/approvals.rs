@@ -1,0 +1,106 @@
+//! The approval audit trail: every decision on a risky action, whoever made it.
+
+use rusqlite::{Row, ffi, params};
+
+use crate::error::{Result, StoreError};
+use crate::{Approval, Durability, NewApproval, Store, constraint_code, now_rfc3339};
+
+const COLUMNS: &str = "id, run_id, task_id, action, command, cwd, risk, reasons, decision, \
+                       decided_by, created_at, decided_at";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
+    let reasons: String = r.get(7)?;
+    let reasons = serde_json::from_str(&reasons).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(7, rusqlite::types::Type::Text, e.into())
+    })?;
+    Ok(Approval {
+        id: r.get(0)?,
+        run_id: r.get(1)?,
+        task_id: r.get(2)?,
+        action: r.get(3)?,
+        command: r.get(4)?,
+        cwd: r.get(5)?,
+        risk: r.get(6)?,
+        reasons,
+        decision: r.get(8)?,
+        decided_by: r.get(9)?,
+        created_at: r.get(10)?,
+        decided_at: r.get(11)?,
+    })
+}
+
+impl Store {
+    /// Records a decision, durably (it is an audit record). `decided_at` is
+    /// now. The run must exist ([`StoreError::NotFound`]); an approval id is
+    /// recorded once ([`StoreError::InvalidArgument`] on a second record).
+    pub fn record_approval(&self, a: &NewApproval<'_>) -> Result<Approval> {
+        let reasons = serde_json::to_string(a.reasons).expect("a list of strings serialises");
+        let decided_at = now_rfc3339();
+        self.write(Durability::Durable, |c| {
+            self.require(c, "runs", "run", a.run_id)?;
+            c.prepare_cached(
+                "INSERT INTO approvals (id, run_id, task_id, action, command, cwd, risk, reasons,
+                     decision, decided_by, created_at, decided_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    a.id,
+                    a.run_id,
+                    a.task_id,
+                    a.action,
+                    a.command,
+                    a.cwd,
+                    a.risk,
+                    reasons,
+                    a.decision,
+                    a.decided_by,
+                    a.requested_at,
+                    decided_at
+                ])
+            })
+            .map_err(|e| match constraint_code(&e) {
+                Some(ffi::SQLITE_CONSTRAINT_PRIMARYKEY) => StoreError::InvalidArgument(format!(
+                    "approval {} is already recorded (an approval is decided once)",
+                    a.id
+                )),
+                _ => self.sql(e),
+            })?;
+            Ok(())
+        })?;
+        Ok(Approval {
+            id: a.id.to_owned(),
+            run_id: a.run_id.to_owned(),
+            task_id: a.task_id.to_owned(),
+            action: a.action.to_owned(),
+            command: a.command.to_owned(),
+            cwd: a.cwd.to_owned(),
+            risk: a.risk.to_owned(),
+            reasons: a.reasons.to_vec(),
+            decision: a.decision,
+            decided_by: a.decided_by,
+            created_at: a.requested_at.to_owned(),
+            decided_at,
+        })
+    }
+
+    /// The `limit` most recent approvals (of one run when `run_id` is given,
+    /// of every run otherwise), oldest first.
+    pub fn list_approvals(&self, run_id: Option<&str>, limit: usize) -> Result<Vec<Approval>> {
+        self.with_conn(|c| {
+            let mut stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM (
+                         SELECT {COLUMNS} FROM approvals WHERE ?1 IS NULL OR run_id = ?1
+                         ORDER BY created_at DESC, decided_at DESC, id DESC LIMIT ?2
+                     ) ORDER BY created_at, decided_at, id"
+                ))
+                .map_err(|e| self.sql(e))?;
+            let rows = stmt
+                .query_map(params![run_id, crate::limit(limit)], from_row)
+                .map_err(|e| self.sql(e))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.sql(e))
+        })
+    }
+}

@@ -1,0 +1,188 @@
+//! One error type for the store. Every message names the database file and,
+//! where there is one, the thing a person can do about it.
+
+use std::path::PathBuf;
+
+use rusqlite::ErrorCode;
+
+/// What went wrong, with enough context to act on without reading code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// SQLite could not open or create the file (missing directory, mode bits,
+    /// a directory where the file should be...).
+    #[error("cannot open database {path}: {reason}")]
+    Open { path: PathBuf, reason: String },
+
+    /// The file exists but is not SQLite (or its header is damaged).
+    #[error(
+        "{path} is not a SQLite database (or its header is damaged); \
+         move it aside and Capstan will create a new one"
+    )]
+    NotADatabase { path: PathBuf },
+
+    /// A SQLite file that some other program owns: Capstan will not write to it.
+    #[error(
+        "{path} is a SQLite database but not Capstan's ({detail}); \
+         point Capstan's data directory somewhere else"
+    )]
+    ForeignDatabase { path: PathBuf, detail: String },
+
+    /// The file was written by a newer Capstan. Migrations only go forward, so
+    /// this Capstan cannot know what the newer schema means.
+    #[error(
+        "database at {path} is newer (schema v{found}) than this Capstan (v{supported}); \
+         upgrade Capstan, or point it at another data directory"
+    )]
+    SchemaTooNew {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+
+    /// A migration failed. Each migration is one transaction, so the file is
+    /// left at the previous version.
+    #[error(
+        "cannot migrate database {path} to schema v{version}: {source}; \
+         the database was left at v{previous}"
+    )]
+    Migration {
+        path: PathBuf,
+        version: u32,
+        previous: u32,
+        source: rusqlite::Error,
+    },
+
+    /// Another connection held the write lock for longer than the busy timeout.
+    #[error(
+        "database {path} is locked by another process (waited {waited_ms} ms); \
+         retry, or stop the other Capstan using this data directory"
+    )]
+    Busy { path: PathBuf, waited_ms: u64 },
+
+    /// SQLite detected a damaged page.
+    #[error(
+        "database {path} is corrupt ({detail}); move it aside (or try `sqlite3 {path} .recover`) \
+         and Capstan will create a new one"
+    )]
+    Corrupt { path: PathBuf, detail: String },
+
+    /// The disk (or the quota) is full; nothing of the failed write was kept.
+    #[error("database {path}: the disk is full; free some space and retry")]
+    DiskFull { path: PathBuf },
+
+    /// The file or its directory is read-only to this process (SQLite also
+    /// needs to create `-wal` and `-shm` files beside the database).
+    #[error(
+        "database {path} is read-only to this process; Capstan needs write access to the \
+         file and to its directory (for the -wal and -shm files)"
+    )]
+    ReadOnly { path: PathBuf },
+
+    /// No row with this id.
+    #[error("no {what} with id {id}")]
+    NotFound { what: &'static str, id: String },
+
+    /// `add_workspace` for a root that is already registered.
+    #[error("workspace {root} is already registered as {id}")]
+    WorkspaceExists { root: PathBuf, id: String },
+
+    /// A workspace root that cannot be resolved to a canonical directory.
+    #[error("cannot use {root} as a workspace root: {source}")]
+    WorkspaceRoot {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+
+    /// An event with this `(run_id, seq)` is already stored. Within one
+    /// `append_events` call nothing of the batch was kept.
+    #[error("event {seq} of run {run_id} is already stored (event seqs are unique per run)")]
+    DuplicateEvent { run_id: String, seq: u64 },
+
+    /// `finish_run` on a run that is no longer `running`.
+    #[error("run {id} has already finished ({status})")]
+    RunNotRunning { id: String, status: String },
+
+    /// A caller passed a value the store refuses (e.g. `finish_run` with status
+    /// `running`, or JSON that does not parse).
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// The background event writer has stopped (its thread panicked).
+    #[error("the event writer for database {path} has stopped")]
+    WriterStopped { path: PathBuf },
+
+    /// Any other SQLite failure.
+    #[error("database {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The store's busy timeout; also reported in [`StoreError::Busy`].
+pub(crate) const BUSY_TIMEOUT_MS: u64 = 5_000;
+
+/// Turns a SQLite error into the variant a person can act on. Constraint
+/// violations are not handled here: call sites know which constraint they hit.
+pub(crate) fn classify(path: &std::path::Path, err: rusqlite::Error) -> StoreError {
+    let path = path.to_path_buf();
+    let Some(code) = err.sqlite_error_code() else {
+        return StoreError::Sqlite { path, source: err };
+    };
+    match code {
+        ErrorCode::CannotOpen => {
+            let reason = cannot_open_reason(&path);
+            StoreError::Open { path, reason }
+        }
+        ErrorCode::PermissionDenied => StoreError::Open {
+            path,
+            reason: "permission denied; check that this user may read and write the file \
+                     and its directory"
+                .into(),
+        },
+        ErrorCode::NotADatabase => StoreError::NotADatabase { path },
+        ErrorCode::DatabaseCorrupt => StoreError::Corrupt {
+            path,
+            detail: err.to_string(),
+        },
+        ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => StoreError::Busy {
+            path,
+            waited_ms: BUSY_TIMEOUT_MS,
+        },
+        ErrorCode::DiskFull => StoreError::DiskFull { path },
+        ErrorCode::ReadOnly => StoreError::ReadOnly { path },
+        _ => StoreError::Sqlite { path, source: err },
+    }
+}
+
+/// SQLite says only "unable to open database file": look at the file system
+/// for the likely reason.
+fn cannot_open_reason(path: &std::path::Path) -> String {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    match std::fs::metadata(parent) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => format!(
+            "directory {} does not exist; create it (Capstan's data directory) first",
+            parent.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
+            "permission denied on directory {}; check its owner and mode",
+            parent.display()
+        ),
+        Ok(m) if !m.is_dir() => format!("{} is not a directory", parent.display()),
+        _ => match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => "it is a directory; pass the path of a file".into(),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                "permission denied; check the file's owner and mode".into()
+            }
+            _ => "permission denied or unusable path; check that this user may create and \
+                  write files there"
+                .into(),
+        },
+    }
+}

@@ -1,0 +1,261 @@
+//! The event log: every envelope a run emits, kept for replay.
+//!
+//! This is the hot path (one event per streamed token), so appends commit at
+//! `synchronous = NORMAL` (no fsync; see the crate docs for what that risks)
+//! through cached prepared statements, and [`Store::append_events`] puts a
+//! whole batch in one transaction. [`EventWriter`] does the batching for
+//! callers that must not block.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::thread::JoinHandle;
+
+use rusqlite::{Connection, ffi, params};
+
+use crate::error::{Result, StoreError};
+use crate::{Durability, EventRecord, Store, constraint_code};
+
+const INSERT: &str = "INSERT INTO events (run_id, seq, ts, type, json) VALUES (?1, ?2, ?3, ?4, ?5)";
+
+impl Store {
+    /// Appends one event. `(run_id, seq)` must be new
+    /// ([`StoreError::DuplicateEvent`]), the run must exist
+    /// ([`StoreError::NotFound`]) and `json` must be valid JSON
+    /// ([`StoreError::InvalidArgument`]; checked by SQLite's `json_valid`).
+    ///
+    /// Survives a process crash once it returns; may be lost to a power loss
+    /// (see crate docs). Blocks for the commit, a few microseconds when
+    /// uncontended: prefer [`EventWriter`] from async code.
+    pub fn append_event(
+        &self,
+        run_id: &str,
+        seq: u64,
+        ts: &str,
+        kind: &str,
+        json: &str,
+    ) -> Result<()> {
+        let seq_i = seq_to_i64(seq)?;
+        // Autocommit: one statement is its own transaction, without the cost
+        // of separate BEGIN and COMMIT statements.
+        self.with_conn(|c| self.insert_event(c, run_id, seq, seq_i, ts, kind, json))
+    }
+
+    /// Appends a batch in one transaction: all of it is stored or, on any
+    /// error (the first is returned), none of it. Much cheaper per event than
+    /// [`Store::append_event`] (one commit per batch).
+    pub fn append_events(&self, batch: &[EventRecord]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let seqs = batch
+            .iter()
+            .map(|e| seq_to_i64(e.seq))
+            .collect::<Result<Vec<_>>>()?;
+        self.write(Durability::Fast, |c| {
+            for (e, seq_i) in batch.iter().zip(seqs) {
+                self.insert_event(c, &e.run_id, e.seq, seq_i, &e.ts, &e.kind, &e.json)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// A run's events (the stored envelopes, verbatim) in `seq` order.
+    pub fn events(&self, run_id: &str) -> Result<Vec<String>> {
+        self.events_after_i64(run_id, -1)
+    }
+
+    /// A run's events with `seq > after`, in `seq` order: what a frontend
+    /// reconnecting with the last seq it saw (SSE `Last-Event-ID`) needs.
+    pub fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<String>> {
+        self.events_after_i64(run_id, crate::to_i64(after))
+    }
+
+    fn events_after_i64(&self, run_id: &str, after: i64) -> Result<Vec<String>> {
+        self.with_conn(|c| {
+            // Reads the primary key range (run_id, seq > after): already in order.
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
+                )
+                .map_err(|e| self.sql(e))?;
+            let rows = stmt
+                .query_map(params![run_id, after], |r| r.get(0))
+                .map_err(|e| self.sql(e))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.sql(e))
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_event(
+        &self,
+        c: &Connection,
+        run_id: &str,
+        seq: u64,
+        seq_i: i64,
+        ts: &str,
+        kind: &str,
+        json: &str,
+    ) -> Result<()> {
+        let result = c
+            .prepare_cached(INSERT)
+            .and_then(|mut s| s.execute(params![run_id, seq_i, ts, kind, json]));
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => Err(match constraint_code(&e) {
+                Some(ffi::SQLITE_CONSTRAINT_PRIMARYKEY) => StoreError::DuplicateEvent {
+                    run_id: run_id.to_owned(),
+                    seq,
+                },
+                Some(ffi::SQLITE_CONSTRAINT_FOREIGNKEY) => StoreError::NotFound {
+                    what: "run",
+                    id: run_id.to_owned(),
+                },
+                Some(ffi::SQLITE_CONSTRAINT_CHECK) => StoreError::InvalidArgument(format!(
+                    "event {seq} of run {run_id} ({kind}) is not valid JSON"
+                )),
+                _ => self.sql(e),
+            }),
+        }
+    }
+}
+
+fn seq_to_i64(seq: u64) -> Result<i64> {
+    i64::try_from(seq)
+        .map_err(|_| StoreError::InvalidArgument(format!("event seq {seq} is above 2^63 - 1")))
+}
+
+/// Most events one transaction of the [`EventWriter`] commits. Bounds the
+/// time the write lock is held (other processes wait for it) while keeping
+/// the per-event commit cost negligible.
+const MAX_BATCH: usize = 512;
+
+enum Msg {
+    Event(EventRecord),
+    Flush(SyncSender<Result<()>>),
+}
+
+/// Appends events on a background thread, in batches: [`EventWriter::push`]
+/// never blocks, so it can be called from async code and from event sinks
+/// that must not block.
+///
+/// Each batch is whatever was queued while the previous one committed (up to
+/// 512 events), so under load commits are few and large, and an isolated
+/// event is committed at once. A pushed event is *not* yet stored:
+/// [`EventWriter::flush`] waits until everything pushed before it is
+/// committed and reports errors. A process crash loses the events still
+/// queued (at most one batch of latency, typically well under a millisecond);
+/// dropping the writer commits them first.
+///
+/// A batch that fails is retried event by event, so one bad event (a
+/// duplicate seq, a deleted run) costs only itself. The first error since the
+/// last flush is kept for the next `flush`. The queue is unbounded: if the
+/// database stalls (another process holding the lock), memory grows rather
+/// than the caller blocking.
+pub struct EventWriter {
+    tx: Option<Sender<Msg>>,
+    thread: Option<JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl EventWriter {
+    /// Starts the writer thread for `store`.
+    ///
+    /// # Panics
+    ///
+    /// If the OS cannot start a thread (as `std::thread::spawn` does).
+    pub fn new(store: Arc<Store>) -> EventWriter {
+        let (tx, rx) = mpsc::channel();
+        let path = store.path().to_path_buf();
+        let thread = std::thread::Builder::new()
+            .name("capstan-events".into())
+            .spawn(move || writer_loop(&store, &rx))
+            .expect("spawning the event writer thread");
+        EventWriter {
+            tx: Some(tx),
+            thread: Some(thread),
+            path,
+        }
+    }
+
+    /// Queues an event. Never blocks. Fails only if the writer thread is gone
+    /// (it panicked), with [`StoreError::WriterStopped`].
+    pub fn push(&self, event: EventRecord) -> Result<()> {
+        self.send(Msg::Event(event))
+    }
+
+    /// Waits until every event pushed before this call is committed, and
+    /// returns the first error since the previous flush, if any.
+    pub fn flush(&self) -> Result<()> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Msg::Flush(tx))?;
+        rx.recv().map_err(|_| self.stopped())?
+    }
+
+    fn send(&self, msg: Msg) -> Result<()> {
+        self.tx
+            .as_ref()
+            .and_then(|tx| tx.send(msg).ok())
+            .ok_or_else(|| self.stopped())
+    }
+
+    fn stopped(&self) -> StoreError {
+        StoreError::WriterStopped {
+            path: self.path.clone(),
+        }
+    }
+}
+
+impl Drop for EventWriter {
+    /// Commits what is queued, then stops the thread.
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn writer_loop(store: &Store, rx: &Receiver<Msg>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut flushes = Vec::new();
+    let mut first_error: Option<StoreError> = None;
+    // Blocks for the first message of a batch, then takes whatever else is
+    // already queued.
+    while let Ok(msg) = rx.recv() {
+        let mut next = Some(msg);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Event(e) => batch.push(e),
+                Msg::Flush(reply) => flushes.push(reply),
+            }
+            if batch.len() < MAX_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            if let Err(e) = store.append_events(&batch) {
+                // Keep every good event: retry one by one.
+                let mut err = Some(e);
+                if batch.len() > 1 {
+                    err = None;
+                    for ev in &batch {
+                        if let Err(e) =
+                            store.append_event(&ev.run_id, ev.seq, &ev.ts, &ev.kind, &ev.json)
+                        {
+                            err.get_or_insert(e);
+                        }
+                    }
+                }
+                if first_error.is_none() {
+                    first_error = err;
+                }
+            }
+            batch.clear();
+        }
+        for reply in flushes.drain(..) {
+            let _ = reply.send(first_error.take().map_or(Ok(()), Err));
+        }
+    }
+}

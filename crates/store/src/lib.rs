@@ -1,0 +1,311 @@
+//! Capstan's persistent state in one SQLite file: workspaces, sessions and
+//! their turns and rolling summaries, runs, the event log (for replay) and the
+//! approval audit trail.
+//!
+//! # Durability
+//!
+//! The database runs in WAL mode with `synchronous = NORMAL`, and every write
+//! except event appends is committed at `synchronous = FULL` (switched for
+//! that one transaction). What that buys:
+//!
+//! - **Process crash** (panic, `kill -9`, OOM kill): nothing committed is lost.
+//!   A commit has been written to the WAL file before it returns, and the WAL
+//!   is in the OS page cache whether or not the process lives on; the next
+//!   open replays it. An uncommitted transaction vanishes whole.
+//! - **OS crash or power loss**: turns, summaries, sessions, workspaces, run
+//!   starts and ends, usage and approvals survive once their call returned
+//!   (FULL syncs the WAL before returning). Events appended after the last
+//!   such durable commit (or checkpoint) may be lost; they are a replay log,
+//!   and a durable commit also makes every earlier event durable, because the
+//!   WAL is one sequential file. The database is never left corrupt.
+//!
+//! Why not FULL for everything: an event is appended for every streamed
+//! token, and an `fsync` per token costs milliseconds on real disks; NORMAL
+//! costs none. Why not NORMAL for everything: the design promises that a crash
+//! loses no committed turn, and an OS crash is a crash too.
+//!
+//! # Concurrency
+//!
+//! [`Store`] is `Send + Sync`: one connection behind a [`std::sync::Mutex`],
+//! shared as `Arc<Store>`. Its methods are synchronous and **block**: on the
+//! mutex, on disk I/O, and for up to the busy timeout (5 s) when another
+//! process holds the write lock. From async code call them through
+//! `tokio::task::spawn_blocking`, or, for the per-token event path, push into
+//! an [`EventWriter`], which never blocks and commits in batches on its own
+//! thread. Several processes may share the file (SQLite's locking); each write
+//! is one `BEGIN IMMEDIATE` transaction, so writers queue instead of failing
+//! on a lock upgrade.
+//!
+//! # Crash recovery
+//!
+//! Call [`Store::mark_interrupted_runs`] at start-up: runs left `running` by a
+//! process that has since died become `interrupted`. Liveness comes from an OS
+//! file lock each open store holds (see `owner.rs`), so runs of other live
+//! processes sharing the file, and of this one, are never touched.
+//!
+//! # Schema
+//!
+//! Versioned by `PRAGMA user_version`, migrated forward on open, one
+//! transaction per migration. A file from a newer Capstan is refused with
+//! [`StoreError::SchemaTooNew`] before anything is written to it; a SQLite
+//! file that is not Capstan's is refused with [`StoreError::ForeignDatabase`].
+
+mod approvals;
+mod error;
+mod events;
+mod id;
+mod model;
+mod owner;
+mod runs;
+mod schema;
+mod sessions;
+mod time;
+mod workspaces;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+pub use error::{Result, StoreError};
+pub use events::EventWriter;
+pub use id::new_id;
+pub use model::{
+    Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
+    Session, Turn, Usage, Workspace,
+};
+pub use runs::INTERRUPTED_REASON;
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+pub use time::{format_rfc3339_millis, now_rfc3339};
+
+use error::{BUSY_TIMEOUT_MS, classify};
+use owner::OwnerLock;
+
+/// Pages in the WAL before SQLite checkpoints it into the database (default
+/// 1000). At `synchronous = NORMAL` a checkpoint is where the fsyncs happen,
+/// and one-event commits write a whole page each, so checkpoints dominate the
+/// append cost: 10000 (about 40 MB of WAL) measured 40% faster appends than
+/// the default (benches/events.rs), at the price of a larger `-wal` file and
+/// rarer, longer checkpoint pauses.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
+
+/// Caps the WAL file left on disk after a checkpoint (SQLite truncates it
+/// back to this size); above the checkpoint size so it is rarely needed.
+const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
+/// The open database. See the crate documentation for durability and
+/// concurrency.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    /// `None` when the file system cannot lock (see `owner.rs`).
+    owner: Option<OwnerLock>,
+}
+
+/// How hard a write transaction must hold on to its data (see crate docs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// Committed with `synchronous = FULL`: survives power loss.
+    Durable,
+    /// Committed with `synchronous = NORMAL`: survives a process crash.
+    Fast,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, a file path; its
+    /// directory must exist. Switches the file to WAL mode and migrates it to
+    /// [`SCHEMA_VERSION`].
+    ///
+    /// Fails with a [`StoreError`] naming the file when it cannot be opened
+    /// (missing directory, permissions), is not SQLite, is another program's
+    /// database, or has a newer schema. SQLite creates `<path>-wal` and
+    /// `<path>-shm` beside it, and the store a `<path>-owners/` directory.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref().to_path_buf();
+        let err = |e| classify(&path, e);
+        // No URI parsing: the path is a path. NO_MUTEX: our own Mutex serialises use.
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&path, flags).map_err(err)?;
+        conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
+            .map_err(err)?;
+        // Refuse newer or foreign files before writing anything to them.
+        schema::check(&conn, &path)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Open {
+                path,
+                reason: format!(
+                    "cannot switch it to WAL mode (SQLite kept {mode:?}); put the data \
+                     directory on a local file system"
+                ),
+            });
+        }
+        // NORMAL is the connection default; durable writes raise it to FULL
+        // for their transaction (see crate docs).
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "foreign_keys", true)
+            .map_err(err)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+            .map_err(err)?;
+        conn.pragma_update(None, "journal_size_limit", JOURNAL_SIZE_LIMIT)
+            .map_err(err)?;
+        schema::migrate(&mut conn, &path)?;
+        // Room for every statement the store prepares, so none is re-parsed.
+        conn.set_prepared_statement_cache_capacity(64);
+        let owner = OwnerLock::acquire(&path).ok();
+        Ok(Store {
+            path,
+            conn: Mutex::new(conn),
+            owner,
+        })
+    }
+
+    /// The path the store was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's schema version (equal to [`SCHEMA_VERSION`] once open).
+    pub fn schema_version(&self) -> Result<u32> {
+        self.with_conn(|c| {
+            c.pragma_query_value(None, "user_version", |r| r.get(0))
+                .map_err(|e| self.sql(e))
+        })
+    }
+
+    /// Runs `PRAGMA integrity_check`: `Ok(vec![])` when the file is sound,
+    /// otherwise SQLite's list of problems. Reads the whole file: for
+    /// diagnostics and tests, not for every start-up.
+    pub fn integrity_check(&self) -> Result<Vec<String>> {
+        self.with_conn(|c| {
+            let mut stmt = c
+                .prepare("PRAGMA integrity_check")
+                .map_err(|e| self.sql(e))?;
+            let rows = stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .map_err(|e| self.sql(e))?;
+            let problems: Vec<String> = rows
+                .collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.sql(e))?;
+            Ok(problems.into_iter().filter(|p| p != "ok").collect())
+        })
+    }
+
+    /// The connection. A panic while it was held cannot have left a
+    /// transaction open (a dropped `Transaction` rolls back), so a poisoned
+    /// lock is safe to take over.
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Maps a SQLite error to a [`StoreError`] naming this file.
+    pub(crate) fn sql(&self, e: rusqlite::Error) -> StoreError {
+        classify(&self.path, e)
+    }
+
+    /// The owner id runs started by this store record.
+    pub(crate) fn owner_id(&self) -> Option<&str> {
+        self.owner.as_ref().map(|o| o.id.as_str())
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction: all of it commits or
+    /// none of it. IMMEDIATE takes the write lock up front, so a concurrent
+    /// writer makes us wait (busy timeout) instead of failing mid-way.
+    pub(crate) fn write<T>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&Connection) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.conn();
+        let durable = durability == Durability::Durable;
+        if durable {
+            conn.pragma_update(None, "synchronous", "FULL")
+                .map_err(|e| self.sql(e))?;
+        }
+        let result = (|| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.sql(e))?;
+            let value = f(&tx)?;
+            tx.commit().map_err(|e| self.sql(e))?;
+            Ok(value)
+        })();
+        if durable {
+            // Failing to lower it again costs speed, never data: ignore.
+            let _ = conn.pragma_update(None, "synchronous", "NORMAL");
+        }
+        result
+    }
+
+    /// Runs `f` with the connection outside any explicit transaction (each
+    /// statement is its own read snapshot, or its own write in autocommit).
+    pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        f(&self.conn())
+    }
+}
+
+/// Converts a count or seq for SQLite (which stores `i64`). Token counts and
+/// seqs never reach 2^63; saturate rather than fail if one ever did.
+pub(crate) fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Reads back a count the schema keeps non-negative.
+pub(crate) fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// The extended result code of a constraint violation, if `e` is one.
+pub(crate) fn constraint_code(e: &rusqlite::Error) -> Option<i32> {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            Some(f.extended_code)
+        }
+        _ => None,
+    }
+}
+
+/// A `LIMIT` argument from a `usize` (`usize::MAX` means "all").
+pub(crate) fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pragma(store: &Store, name: &str) -> i64 {
+        store
+            .conn()
+            .pragma_query_value(None, name, |r| r.get(0))
+            .unwrap()
+    }
+
+    /// Durable writes raise `synchronous` for their transaction only; the
+    /// event path must find NORMAL again, or every token would fsync.
+    #[test]
+    fn durable_writes_restore_normal_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("c.db")).unwrap();
+        assert_eq!(pragma(&store, "synchronous"), 1); // NORMAL
+        assert_eq!(pragma(&store, "foreign_keys"), 1);
+        assert_eq!(pragma(&store, "busy_timeout"), BUSY_TIMEOUT_MS as i64);
+        let s = store.create_session("s", None).unwrap();
+        store.add_turn(&s.id, None, Role::User, "hi").unwrap();
+        assert_eq!(pragma(&store, "synchronous"), 1);
+        // Also after a durable write that failed.
+        assert!(store.add_turn("ses_nope", None, Role::User, "x").is_err());
+        assert_eq!(pragma(&store, "synchronous"), 1);
+        // A failed write left no transaction open.
+        assert!(store.conn().is_autocommit());
+    }
+}

@@ -1,0 +1,238 @@
+//! Runs: one orchestrator execution each, from `running` to a terminal status.
+
+use std::collections::BTreeSet;
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use crate::error::{Result, StoreError};
+use crate::{Durability, Run, RunStatus, Store, Usage, new_id, now_rfc3339, owner, to_i64, to_u64};
+
+const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
+                       cost_usd, started_at, ended_at";
+
+/// The reason given to runs whose process died.
+pub const INTERRUPTED_REASON: &str = "process-exited";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Run> {
+    Ok(Run {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        status: r.get(2)?,
+        reason: r.get(3)?,
+        model: r.get(4)?,
+        usage: Usage {
+            input_tokens: to_u64(r.get(5)?),
+            output_tokens: to_u64(r.get(6)?),
+            cost_usd: r.get(7)?,
+        },
+        started_at: r.get(8)?,
+        ended_at: r.get(9)?,
+    })
+}
+
+impl Store {
+    /// Starts a run of a session (which must exist) with status `running`.
+    /// The run records this store's owner lock, so other processes know it
+    /// is alive (see [`Store::mark_interrupted_runs`]).
+    pub fn start_run(&self, session_id: &str, model: &str) -> Result<Run> {
+        let run = Run {
+            id: new_id("run"),
+            session_id: session_id.to_owned(),
+            status: RunStatus::Running,
+            reason: None,
+            model: model.to_owned(),
+            usage: Usage::default(),
+            started_at: now_rfc3339(),
+            ended_at: None,
+        };
+        self.write(Durability::Durable, |c| {
+            self.require(c, "sessions", "session", session_id)?;
+            c.prepare_cached(
+                "INSERT INTO runs (id, session_id, status, model, owner, started_at)
+                 VALUES (?1, ?2, 'running', ?3, ?4, ?5)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    run.id,
+                    session_id,
+                    model,
+                    self.owner_id(),
+                    run.started_at
+                ])
+            })
+            .map_err(|e| self.sql(e))?;
+            c.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![session_id, run.started_at]))
+                .map_err(|e| self.sql(e))?;
+            Ok(())
+        })?;
+        Ok(run)
+    }
+
+    /// Ends a run: sets its terminal `status`, `reason` and `ended_at`.
+    ///
+    /// `usage`, when given, is the run's **final totals**: it replaces what
+    /// [`Store::add_usage`] accumulated for the run, and the session's totals
+    /// move by the difference, so nothing is counted twice whichever way the
+    /// caller reports usage. `None` keeps the accumulated totals.
+    ///
+    /// Fails with [`StoreError::InvalidArgument`] for `status == Running`,
+    /// [`StoreError::NotFound`] for an unknown run, and
+    /// [`StoreError::RunNotRunning`] when the run has already ended (also
+    /// when a start-up marked it `interrupted`): a run ends once.
+    pub fn finish_run(
+        &self,
+        id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+    ) -> Result<()> {
+        if status == RunStatus::Running {
+            return Err(StoreError::InvalidArgument(format!(
+                "finish_run({id}) needs a terminal status, not running"
+            )));
+        }
+        self.write(Durability::Durable, |c| {
+            let current = c
+                .prepare_cached(
+                    "SELECT session_id, status, input_tokens, output_tokens, cost_usd
+                     FROM runs WHERE id = ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_row([id], |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, RunStatus>(1)?,
+                            r.get::<_, i64>(2)?,
+                            r.get::<_, i64>(3)?,
+                            r.get::<_, f64>(4)?,
+                        ))
+                    })
+                    .optional()
+                })
+                .map_err(|e| self.sql(e))?;
+            let Some((session_id, old_status, old_in, old_out, old_cost)) = current else {
+                return Err(StoreError::NotFound {
+                    what: "run",
+                    id: id.to_owned(),
+                });
+            };
+            if old_status != RunStatus::Running {
+                return Err(StoreError::RunNotRunning {
+                    id: id.to_owned(),
+                    status: old_status.to_string(),
+                });
+            }
+            let (new_in, new_out, new_cost) = match usage {
+                Some(u) => (to_i64(u.input_tokens), to_i64(u.output_tokens), u.cost_usd),
+                None => (old_in, old_out, old_cost),
+            };
+            c.prepare_cached(
+                "UPDATE runs SET status = ?2, reason = ?3, ended_at = ?4,
+                     input_tokens = ?5, output_tokens = ?6, cost_usd = ?7
+                 WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    status,
+                    reason,
+                    now_rfc3339(),
+                    new_in,
+                    new_out,
+                    new_cost
+                ])
+            })
+            .map_err(|e| self.sql(e))?;
+            self.bump_session_usage(
+                c,
+                &session_id,
+                new_in - old_in,
+                new_out - old_out,
+                new_cost - old_cost,
+            )
+        })
+    }
+
+    pub fn get_run(&self, id: &str) -> Result<Option<Run>> {
+        self.with_conn(|c| {
+            c.prepare_cached(&format!("SELECT {COLUMNS} FROM runs WHERE id = ?1"))
+                .and_then(|mut s| s.query_row([id], from_row).optional())
+                .map_err(|e| self.sql(e))
+        })
+    }
+
+    /// The `limit` most recent runs, newest first; of one session when
+    /// `session_id` is given, of all sessions otherwise.
+    pub fn list_runs(&self, session_id: Option<&str>, limit: usize) -> Result<Vec<Run>> {
+        self.with_conn(|c| {
+            let mut stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM runs WHERE ?1 IS NULL OR session_id = ?1
+                     ORDER BY started_at DESC, id DESC LIMIT ?2"
+                ))
+                .map_err(|e| self.sql(e))?;
+            let rows = stmt
+                .query_map(params![session_id, crate::limit(limit)], from_row)
+                .map_err(|e| self.sql(e))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.sql(e))
+        })
+    }
+
+    /// Marks `interrupted` (reason `process-exited`) every run still
+    /// `running` whose process is gone, and returns their ids, oldest first.
+    /// Call it at start-up so the UI never shows a run spinning forever.
+    ///
+    /// Which runs count as gone: those whose owner lock (see `owner.rs`) is
+    /// no longer held, and those that recorded no owner. Runs of this store
+    /// and of other live processes sharing the file are left alone, so it is
+    /// safe to call at any time. One exception: when this file system cannot
+    /// lock, runs record no owner and this store's own runs look gone too;
+    /// then call it only before starting any run.
+    pub fn mark_interrupted_runs(&self) -> Result<Vec<String>> {
+        let owners: BTreeSet<Option<String>> = self.with_conn(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT DISTINCT owner FROM runs WHERE status = 'running'")
+                .map_err(|e| self.sql(e))?;
+            let rows = stmt.query_map([], |r| r.get(0)).map_err(|e| self.sql(e))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.sql(e))
+        })?;
+        // Decide liveness outside the write transaction: it opens files.
+        let dead: Vec<Option<String>> = owners
+            .into_iter()
+            .filter(|o| match o.as_deref() {
+                None => true,
+                Some(mine) if Some(mine) == self.owner_id() => false,
+                Some(other) => !owner::is_alive(&self.path, other),
+            })
+            .collect();
+        if dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write(Durability::Durable, |c| {
+            let now = now_rfc3339();
+            let mut ids = Vec::new();
+            for o in &dead {
+                let mut stmt = c
+                    .prepare_cached(
+                        "UPDATE runs SET status = 'interrupted', reason = ?2, ended_at = ?3
+                         WHERE status = 'running' AND owner IS ?1
+                         RETURNING id, started_at",
+                    )
+                    .map_err(|e| self.sql(e))?;
+                let rows = stmt
+                    .query_map(params![o, INTERRUPTED_REASON, now], |r| {
+                        Ok((r.get::<_, String>(1)?, r.get::<_, String>(0)?))
+                    })
+                    .map_err(|e| self.sql(e))?;
+                for row in rows {
+                    ids.push(row.map_err(|e| self.sql(e))?);
+                }
+            }
+            ids.sort();
+            Ok(ids.into_iter().map(|(_, id)| id).collect())
+        })
+    }
+}

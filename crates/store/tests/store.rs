@@ -1,0 +1,868 @@
+//! Round trips through real SQLite files in temporary directories.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use capstan_store::{
+    DecidedBy, Decision, EventRecord, EventWriter, NewApproval, Profile, Role, RunStatus,
+    SCHEMA_VERSION, Store, StoreError, Usage,
+};
+use tempfile::TempDir;
+
+fn fresh() -> (TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("capstan.db")).unwrap();
+    (dir, store)
+}
+
+fn reopen(dir: &TempDir) -> Store {
+    Store::open(dir.path().join("capstan.db")).unwrap()
+}
+
+fn event_json(run: &str, seq: u64, text: &str) -> String {
+    serde_json::json!({
+        "seq": seq, "run_id": run, "ts": "2026-01-01T00:00:00.000Z",
+        "type": "response.delta", "text": text,
+    })
+    .to_string()
+}
+
+fn event(run: &str, seq: u64) -> EventRecord {
+    EventRecord {
+        run_id: run.into(),
+        seq,
+        ts: "2026-01-01T00:00:00.000Z".into(),
+        kind: "response.delta".into(),
+        json: event_json(run, seq, "x"),
+    }
+}
+
+// ---- workspaces ----
+
+#[test]
+fn workspace_round_trip_and_canonical_root() {
+    let (dir, store) = fresh();
+    let proj = dir.path().join("proj");
+    std::fs::create_dir_all(proj.join("sub")).unwrap();
+    // A non-canonical spelling is stored canonical.
+    let spelled = proj.join("sub").join("..");
+    let ws = store
+        .add_workspace(&spelled, "proj", Profile::default())
+        .unwrap();
+    assert!(ws.id.starts_with("ws_"));
+    assert_eq!(ws.root_path, std::fs::canonicalize(&proj).unwrap());
+    assert_eq!(ws.policy_profile, Profile::Cautious);
+    assert_eq!(ws.policy_json, None);
+
+    assert_eq!(
+        store.get_workspace_by_id(&ws.id).unwrap().as_ref(),
+        Some(&ws)
+    );
+    assert_eq!(
+        store.get_workspace_by_root(&proj).unwrap().as_ref(),
+        Some(&ws)
+    );
+    #[cfg(unix)]
+    {
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&proj, &link).unwrap();
+        assert_eq!(
+            store.get_workspace_by_root(&link).unwrap().as_ref(),
+            Some(&ws)
+        );
+        match store.add_workspace(&link, "again", Profile::Trusted) {
+            Err(StoreError::WorkspaceExists { id, .. }) => assert_eq!(id, ws.id),
+            other => panic!("expected WorkspaceExists, got {other:?}"),
+        }
+    }
+
+    let other_dir = dir.path().join("a-other");
+    std::fs::create_dir(&other_dir).unwrap();
+    let other = store
+        .add_workspace(&other_dir, "another", Profile::Locked)
+        .unwrap();
+    let names: Vec<_> = store
+        .list_workspaces()
+        .unwrap()
+        .into_iter()
+        .map(|w| w.name)
+        .collect();
+    assert_eq!(names, ["another", "proj"]);
+
+    store.set_profile(&ws.id, Profile::Trusted).unwrap();
+    store
+        .set_policy_json(&ws.id, Some(r#"{"allow":["make"]}"#))
+        .unwrap();
+    let err = store
+        .set_policy_json(&ws.id, Some("{not json"))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidArgument(_)), "{err}");
+    drop(store);
+
+    let store = reopen(&dir);
+    let ws2 = store.get_workspace_by_id(&ws.id).unwrap().unwrap();
+    assert_eq!(ws2.policy_profile, Profile::Trusted);
+    assert_eq!(ws2.policy_json.as_deref(), Some(r#"{"allow":["make"]}"#));
+    store.set_policy_json(&ws.id, None).unwrap();
+    assert_eq!(
+        store
+            .get_workspace_by_id(&ws.id)
+            .unwrap()
+            .unwrap()
+            .policy_json,
+        None
+    );
+
+    // Removing a workspace forgets it in sessions, keeps the sessions.
+    let session = store.create_session("s", Some(&ws.id)).unwrap();
+    store.remove_workspace(&ws.id).unwrap();
+    assert_eq!(store.get_workspace_by_id(&ws.id).unwrap(), None);
+    assert_eq!(
+        store
+            .get_session(&session.id)
+            .unwrap()
+            .unwrap()
+            .workspace_id,
+        None
+    );
+    assert_eq!(store.list_workspaces().unwrap(), vec![other]);
+    assert!(matches!(
+        store.remove_workspace(&ws.id),
+        Err(StoreError::NotFound {
+            what: "workspace",
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.set_profile("ws_nope", Profile::Locked),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn workspace_root_must_be_an_existing_directory() {
+    let (dir, store) = fresh();
+    let missing = dir.path().join("missing");
+    let err = store
+        .add_workspace(&missing, "m", Profile::Cautious)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::WorkspaceRoot { .. }), "{err}");
+    assert!(err.to_string().contains("missing"), "{err}");
+    let file = dir.path().join("file.txt");
+    std::fs::write(&file, "x").unwrap();
+    let err = store
+        .add_workspace(&file, "f", Profile::Cautious)
+        .unwrap_err();
+    assert!(err.to_string().contains("not a directory"), "{err}");
+    assert_eq!(store.get_workspace_by_root(&missing).unwrap(), None);
+}
+
+// ---- sessions and turns ----
+
+#[test]
+fn session_round_trip_summary_and_workspace() {
+    let (dir, store) = fresh();
+    let ws = store
+        .add_workspace(dir.path(), "root", Profile::Cautious)
+        .unwrap();
+    let s = store.create_session("first", None).unwrap();
+    assert!(s.id.starts_with("ses_"));
+    assert_eq!(store.get_session(&s.id).unwrap().as_ref(), Some(&s));
+    assert_eq!(store.get_session("ses_nope").unwrap(), None);
+
+    store.set_session_workspace(&s.id, Some(&ws.id)).unwrap();
+    store.update_summary(&s.id, "we talked about keys").unwrap();
+    store
+        .update_summary(&s.id, "we talked about keys, then rotation")
+        .unwrap();
+    store.set_session_title(&s.id, "Key rotation").unwrap();
+    assert!(matches!(
+        store.set_session_workspace(&s.id, Some("ws_nope")),
+        Err(StoreError::NotFound {
+            what: "workspace",
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.update_summary("ses_nope", "x"),
+        Err(StoreError::NotFound {
+            what: "session",
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.create_session("x", Some("ws_nope")),
+        Err(StoreError::NotFound {
+            what: "workspace",
+            ..
+        })
+    ));
+    drop(store);
+
+    let store = reopen(&dir);
+    let got = store.get_session(&s.id).unwrap().unwrap();
+    assert_eq!(got.summary, "we talked about keys, then rotation");
+    assert_eq!(got.title, "Key rotation");
+    assert_eq!(got.workspace_id.as_deref(), Some(ws.id.as_str()));
+    assert!(got.updated_at >= s.updated_at);
+    store.set_session_workspace(&s.id, None).unwrap();
+    assert_eq!(
+        store.get_session(&s.id).unwrap().unwrap().workspace_id,
+        None
+    );
+}
+
+#[test]
+fn list_sessions_newest_first_and_bounded() {
+    let (_dir, store) = fresh();
+    let ids: Vec<String> = (0..5)
+        .map(|i| {
+            let s = store.create_session(&format!("s{i}"), None).unwrap();
+            // Timestamps have millisecond resolution.
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            s.id
+        })
+        .collect();
+    // Touching the oldest makes it the most recent.
+    store.add_turn(&ids[0], None, Role::User, "hello").unwrap();
+    let listed: Vec<String> = store
+        .list_sessions(3)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed, [ids[0].clone(), ids[4].clone(), ids[3].clone()]);
+    assert_eq!(store.list_sessions(0).unwrap().len(), 0);
+    assert_eq!(store.list_sessions(usize::MAX).unwrap().len(), 5);
+}
+
+#[test]
+fn turns_keep_order_and_recent_turns_is_bounded() {
+    let (dir, store) = fresh();
+    let s = store.create_session("chat", None).unwrap();
+    let other = store.create_session("other", None).unwrap();
+    let run = store.start_run(&s.id, "offline").unwrap();
+    for i in 1..=7 {
+        let role = if i % 2 == 1 {
+            Role::User
+        } else {
+            Role::Assistant
+        };
+        let t = store
+            .add_turn(&s.id, Some(&run.id), role, &format!("turn {i}"))
+            .unwrap();
+        assert_eq!(t.seq, i);
+        assert!(t.id.starts_with("turn_"));
+        // Interleave another session: seqs are per session.
+        store
+            .add_turn(&other.id, None, Role::User, "noise")
+            .unwrap();
+    }
+    drop(store);
+    let store = reopen(&dir);
+
+    let last3 = store.recent_turns(&s.id, 3).unwrap();
+    let contents: Vec<_> = last3.iter().map(|t| t.content.as_str()).collect();
+    assert_eq!(contents, ["turn 5", "turn 6", "turn 7"]);
+    assert_eq!(last3[0].role, Role::User);
+    assert_eq!(last3[1].role, Role::Assistant);
+    assert_eq!(last3[2].run_id.as_deref(), Some(run.id.as_str()));
+    assert!(last3.iter().all(|t| t.session_id == s.id));
+
+    let all = store.recent_turns(&s.id, 100).unwrap();
+    assert_eq!(all.len(), 7);
+    assert!(all.windows(2).all(|w| w[0].seq + 1 == w[1].seq));
+    assert_eq!(store.recent_turns(&s.id, usize::MAX).unwrap(), all);
+    assert!(store.recent_turns(&s.id, 0).unwrap().is_empty());
+    assert!(store.recent_turns("ses_nope", 5).unwrap().is_empty());
+    assert_eq!(store.recent_turns(&other.id, 100).unwrap().len(), 7);
+
+    // A turn names a run of its own session, and an existing session.
+    let err = store
+        .add_turn(&other.id, Some(&run.id), Role::User, "x")
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidArgument(_)), "{err}");
+    assert!(matches!(
+        store.add_turn("ses_nope", None, Role::User, "x"),
+        Err(StoreError::NotFound {
+            what: "session",
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.add_turn(&s.id, Some("run_nope"), Role::User, "x"),
+        Err(StoreError::NotFound { what: "run", .. })
+    ));
+}
+
+/// Two stores on one file (as two processes would be) add turns at the same
+/// time: the write lock serialises them, every seq is taken once.
+#[test]
+fn concurrent_writers_share_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("capstan.db");
+    let a = Arc::new(Store::open(&path).unwrap());
+    let b = Arc::new(Store::open(&path).unwrap());
+    let s = a.create_session("shared", None).unwrap();
+    let threads: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .map(|store| {
+            let sid = s.id.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    store
+                        .add_turn(&sid, None, Role::User, &format!("{i}"))
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let turns = b.recent_turns(&s.id, usize::MAX).unwrap();
+    let seqs: Vec<u64> = turns.iter().map(|t| t.seq).collect();
+    assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
+}
+
+// ---- runs and usage ----
+
+#[test]
+fn run_round_trip_and_usage_accounting() {
+    let (dir, store) = fresh();
+    let s = store.create_session("s", None).unwrap();
+    let r1 = store.start_run(&s.id, "gpt-x").unwrap();
+    assert_eq!(r1.status, RunStatus::Running);
+    assert_eq!(r1.ended_at, None);
+    assert_eq!(store.get_run(&r1.id).unwrap().as_ref(), Some(&r1));
+
+    // Per-call usage, then finish without totals: the accumulated ones stay.
+    let call = Usage {
+        input_tokens: 100,
+        output_tokens: 20,
+        cost_usd: 0.5,
+    };
+    store.add_usage(&s.id, Some(&r1.id), &call).unwrap();
+    store.add_usage(&s.id, Some(&r1.id), &call).unwrap();
+    store
+        .finish_run(&r1.id, RunStatus::Completed, None, None)
+        .unwrap();
+    let done = store.get_run(&r1.id).unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert!(done.ended_at.is_some());
+    assert_eq!(
+        done.usage,
+        Usage {
+            input_tokens: 200,
+            output_tokens: 40,
+            cost_usd: 1.0
+        }
+    );
+
+    // Final totals at finish replace the run's and move the session's by the
+    // difference: nothing is counted twice.
+    let r2 = store.start_run(&s.id, "claude-y").unwrap();
+    store.add_usage(&s.id, Some(&r2.id), &call).unwrap();
+    let total = Usage {
+        input_tokens: 150,
+        output_tokens: 30,
+        cost_usd: 0.75,
+    };
+    store
+        .finish_run(
+            &r2.id,
+            RunStatus::Failed,
+            Some("unsupported-capability"),
+            Some(total),
+        )
+        .unwrap();
+    let failed = store.get_run(&r2.id).unwrap().unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("unsupported-capability"));
+    assert_eq!(failed.usage, total);
+
+    // Session-level usage with no run (e.g. a summary call).
+    store
+        .add_usage(
+            &s.id,
+            None,
+            &Usage {
+                input_tokens: 1,
+                output_tokens: 1,
+                cost_usd: 0.0,
+            },
+        )
+        .unwrap();
+    drop(store);
+    let store = reopen(&dir);
+    let u = store.session_usage(&s.id).unwrap();
+    assert_eq!((u.input_tokens, u.output_tokens), (351, 71));
+    assert!((u.cost_usd - 1.75).abs() < 1e-9, "{u:?}");
+    assert_eq!(store.get_session(&s.id).unwrap().unwrap().usage, u);
+
+    // A run ends once; running is not an end.
+    assert!(matches!(
+        store.finish_run(&r1.id, RunStatus::Cancelled, None, None),
+        Err(StoreError::RunNotRunning { .. })
+    ));
+    let r3 = store.start_run(&s.id, "m").unwrap();
+    assert!(matches!(
+        store.finish_run(&r3.id, RunStatus::Running, None, None),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.finish_run("run_nope", RunStatus::Completed, None, None),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.start_run("ses_nope", "m"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.session_usage("ses_nope"),
+        Err(StoreError::NotFound { .. })
+    ));
+
+    // Usage for a run of another session is refused.
+    let s2 = store.create_session("s2", None).unwrap();
+    assert!(matches!(
+        store.add_usage(&s2.id, Some(&r3.id), &call),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(store.session_usage(&s2.id).unwrap(), Usage::default());
+
+    // Listing: newest first, per session or global.
+    let r4 = store.start_run(&s2.id, "m").unwrap();
+    let of_s: Vec<_> = store
+        .list_runs(Some(&s.id), 10)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(of_s.len(), 3);
+    assert_eq!(of_s[2], r1.id);
+    assert!(of_s.contains(&r2.id) && of_s.contains(&r3.id));
+    let all = store.list_runs(None, 10).unwrap();
+    assert_eq!(all.len(), 4);
+    assert!(all.iter().any(|r| r.id == r4.id));
+    assert_eq!(store.list_runs(None, 2).unwrap().len(), 2);
+}
+
+#[test]
+fn mark_interrupted_runs_spares_live_owners() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("capstan.db");
+    let mine = Store::open(&path).unwrap();
+    let s = mine.create_session("s", None).unwrap();
+    let own_run = mine.start_run(&s.id, "m").unwrap();
+
+    // Another live store (another process, as far as the locks know).
+    let neighbour = Store::open(&path).unwrap();
+    let their_run = neighbour.start_run(&s.id, "m").unwrap();
+    let finished = neighbour.start_run(&s.id, "m").unwrap();
+    neighbour
+        .finish_run(&finished.id, RunStatus::Completed, None, None)
+        .unwrap();
+
+    assert!(mine.mark_interrupted_runs().unwrap().is_empty());
+    assert!(neighbour.mark_interrupted_runs().unwrap().is_empty());
+
+    // The neighbour goes away without finishing its run.
+    drop(neighbour);
+    assert_eq!(
+        mine.mark_interrupted_runs().unwrap(),
+        vec![their_run.id.clone()]
+    );
+    let r = mine.get_run(&their_run.id).unwrap().unwrap();
+    assert_eq!(r.status, RunStatus::Interrupted);
+    assert_eq!(r.reason.as_deref(), Some(capstan_store::INTERRUPTED_REASON));
+    assert!(r.ended_at.is_some());
+    // Idempotent, and our own run is still running and can finish.
+    assert!(mine.mark_interrupted_runs().unwrap().is_empty());
+    assert_eq!(
+        mine.get_run(&own_run.id).unwrap().unwrap().status,
+        RunStatus::Running
+    );
+    assert_eq!(
+        mine.get_run(&finished.id).unwrap().unwrap().status,
+        RunStatus::Completed
+    );
+    mine.finish_run(&own_run.id, RunStatus::Completed, None, None)
+        .unwrap();
+    // An interrupted run cannot be finished later.
+    assert!(matches!(
+        mine.finish_run(&their_run.id, RunStatus::Completed, None, None),
+        Err(StoreError::RunNotRunning { .. })
+    ));
+}
+
+#[test]
+fn runs_without_owner_count_as_interrupted() {
+    let (dir, store) = fresh();
+    let s = store.create_session("s", None).unwrap();
+    drop(store);
+    // A row written by something with no owner lock (e.g. a file system
+    // that cannot lock): its liveness is unknowable, so it counts as dead.
+    let raw = rusqlite_open(&dir.path().join("capstan.db"));
+    raw.execute(
+        "INSERT INTO runs (id, session_id, model, started_at) VALUES ('run_old', ?1, 'm', '2020-01-01T00:00:00.000Z')",
+        [&s.id],
+    )
+    .unwrap();
+    drop(raw);
+    let store = reopen(&dir);
+    assert_eq!(store.mark_interrupted_runs().unwrap(), ["run_old"]);
+}
+
+// ---- events ----
+
+#[test]
+fn events_replay_in_seq_order() {
+    let (dir, store) = fresh();
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let other = store.start_run(&s.id, "m").unwrap();
+    // Out of order on purpose: replay sorts by seq, not by arrival.
+    for seq in [3u64, 0, 2, 1, 10] {
+        let json = event_json(&run.id, seq, &format!("t{seq}"));
+        store
+            .append_event(
+                &run.id,
+                seq,
+                "2026-01-01T00:00:00.000Z",
+                "response.delta",
+                &json,
+            )
+            .unwrap();
+    }
+    store
+        .append_events(&(0..5).map(|i| event(&other.id, i)).collect::<Vec<_>>())
+        .unwrap();
+    drop(store);
+    let store = reopen(&dir);
+
+    let replay = store.events(&run.id).unwrap();
+    let seqs: Vec<u64> = replay
+        .iter()
+        .map(|j| {
+            serde_json::from_str::<serde_json::Value>(j).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, [0, 1, 2, 3, 10]);
+    // Stored verbatim.
+    assert_eq!(replay[0], event_json(&run.id, 0, "t0"));
+    assert_eq!(store.events_after(&run.id, 2).unwrap().len(), 2);
+    assert_eq!(store.events_after(&run.id, 10).unwrap().len(), 0);
+    assert_eq!(store.events(&other.id).unwrap().len(), 5);
+    assert!(store.events("run_nope").unwrap().is_empty());
+}
+
+#[test]
+fn event_seq_is_unique_and_batches_are_atomic() {
+    let (_dir, store) = fresh();
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let e0 = event(&run.id, 0);
+    store
+        .append_event(&run.id, 0, &e0.ts, &e0.kind, &e0.json)
+        .unwrap();
+    match store.append_event(&run.id, 0, &e0.ts, &e0.kind, &e0.json) {
+        Err(StoreError::DuplicateEvent { run_id, seq }) => {
+            assert_eq!((run_id, seq), (run.id.clone(), 0))
+        }
+        other => panic!("expected DuplicateEvent, got {other:?}"),
+    }
+    // A batch whose last event collides stores nothing.
+    let batch: Vec<_> = [1, 2, 3, 0]
+        .into_iter()
+        .map(|i| event(&run.id, i))
+        .collect();
+    assert!(matches!(
+        store.append_events(&batch),
+        Err(StoreError::DuplicateEvent { seq: 0, .. })
+    ));
+    assert_eq!(store.events(&run.id).unwrap().len(), 1);
+    // A batch that repeats a seq within itself is refused too.
+    let batch: Vec<_> = [1, 2, 1].into_iter().map(|i| event(&run.id, i)).collect();
+    assert!(matches!(
+        store.append_events(&batch),
+        Err(StoreError::DuplicateEvent { seq: 1, .. })
+    ));
+    assert_eq!(store.events(&run.id).unwrap().len(), 1);
+
+    assert!(matches!(
+        store.append_event("run_nope", 0, &e0.ts, &e0.kind, &e0.json),
+        Err(StoreError::NotFound { what: "run", .. })
+    ));
+    assert!(matches!(
+        store.append_event(&run.id, 5, &e0.ts, &e0.kind, "{truncated"),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.append_event(&run.id, u64::MAX, &e0.ts, &e0.kind, "{}"),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    store.append_events(&[]).unwrap();
+}
+
+#[test]
+fn event_writer_batches_and_reports_errors_at_flush() {
+    let (_dir, store) = fresh();
+    let store = Arc::new(store);
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let writer = EventWriter::new(store.clone());
+    for seq in 0..5_000 {
+        writer.push(event(&run.id, seq)).unwrap();
+    }
+    writer.flush().unwrap();
+    assert_eq!(store.events(&run.id).unwrap().len(), 5_000);
+
+    // One bad event among good ones costs only itself.
+    writer.push(event(&run.id, 5_000)).unwrap();
+    writer.push(event(&run.id, 17)).unwrap(); // duplicate
+    writer.push(event(&run.id, 5_001)).unwrap();
+    let err = writer.flush().unwrap_err();
+    assert!(
+        matches!(err, StoreError::DuplicateEvent { seq: 17, .. }),
+        "{err}"
+    );
+    assert_eq!(store.events(&run.id).unwrap().len(), 5_002);
+    writer.flush().unwrap(); // the error was reported once
+
+    // Dropping the writer commits what is still queued.
+    for seq in 5_002..5_100 {
+        writer.push(event(&run.id, seq)).unwrap();
+    }
+    drop(writer);
+    assert_eq!(store.events(&run.id).unwrap().len(), 5_100);
+}
+
+// ---- approvals ----
+
+#[test]
+fn approvals_round_trip() {
+    let (dir, store) = fresh();
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let other = store.start_run(&s.id, "m").unwrap();
+    let reasons = vec!["rm deletes files".to_string(), "-rf: recursive".to_string()];
+    let requested = capstan_store::now_rfc3339();
+    let id = capstan_store::new_id("apr");
+    let a = store
+        .record_approval(&NewApproval {
+            id: &id,
+            run_id: &run.id,
+            task_id: "t1",
+            action: "exec",
+            command: "rm -rf build",
+            cwd: "/work/proj",
+            risk: "delete",
+            reasons: &reasons,
+            decision: Decision::ApprovedForSession,
+            decided_by: DecidedBy::User,
+            requested_at: &requested,
+        })
+        .unwrap();
+    assert_eq!(a.created_at, requested);
+    for (i, (decision, by)) in [
+        (Decision::Denied, DecidedBy::Policy),
+        (Decision::Expired, DecidedBy::Flag),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        store
+            .record_approval(&NewApproval {
+                id: &format!("apr_other{i}"),
+                run_id: &other.id,
+                task_id: "t9",
+                action: "exec",
+                command: "curl example.com",
+                cwd: "",
+                risk: "network",
+                reasons: &[],
+                decision,
+                decided_by: by,
+                requested_at: &capstan_store::now_rfc3339(),
+            })
+            .unwrap();
+    }
+    drop(store);
+    let store = reopen(&dir);
+
+    assert_eq!(
+        store.list_approvals(Some(&run.id), 10).unwrap(),
+        vec![a.clone()]
+    );
+    let all = store.list_approvals(None, 10).unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[0], a);
+    assert_eq!(all[1].decision, Decision::Denied);
+    assert_eq!(all[2].decided_by, DecidedBy::Flag);
+    assert!(all[1].reasons.is_empty());
+    // Bounded to the most recent, still oldest first.
+    let last = store.list_approvals(None, 1).unwrap();
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0].id, "apr_other1");
+
+    let again = NewApproval {
+        id: &id,
+        run_id: &run.id,
+        task_id: "t1",
+        action: "exec",
+        command: "",
+        cwd: "",
+        risk: "delete",
+        reasons: &[],
+        decision: Decision::Denied,
+        decided_by: DecidedBy::User,
+        requested_at: &requested,
+    };
+    assert!(matches!(
+        store.record_approval(&again),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    let orphan = NewApproval {
+        id: "apr_x",
+        run_id: "run_nope",
+        ..again
+    };
+    assert!(matches!(
+        store.record_approval(&orphan),
+        Err(StoreError::NotFound { what: "run", .. })
+    ));
+}
+
+#[test]
+fn enums_round_trip_through_text() {
+    for d in Decision::ALL {
+        assert_eq!(d.as_str().parse::<Decision>().unwrap(), *d);
+        assert_eq!(serde_json::to_string(d).unwrap(), format!("\"{d}\""));
+    }
+    for s in RunStatus::ALL {
+        assert_eq!(s.as_str().parse::<RunStatus>().unwrap(), *s);
+    }
+    for p in Profile::ALL {
+        assert_eq!(p.as_str().parse::<Profile>().unwrap(), *p);
+    }
+    assert_eq!(
+        Decision::ApprovedForSession.as_str(),
+        "approved-for-session"
+    );
+    let err = "sometimes".parse::<Profile>().unwrap_err();
+    assert!(err.contains("cautious, trusted, locked"), "{err}");
+}
+
+// ---- schema, files and errors ----
+
+/// The test's own handle on the file, to tamper with it as another program would.
+fn rusqlite_open(path: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(path).unwrap()
+}
+
+#[test]
+fn fresh_file_is_wal_versioned_and_marked() {
+    let (dir, store) = fresh();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert!(store.integrity_check().unwrap().is_empty());
+    drop(store);
+    let raw = rusqlite_open(&dir.path().join("capstan.db"));
+    let mode: String = raw
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let app: i32 = raw
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .unwrap();
+    assert_eq!(app, capstan_store::APPLICATION_ID);
+    // Reopening an up-to-date file migrates nothing and keeps the version.
+    drop(raw);
+    assert_eq!(reopen(&dir).schema_version().unwrap(), SCHEMA_VERSION);
+}
+
+#[test]
+fn newer_schema_is_refused_with_a_clear_error() {
+    let (dir, store) = fresh();
+    let s = store.create_session("keep me", None).unwrap();
+    drop(store);
+    let path = dir.path().join("capstan.db");
+    let raw = rusqlite_open(&path);
+    raw.pragma_update(None, "user_version", SCHEMA_VERSION + 2)
+        .unwrap();
+    drop(raw);
+
+    let err = Store::open(&path).unwrap_err();
+    match &err {
+        StoreError::SchemaTooNew {
+            found, supported, ..
+        } => {
+            assert_eq!((*found, *supported), (SCHEMA_VERSION + 2, SCHEMA_VERSION));
+        }
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(
+        msg.contains(&format!("schema v{}", SCHEMA_VERSION + 2)),
+        "{msg}"
+    );
+    assert!(msg.contains("upgrade Capstan"), "{msg}");
+
+    // Nothing was written: put the version back and the data is intact.
+    let raw = rusqlite_open(&path);
+    raw.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .unwrap();
+    drop(raw);
+    assert!(
+        Store::open(&path)
+            .unwrap()
+            .get_session(&s.id)
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn foreign_and_broken_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let foreign = dir.path().join("other.db");
+    rusqlite_open(&foreign)
+        .execute_batch("CREATE TABLE notes (body TEXT);")
+        .unwrap();
+    let err = Store::open(&foreign).unwrap_err();
+    assert!(matches!(err, StoreError::ForeignDatabase { .. }), "{err}");
+    assert!(err.to_string().contains("not Capstan's"), "{err}");
+
+    let marked = dir.path().join("marked.db");
+    rusqlite_open(&marked)
+        .pragma_update(None, "application_id", 42)
+        .unwrap();
+    assert!(matches!(
+        Store::open(&marked),
+        Err(StoreError::ForeignDatabase { .. })
+    ));
+
+    let text = dir.path().join("notes.txt");
+    std::fs::write(
+        &text,
+        "this is not a database, just some words, long enough to fill a header.....",
+    )
+    .unwrap();
+    let err = Store::open(&text).unwrap_err();
+    assert!(matches!(err, StoreError::NotADatabase { .. }), "{err}");
+    assert!(err.to_string().contains("notes.txt"), "{err}");
+
+    let nowhere = dir.path().join("no/such/dir/capstan.db");
+    let err = Store::open(&nowhere).unwrap_err();
+    assert!(matches!(err, StoreError::Open { .. }), "{err}");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(
+        err.to_string().contains(&dir.path().display().to_string()),
+        "{err}"
+    );
+}

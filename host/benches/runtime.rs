@@ -1,0 +1,122 @@
+//! Plugin runtime benchmark: cold (compile) vs cached load of every plugin, and
+//! the per-task overhead of instantiate + invoke on a trivial capability.
+//!
+//! Run: cargo bench -p capstan --bench runtime
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capstan::manifest::{self, PluginSpec};
+use capstan::protocol::{NullSink, TaskRequest};
+use capstan::runtime::Runtime;
+use capstan::services::{HostServices, RunContext};
+
+const CALLS: usize = 10_000;
+
+fn specs(dir: &std::path::Path) -> Vec<PluginSpec> {
+    let mut text = capstan::bundled::MANIFEST.to_string();
+    for (name, krate, kinds) in [("hello", "hello", "echo"), ("fault", "fault", "fault")] {
+        let path =
+            std::path::Path::new(capstan::bundled::PLUGIN_BUILD_DIR).join(format!("{krate}.wasm"));
+        let sha = capstan::runtime::sha256_hex(&std::fs::read(&path).unwrap());
+        text.push_str(&format!(
+            "\n[[plugin]]\nname = {name:?}\ncomponent = {:?}\nsha256 = {sha:?}\nkinds = [{kinds:?}]\n[plugin.permissions]\nhost = [\"exec\"]\n",
+            path.display().to_string()
+        ));
+    }
+    let (specs, errors) = manifest::parse(&text, "bench", Some(dir));
+    assert!(errors.is_empty(), "{errors:?}");
+    specs
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let runtime = Runtime::new(cache.clone(), vec![]).unwrap();
+
+        println!("## Plugin load: cold (compile + cache write) vs cached (deserialize)\n");
+        println!("| plugin | component size | cold load | cached load | speed-up |");
+        println!("|---|---|---|---|---|");
+        let mut hello = None;
+        for spec in specs(tmp.path()) {
+            let size = match &spec.source {
+                manifest::ComponentSource::Builtin(n) => {
+                    capstan::bundled::component(n).unwrap().len()
+                }
+                manifest::ComponentSource::File(p) => std::fs::metadata(p).unwrap().len() as usize,
+            };
+            let cold = runtime.load_spec(spec.clone()).await.unwrap();
+            assert!(!cold.load.cache_hit);
+            // Best of 5 cached loads: each is a fresh deserialize from disk.
+            let mut best = Duration::MAX;
+            let mut last = None;
+            for _ in 0..5 {
+                let warm = runtime.load_spec(spec.clone()).await.unwrap();
+                assert!(warm.load.cache_hit);
+                best = best.min(warm.load.duration);
+                last = Some(warm);
+            }
+            println!(
+                "| {} | {} KiB | {} | {} | {:.0}x |",
+                spec.entry.name,
+                size / 1024,
+                ms(cold.load.duration),
+                ms(best),
+                cold.load.duration.as_secs_f64() / best.as_secs_f64()
+            );
+            if spec.entry.name == "hello" {
+                hello = last;
+            }
+        }
+
+        let hello = hello.unwrap();
+        let run = RunContext::new(None, Arc::new(NullSink), HostServices::default());
+        let task = TaskRequest {
+            id: "bench".into(),
+            kind: "echo".into(),
+            operation: "echo".into(),
+            input: serde_json::json!({"quiet": true}),
+        };
+        for _ in 0..500 {
+            runtime.invoke(&hello, &task, &run).await.unwrap();
+        }
+        let mut samples = Vec::with_capacity(CALLS);
+        for _ in 0..CALLS {
+            let t = Instant::now();
+            runtime.invoke(&hello, &task, &run).await.unwrap();
+            samples.push(t.elapsed());
+        }
+        samples.sort();
+        println!(
+            "\n## Per-task overhead: fresh store + instantiate + invoke (`echo`), {CALLS} calls\n"
+        );
+        println!("| p50 | p99 | max | tasks/s (one thread) |");
+        println!("|---|---|---|---|");
+        let total: Duration = samples.iter().sum();
+        println!(
+            "| {} | {} | {} | {:.0} |",
+            us(pct(&samples, 0.5)),
+            us(pct(&samples, 0.99)),
+            us(*samples.last().unwrap()),
+            CALLS as f64 / total.as_secs_f64()
+        );
+        println!("\nReproduce: cargo bench -p capstan --bench runtime");
+    });
+}

@@ -1,0 +1,139 @@
+//! The host's thinking: at each step of a run it reads the situation and chooses
+//! to retrieve more context, answer, or plan tasks; at the end it writes the
+//! answer. Two implementations: [`offline::OfflineModel`] (deterministic rules,
+//! no network, the default) and [`llm::LlmModel`] (any chat model through
+//! `capstan-models`).
+//!
+//! The orchestrator enforces every bound (retrieval attempts, plan validity,
+//! budgets); a model only proposes.
+
+// pub mod llm; (lands with capstan-models)
+pub mod offline;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::{Citation, FailureReason, PlanTask, Usage};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Turn {
+    /// `user` or `assistant`.
+    pub role: String,
+    pub content: String,
+}
+
+/// A retrieved passage, with what is needed to cite it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Passage {
+    pub path: String,
+    pub heading: String,
+    pub line_start: u32,
+    pub line_end: u32,
+    pub text: String,
+    pub score: f32,
+}
+
+/// What a capability offers, for planning.
+#[derive(Debug, Clone, Serialize)]
+pub struct CapabilitySummary {
+    pub kind: String,
+    pub operations: Vec<OperationSummary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OperationSummary {
+    pub name: String,
+    pub description: String,
+    pub input_schema: serde_json::Value,
+}
+
+/// Everything the host knows at one step.
+#[derive(Debug, Clone, Default)]
+pub struct HostContext {
+    pub message: String,
+    /// Recent turns, oldest first.
+    pub history: Vec<Turn>,
+    pub summary: String,
+    pub workspace: Option<String>,
+    pub passages: Vec<Passage>,
+    /// Retrievals done so far in this run.
+    pub retrievals: u32,
+    pub last_retrieval_sufficient: Option<bool>,
+    pub capabilities: Vec<CapabilitySummary>,
+    /// Set when a previous proposal was rejected (malformed output).
+    pub feedback: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Retrieve {
+        query: String,
+        variants: Vec<String>,
+        reason: String,
+    },
+    Answer {
+        reason: String,
+    },
+    Plan {
+        tasks: Vec<PlanTask>,
+        reason: String,
+    },
+}
+
+/// The result of one task, as the final answer reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskReport {
+    pub task: PlanTask,
+    /// `completed`, `failed` or `skipped`.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<FailureReason>,
+    pub summary: String,
+    pub data: serde_json::Value,
+}
+
+/// What the final answer is written from.
+#[derive(Debug, Clone, Default)]
+pub struct FinalInput {
+    pub ctx: HostContext,
+    pub reports: Vec<TaskReport>,
+    /// Why the run cannot succeed, if it cannot (retry-limit, workspace-required...).
+    pub failure: Option<(FailureReason, String)>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ModelFailure {
+    /// The model's output could not be used after the bounded retries.
+    #[error("the model's output could not be used: {0}")]
+    Malformed(String),
+    #[error("the model is unavailable: {0}")]
+    Unavailable(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Receives answer text as it is produced, in order.
+pub type TokenSink<'a> = &'a mut (dyn FnMut(&str) + Send);
+
+#[async_trait]
+pub trait HostModel: Send + Sync {
+    /// The model's name for events, usage and pricing.
+    fn id(&self) -> String;
+
+    /// One step of the host loop.
+    async fn step(
+        &self,
+        ctx: &HostContext,
+        cancel: &CancellationToken,
+    ) -> Result<(Step, Usage), ModelFailure>;
+
+    /// Write the final answer, streaming it through `on_token`. Returns the full
+    /// text and the passages it cites.
+    async fn finalize(
+        &self,
+        input: &FinalInput,
+        cancel: &CancellationToken,
+        on_token: TokenSink<'_>,
+    ) -> Result<(String, Vec<Citation>, Usage), ModelFailure>;
+}

@@ -1,0 +1,162 @@
+//! The `index` host service: one tantivy index per workspace, in Capstan's data
+//! dir (never inside the workspace), shared by every task that touches it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use capstan_index::{IndexOptions, WorkspaceIndex};
+
+use super::{IndexService, TaskScope};
+use crate::runtime::bindings::index as wit;
+
+pub struct Indexes {
+    root: PathBuf,
+    options: IndexOptions,
+    open: Mutex<HashMap<PathBuf, Arc<WorkspaceIndex>>>,
+}
+
+impl Indexes {
+    /// `root` is the directory holding every workspace's index
+    /// (`<data dir>/indexes`).
+    pub fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            options: IndexOptions::default(),
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where a workspace's index lives: a hash of its root path, plus its name
+    /// for people browsing the data dir.
+    pub fn dir_for(&self, workspace: &Path) -> PathBuf {
+        let hash = crate::runtime::sha256_hex(workspace.as_os_str().as_encoded_bytes());
+        let name: String = workspace
+            .file_name()
+            .map(|n| {
+                n.to_string_lossy()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_')
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.root.join(format!("{}-{name}", &hash[..16]))
+    }
+
+    pub fn for_workspace(&self, workspace: &Path) -> Result<Arc<WorkspaceIndex>, String> {
+        let mut open = self.open.lock().unwrap();
+        if let Some(ix) = open.get(workspace) {
+            return Ok(ix.clone());
+        }
+        let dir = self.dir_for(workspace);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create index dir {}: {e}", dir.display()))?;
+        let ix = WorkspaceIndex::open_or_rebuild(&dir, self.options.clone())
+            .map_err(|e| format!("cannot open the index at {}: {e}", dir.display()))?;
+        let ix = Arc::new(ix);
+        open.insert(workspace.to_path_buf(), ix.clone());
+        Ok(ix)
+    }
+
+    fn scoped(&self, scope: &TaskScope) -> Result<Arc<WorkspaceIndex>, String> {
+        let ws = scope
+            .run
+            .workspace
+            .as_ref()
+            .ok_or("no workspace is bound, so there is no index")?;
+        self.for_workspace(ws)
+    }
+}
+
+/// Run index work off the async executor: commits and searches touch disk.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("index worker failed: {e}"))?
+}
+
+pub fn to_wit_hit(h: capstan_index::Hit) -> wit::Hit {
+    wit::Hit {
+        path: h.path,
+        heading: h.heading,
+        text: h.text,
+        line_start: h.line_start,
+        line_end: h.line_end,
+        score: h.score,
+        snippet: h.snippet,
+    }
+}
+
+#[async_trait]
+impl IndexService for Indexes {
+    async fn known_files(&self, scope: &TaskScope) -> Result<Vec<wit::FileMeta>, String> {
+        let ix = self.scoped(scope)?;
+        Ok(ix
+            .known_files()
+            .into_iter()
+            .map(|m| wit::FileMeta {
+                path: m.path,
+                mtime_ms: m.mtime_ms,
+                size: m.size,
+                hash: m.hash,
+            })
+            .collect())
+    }
+
+    async fn upsert_file(
+        &self,
+        scope: &TaskScope,
+        meta: wit::FileMeta,
+        passages: Vec<wit::Passage>,
+    ) -> Result<(), String> {
+        let ix = self.scoped(scope)?;
+        let meta = capstan_index::FileMeta {
+            path: meta.path,
+            mtime_ms: meta.mtime_ms,
+            size: meta.size,
+            hash: meta.hash,
+        };
+        let passages: Vec<capstan_index::Passage> = passages
+            .into_iter()
+            .map(|p| capstan_index::Passage {
+                heading: p.heading,
+                text: p.text,
+                line_start: p.line_start,
+                line_end: p.line_end,
+            })
+            .collect();
+        ix.upsert_file(meta, &passages).map_err(|e| e.to_string())
+    }
+
+    async fn remove_file(&self, scope: &TaskScope, path: String) -> Result<(), String> {
+        let ix = self.scoped(scope)?;
+        ix.remove_file(&path).map_err(|e| e.to_string())
+    }
+
+    async fn commit(&self, scope: &TaskScope) -> Result<wit::IndexStats, String> {
+        let ix = self.scoped(scope)?;
+        let stats = blocking(move || ix.commit().map_err(|e| e.to_string())).await?;
+        Ok(wit::IndexStats {
+            files: stats.files,
+            passages: stats.passages,
+        })
+    }
+
+    async fn search(
+        &self,
+        scope: &TaskScope,
+        query: String,
+        limit: u32,
+    ) -> Result<Vec<wit::Hit>, String> {
+        let ix = self.scoped(scope)?;
+        let hits = blocking(move || {
+            ix.search(&query, limit.clamp(1, 200) as usize)
+                .map_err(|e| e.to_string())
+        })
+        .await?;
+        Ok(hits.into_iter().map(to_wit_hit).collect())
+    }
+}
