@@ -9,8 +9,10 @@
 //! - [`protocol`]: the event and task types every layer speaks;
 //! - [`dirs`]: where Capstan keeps config, data and cache.
 
+pub mod app;
 pub mod bundled;
 pub mod cli;
+pub mod config;
 pub mod dirs;
 pub mod dispatch;
 pub mod host_model;

@@ -125,15 +125,15 @@ fn search_finds_the_right_passage_with_snippet() {
     // A heading-only match still gets a snippet: the start of the text, escaped.
     idx.upsert_file(
         meta("docs/tags.md", 4),
-        &[passage("Zebra", "a <b> tag & more", 1, 1)],
+        &[passage("Zebra", "a <b> tag & stuff", 1, 1)],
     )
     .unwrap();
     idx.commit().unwrap();
     let hits = idx.search("zebra", 5).unwrap();
-    assert_eq!(hits[0].snippet, "a &lt;b&gt; tag &amp; more");
+    assert_eq!(hits[0].snippet, "a &lt;b&gt; tag &amp; stuff");
     // Snippet text is escaped, matches highlighted.
     let hits = idx.search("tag", 5).unwrap();
-    assert_eq!(hits[0].snippet, "a &lt;b&gt; <b>tag</b> &amp; more");
+    assert_eq!(hits[0].snippet, "a &lt;b&gt; <b>tag</b> &amp; stuff");
 
     assert!(idx.search("", 5).unwrap().is_empty());
     assert!(idx.search("proxy", 0).unwrap().is_empty());
@@ -516,4 +516,32 @@ fn crash_mid_index_keeps_the_previous_commit() {
     idx.upsert_file(meta("after.md", 1), &[passage("After", "recovered", 1, 1)])
         .unwrap();
     assert_eq!(idx.commit().unwrap().files, 4);
+}
+
+#[test]
+fn missing_file_list_is_rebuilt_from_the_passages() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let idx = open(dir.path());
+        populate(&idx);
+        idx.upsert_file(meta("empty.md", 5), &[]).unwrap();
+        idx.commit().unwrap();
+    }
+    {
+        // Another writer commits without a payload (an older or foreign version).
+        let index = tantivy::Index::open_in_dir(dir.path()).unwrap();
+        let mut w: tantivy::IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
+        w.commit().unwrap();
+        assert!(index.load_metas().unwrap().payload.is_none());
+    }
+    let idx = open(dir.path());
+    // Files with passages come back with their metas; the empty one is simply unknown.
+    assert_eq!(
+        idx.known_files(),
+        [
+            meta("docs/keys.md", 1),
+            meta("docs/network.md", 2),
+            meta("src/main.rs", 3)
+        ]
+    );
 }

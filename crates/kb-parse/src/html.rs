@@ -92,8 +92,10 @@ impl State {
         }
         if let Some(level) = self.heading {
             let title: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
-            self.out
-                .push(Block::heading(level, &title.join(" "), lines[0].0));
+            let title = title.join(" ");
+            // Permalink anchors that generators append to headings (Sphinx, mdBook).
+            let title = title.trim_end_matches(['¶', '§', '🔗', ' ']);
+            self.out.push(Block::heading(level, title, lines[0].0));
         } else if self.pre > 0 {
             self.out.push(Block::code(lines));
         } else {

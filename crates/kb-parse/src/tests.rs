@@ -300,7 +300,7 @@ const HTML: &str = "<html><head><title>T</title><style>p{color:red}</style></hea
 <p>First para
 continues here &amp; more.</p>
 <script>var s = \"<h2>no</h2>\"; if (a<b) {}</script>
-<h2>Sub <em>section</em></h2>
+<h2>Sub <em>section</em><a class=\"headerlink\" href=\"#s\">¶</a></h2>
 <pre>code line 1
 
 code line 3</pre>

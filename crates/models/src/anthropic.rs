@@ -197,10 +197,10 @@ impl Decoder for AnthropicDecoder {
             .and_then(Value::as_array)
             .ok_or_else(|| ModelError::Protocol("the JSON response has no content array".into()))?;
         for block in content {
-            if block.get("type").and_then(Value::as_str) == Some("text") {
-                if let Some(t) = block.get("text").and_then(Value::as_str) {
-                    out.push(Piece::Delta(t.to_string()));
-                }
+            if block.get("type").and_then(Value::as_str) == Some("text")
+                && let Some(t) = block.get("text").and_then(Value::as_str)
+            {
+                out.push(Piece::Delta(t.to_string()));
             }
         }
         if let Some(reason) = v.get("stop_reason").and_then(Value::as_str) {

@@ -152,12 +152,10 @@ impl Decoder for OpenAiDecoder {
         let v = http::parse_json(data)?;
         check_error(&v)?;
         if let Some(choice) = first_choice(&v)? {
-            if let Some(delta) = choice.get("delta").filter(|d| !d.is_null()) {
-                if let Some(text) = delta.get("content").and_then(Value::as_str) {
-                    out.push(Piece::Delta(text.to_string()));
-                }
-                // `reasoning_content` / `reasoning` (vLLM, DeepSeek, Ollama) is thinking,
-                // not answer text: deliberately not forwarded.
+            // `reasoning_content` / `reasoning` (vLLM, DeepSeek, Ollama) is thinking, not
+            // answer text: deliberately not forwarded.
+            if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
+                out.push(Piece::Delta(text.to_string()));
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 out.push(Piece::Stop(reason.to_string()));

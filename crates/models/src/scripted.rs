@@ -542,10 +542,10 @@ enum Frame {
 /// then the end events?)`.
 fn cut(reply: &Reply) -> (&[String], bool, bool) {
     let n = reply.chunks.len();
-    if let Some(h) = reply.hang_after.filter(|h| *h <= n) {
-        if reply.truncate_after.is_none_or(|t| h <= t) {
-            return (&reply.chunks[..h], true, false);
-        }
+    if let Some(h) = reply.hang_after.filter(|h| *h <= n)
+        && reply.truncate_after.is_none_or(|t| h <= t)
+    {
+        return (&reply.chunks[..h], true, false);
     }
     if let Some(t) = reply.truncate_after.filter(|t| *t <= n) {
         return (&reply.chunks[..t], false, false);

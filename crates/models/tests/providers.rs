@@ -778,3 +778,68 @@ async fn scripted_non_streaming_answers() {
         .unwrap();
     assert_eq!(v["input_tokens"], 2);
 }
+
+/// A TCP server that accepts connections and never answers; reports each connection's
+/// end (the client closing it) on the channel.
+async fn silent_server() -> (String, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                // Read the request and ignore it; a 0-byte read or an error is the close.
+                while matches!(sock.read(&mut buf).await, Ok(n) if n > 0) {}
+                let _ = tx.send(());
+            });
+        }
+    });
+    (url, rx)
+}
+
+#[tokio::test]
+async fn cancel_while_waiting_for_headers_closes_the_connection() {
+    let (url, mut closed) = silent_server().await;
+    let p = OpenAiCompatible::new(ProviderSettings::new(url).http(fast_http())).unwrap();
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        canceller.cancel();
+    });
+    let res = tokio::time::timeout(PROMPT, p.stream(request(), cancel))
+        .await
+        .expect("prompt");
+    assert!(matches!(res, Err(ModelError::Cancelled)), "{:?}", res.err());
+    tokio::time::timeout(PROMPT, closed.recv())
+        .await
+        .expect("the connection was closed")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn header_timeout_is_unavailable_and_retried() {
+    let (url, mut closed) = silent_server().await;
+    let mut http = fast_http();
+    http.timeout = Duration::from_millis(150);
+    http.retry.max_retries = 1;
+    let p = OpenAiCompatible::new(ProviderSettings::new(url).http(http)).unwrap();
+    let err = tokio::time::timeout(PROMPT, p.complete(request(), CancellationToken::new()))
+        .await
+        .expect("bounded")
+        .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::Unavailable(m) if m.contains("no response")),
+        "{err:?}"
+    );
+    for _ in 0..2 {
+        // Two attempts, each connection closed by the client when it gave up.
+        tokio::time::timeout(PROMPT, closed.recv())
+            .await
+            .expect("closed")
+            .unwrap();
+    }
+}

@@ -91,7 +91,10 @@ pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// A shell command line, run as `/bin/sh -c <line>`.
+    /// A shell command line, run as `bash --noprofile --norc -c <line>`: bash
+    /// because the risk classifier parses bash (dash would read `((x))`
+    /// differently), and without start-up files so no user alias or function
+    /// changes what the classified words mean.
     Shell(String),
     /// A program and its arguments; `argv[0]` is looked up in [`SANDBOX_PATH`]
     /// (or the `PATH` given in [`ExecSpec::env`]) unless it contains a `/`.
@@ -424,7 +427,13 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
     let cwd = resolve_cwd(&workspace, &spec.cwd)?;
 
     let argv = match &spec.command {
-        Command::Shell(line) => vec!["/bin/sh".to_owned(), "-c".to_owned(), line.clone()],
+        Command::Shell(line) => vec![
+            "/bin/bash".to_owned(),
+            "--noprofile".to_owned(),
+            "--norc".to_owned(),
+            "-c".to_owned(),
+            line.clone(),
+        ],
         Command::Argv(argv) if argv.is_empty() => {
             return Err(SandboxError::InvalidCommand("empty argv".into()));
         }

@@ -1,5 +1,6 @@
 //! The `capstan` command line.
 
+mod ask;
 mod invoke;
 mod plugins;
 
@@ -54,6 +55,8 @@ pub struct GlobalArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Ask about a workspace or have it act: retrieval, a plan, sandboxed commands, a streamed answer.
+    Ask(ask::AskArgs),
     /// List, check and inspect capability plugins.
     #[command(subcommand)]
     Plugins(plugins::PluginsCommand),
@@ -85,6 +88,7 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Ask(args) => ask::run(&cli.global, args).await,
         Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
         Command::Invoke(args) => invoke::run(&cli.global, args).await,
     }

@@ -7,7 +7,7 @@
 //! The orchestrator enforces every bound (retrieval attempts, plan validity,
 //! budgets); a model only proposes.
 
-// pub mod llm; (lands with capstan-models)
+pub mod llm;
 pub mod offline;
 
 use async_trait::async_trait;
@@ -136,4 +136,30 @@ pub trait HostModel: Send + Sync {
         cancel: &CancellationToken,
         on_token: TokenSink<'_>,
     ) -> Result<(String, Vec<Citation>, Usage), ModelFailure>;
+}
+
+/// The host model the config asks for: `[model]` absent or `kind = "offline"`
+/// gives the embedded offline model.
+pub fn build(config: &crate::config::Config) -> anyhow::Result<std::sync::Arc<dyn HostModel>> {
+    use capstan_models::ProviderKind;
+    match &config.model {
+        None => Ok(std::sync::Arc::new(offline::OfflineModel)),
+        Some(m) if m.kind == ProviderKind::Offline => {
+            Ok(std::sync::Arc::new(offline::OfflineModel))
+        }
+        Some(m) => {
+            let provider = capstan_models::build(m)
+                .map_err(|e| anyhow::anyhow!("[model] in capstan.toml: {e}"))?;
+            let mut prices = capstan_models::PriceTable::defaults();
+            if let Some(extra) = &config.prices {
+                prices.merge(extra);
+            }
+            Ok(std::sync::Arc::new(llm::LlmModel {
+                provider,
+                model: m.model.clone(),
+                prices,
+                max_corrections: 2,
+            }))
+        }
+    }
 }

@@ -47,7 +47,10 @@ pub fn keywords(text: &str) -> Vec<String> {
 }
 
 fn stem(w: &str) -> String {
-    for suffix in ["ing", "ed", "es", "s"] {
+    if let Some(base) = w.strip_suffix("ation").filter(|b| b.len() >= 3) {
+        return format!("{base}at");
+    }
+    for suffix in ["ing", "ed", "es", "e", "s"] {
         if let Some(base) = w.strip_suffix(suffix) {
             if base.len() >= 3 {
                 return base.to_string();
@@ -269,15 +272,40 @@ fn overlap(words: &[String], text: &str) -> usize {
     words.iter().filter(|w| have.contains(w)).count()
 }
 
+fn mentions(words: &[String], text: &str) -> usize {
+    keywords_all(text)
+        .iter()
+        .filter(|w| words.contains(w))
+        .count()
+}
+
+/// Every content word, repeats kept.
+fn keywords_all(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
+        .map(|w| w.trim_matches('-').to_lowercase())
+        .filter(|w| w.len() >= 2 && !STOPWORDS.contains(&w.as_str()))
+        .map(|w| stem(&w))
+        .collect()
+}
+
 /// The extractive answer: per cited passage, its best sentences in order.
 fn extract(message: &str, passages: &[Passage]) -> (String, Vec<Citation>) {
     let words = keywords(message);
-    let mut ranked: Vec<(usize, &Passage)> = passages
+    // Distinct keywords matched first (heading and text), then how often the
+    // text mentions them; ties keep retrieval order (the sort is stable).
+    let mut ranked: Vec<((usize, usize), &Passage)> = passages
         .iter()
-        .map(|p| (overlap(&words, &format!("{} {}", p.heading, p.text)), p))
-        .filter(|(score, _)| *score > 0)
+        .map(|p| {
+            (
+                (
+                    overlap(&words, &format!("{} {}", p.heading, p.text)),
+                    mentions(&words, &p.text),
+                ),
+                p,
+            )
+        })
+        .filter(|((score, _), _)| *score > 0)
         .collect();
-    // Stable: ties keep retrieval order.
     ranked.sort_by(|a, b| b.0.cmp(&a.0));
     let mut text = String::new();
     let mut citations = Vec::new();
@@ -512,7 +540,7 @@ mod tests {
     fn keywords_drop_stopwords_and_stem() {
         assert_eq!(
             keywords("How do I rotate the signing keys?"),
-            ["rotate", "sign", "key"]
+            ["rotat", "sign", "key"]
         );
     }
 

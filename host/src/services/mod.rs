@@ -7,6 +7,8 @@
 //! is called (inside each service). A service that this host does not offer
 //! answers `denied` with a sentence saying so.
 
+pub mod approval;
+pub mod exec;
 pub mod index;
 
 use std::path::PathBuf;
@@ -16,7 +18,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::EventSink;
-use crate::runtime::bindings::{approval, exec, index, model};
+use crate::runtime::bindings as wit;
 
 /// What a service knows about the task calling it.
 #[derive(Clone)]
@@ -30,6 +32,7 @@ pub struct TaskScope {
 #[derive(Clone)]
 pub struct RunContext {
     pub run_id: String,
+    pub session_id: Option<String>,
     /// Canonical workspace root, if the run is bound to one.
     pub workspace: Option<PathBuf>,
     pub events: Arc<dyn EventSink>,
@@ -45,6 +48,7 @@ impl RunContext {
     ) -> Self {
         Self {
             run_id: String::new(),
+            session_id: None,
             workspace,
             events,
             cancel: CancellationToken::new(),
@@ -53,32 +57,42 @@ impl RunContext {
     }
 }
 
+impl RunContext {
+    /// What an approve-for-session grant is scoped to: the session, or the run
+    /// when there is no session.
+    pub fn session_key(&self) -> String {
+        self.session_id
+            .clone()
+            .unwrap_or_else(|| format!("run:{}", self.run_id))
+    }
+}
+
 #[async_trait]
 pub trait ExecService: Send + Sync {
     async fn run(
         &self,
         scope: &TaskScope,
-        req: exec::ExecRequest,
-    ) -> Result<exec::ExecOutput, exec::ExecError>;
+        req: wit::exec::ExecRequest,
+    ) -> Result<wit::exec::ExecOutput, wit::exec::ExecError>;
 }
 
 #[async_trait]
 pub trait IndexService: Send + Sync {
-    async fn known_files(&self, scope: &TaskScope) -> Result<Vec<index::FileMeta>, String>;
+    async fn known_files(&self, scope: &TaskScope) -> Result<Vec<wit::index::FileMeta>, String>;
     async fn upsert_file(
         &self,
         scope: &TaskScope,
-        meta: index::FileMeta,
-        passages: Vec<index::Passage>,
+        meta: wit::index::FileMeta,
+        passages: Vec<wit::index::Passage>,
     ) -> Result<(), String>;
     async fn remove_file(&self, scope: &TaskScope, path: String) -> Result<(), String>;
-    async fn commit(&self, scope: &TaskScope) -> Result<index::IndexStats, String>;
+    async fn commit(&self, scope: &TaskScope) -> Result<wit::index::IndexStats, String>;
     async fn search(
         &self,
         scope: &TaskScope,
         query: String,
         limit: u32,
-    ) -> Result<Vec<index::Hit>, String>;
+    ) -> Result<Vec<wit::index::Hit>, String>;
 }
 
 #[async_trait]
@@ -86,8 +100,8 @@ pub trait Approver: Send + Sync {
     async fn request(
         &self,
         scope: &TaskScope,
-        req: approval::ApprovalRequest,
-    ) -> approval::Decision;
+        req: wit::approval::ApprovalRequest,
+    ) -> wit::approval::Decision;
 }
 
 #[async_trait]
@@ -95,8 +109,8 @@ pub trait ModelService: Send + Sync {
     async fn complete(
         &self,
         scope: &TaskScope,
-        req: model::CompletionRequest,
-    ) -> Result<model::Completion, model::ModelError>;
+        req: wit::model::CompletionRequest,
+    ) -> Result<wit::model::Completion, wit::model::ModelError>;
 }
 
 /// The services a host offers. `None` means "not offered here".

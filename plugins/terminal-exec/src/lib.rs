@@ -1,27 +1,156 @@
-//! Placeholder until its issue lands.
+//! `terminal_exec`: raw command strings, run one by one through the host's
+//! sandboxed `exec` service in a bounded loop (seed 004 §3): evaluate, policy
+//! check (the host's), execute, inspect the output, decide the next or finish.
+//!
+//! The plugin never touches files or processes itself (its manifest grants no
+//! workspace access); the host classifies, gates and sandboxes every command.
+
 wit_bindgen::generate!({ world: "plugin", path: "../../wit" });
 
+use capstan::plugin::cancel::is_cancelled;
+use capstan::plugin::events::{Activity, emit, progress};
+use capstan::plugin::exec::{self, Command, ExecError, ExecRequest};
 use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
 use exports::capstan::plugin::capability::Guest;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
-struct P;
+/// Most commands one task may run: a bound on the loop, whoever drives it.
+const MAX_COMMANDS: usize = 20;
 
-impl Guest for P {
+const RUN_SCHEMA: &str = r#"{
+  "type": "object",
+  "properties": {
+    "command": {"type": "string", "description": "One shell command line (bash)"},
+    "commands": {"type": "array", "items": {"type": "string"}, "maxItems": 20, "description": "Command lines run in order"},
+    "cwd": {"type": "string", "description": "Working directory relative to the workspace root", "default": "."},
+    "continue_on_error": {"type": "boolean", "default": false, "description": "Keep going after a command exits non-zero"},
+    "timeout_ms": {"type": "integer", "minimum": 1, "description": "Per-command timeout"},
+    "objective": {"type": "string", "description": "What the commands are for (shown to people)"}
+  }
+}"#;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunInput {
+    command: Option<String>,
+    #[serde(default)]
+    commands: Vec<String>,
+    #[serde(default)]
+    cwd: String,
+    #[serde(default)]
+    continue_on_error: bool,
+    timeout_ms: Option<u32>,
+    objective: Option<String>,
+}
+
+struct TerminalExec;
+
+impl Guest for TerminalExec {
     fn describe() -> CapabilityInfo {
         CapabilityInfo {
             kinds: vec!["terminal_exec".into()],
             operations: vec![OperationInfo {
                 name: "run".into(),
-                description: String::new(),
-                input_schema: r#"{"type":"object"}"#.into(),
+                description: "Run shell commands in the workspace, in the OS sandbox, behind the approval gate. \
+                              Stops at the first command that fails unless continue_on_error is set."
+                    .into(),
+                input_schema: RUN_SCHEMA.into(),
+                // What the commands do is classified by the host per command; this is a floor.
                 risk: Risk::ReadOnly,
             }],
         }
     }
 
     fn invoke(task: Task) -> Result<TaskOutput, TaskError> {
-        Err(TaskError::NotImplemented(format!("operation `{}`", task.operation)))
+        if task.operation != "run" {
+            return Err(TaskError::NotImplemented(format!("operation `{}`; terminal_exec offers run", task.operation)));
+        }
+        let input: RunInput =
+            serde_json::from_str(&task.input).map_err(|e| TaskError::InvalidInput(format!("terminal_exec input: {e}")))?;
+        let mut commands = input.commands.clone();
+        if let Some(c) = &input.command {
+            commands.insert(0, c.clone());
+        }
+        commands.retain(|c| !c.trim().is_empty());
+        if commands.is_empty() {
+            if input.objective.is_some() {
+                return Err(TaskError::NotImplemented(
+                    "a model-driven loop from an objective alone; give `command` or `commands`".into(),
+                ));
+            }
+            return Err(TaskError::InvalidInput("give `command` or `commands`".into()));
+        }
+        if commands.len() > MAX_COMMANDS {
+            return Err(TaskError::InvalidInput(format!(
+                "{} commands; at most {MAX_COMMANDS} per task",
+                commands.len()
+            )));
+        }
+        run_loop(&commands, &input)
     }
 }
 
-export!(P);
+fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskError> {
+    let total = commands.len() as u64;
+    let mut steps: Vec<Value> = Vec::new();
+    let mut failed: Option<String> = None;
+    for (i, command) in commands.iter().enumerate() {
+        if is_cancelled() {
+            return Err(TaskError::Cancelled);
+        }
+        let req = ExecRequest {
+            command: Command::Shell(command.clone()),
+            cwd: input.cwd.clone(),
+            timeout_ms: input.timeout_ms,
+            output_limit: None,
+            min_risk: None,
+        };
+        match exec::run(&req) {
+            Ok(out) => {
+                let ok = out.exit_code == Some(0) && !out.timed_out;
+                let status = if out.timed_out {
+                    "timed out".to_string()
+                } else if let Some(code) = out.exit_code {
+                    format!("exit {code}")
+                } else {
+                    format!("killed by signal {}", out.signal.unwrap_or(0))
+                };
+                emit(&Activity {
+                    kind: "terminal.ran".into(),
+                    message: format!("ran `{command}`: {status}"),
+                    data: String::new(),
+                });
+                steps.push(json!({
+                    "command": command, "cwd": input.cwd, "exit_code": out.exit_code, "signal": out.signal,
+                    "stdout": out.stdout, "stderr": out.stderr, "truncated_bytes": out.truncated_bytes,
+                    "duration_ms": out.duration_ms, "timed_out": out.timed_out,
+                    "risk": format!("{:?}", out.risk).to_lowercase(), "reasons": out.reasons,
+                }));
+                if !ok && failed.is_none() {
+                    failed = Some(format!("`{command}` {status}"));
+                }
+                if !ok && !input.continue_on_error {
+                    break;
+                }
+            }
+            Err(ExecError::Cancelled) => return Err(TaskError::Cancelled),
+            Err(ExecError::Denied(why)) => return Err(TaskError::Denied(why)),
+            Err(ExecError::WorkspaceRequired) => {
+                return Err(TaskError::Denied("no workspace is bound; commands run only inside a workspace".into()));
+            }
+            Err(ExecError::InvalidRequest(why)) => return Err(TaskError::InvalidInput(why)),
+            Err(ExecError::Failed(why)) => return Err(TaskError::Failed(format!("`{command}` could not run: {why}"))),
+        }
+        progress(i as u64 + 1, total, "commands");
+    }
+    let ran = steps.len();
+    let summary = match &failed {
+        None => format!("ran {ran} command{}: all succeeded", if ran == 1 { "" } else { "s" }),
+        Some(f) => format!("ran {ran} of {} commands; {f}", commands.len()),
+    };
+    let data = json!({ "steps": steps, "failed": failed, "ran": ran, "planned": commands.len() });
+    Ok(TaskOutput { summary, data: data.to_string() })
+}
+
+export!(TerminalExec);

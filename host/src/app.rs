@@ -1,0 +1,335 @@
+//! The assembled host for one command or server: directories, config, store,
+//! plugin runtime and registry, services, and the model; and `ask`, which runs
+//! one message in a session (history in, turns and summary out, every event
+//! persisted for replay).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use capstan_store::{EventRecord, EventWriter, Role, Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::dirs::Dirs;
+use crate::host_model::{HostModel, Turn};
+use crate::orchestrator::{Host, RunConfig, RunOutcome, RunRequest, RunStatus};
+use crate::protocol::{Envelope, Event, EventSink};
+use crate::registry::{ManifestSources, Registry};
+use crate::runtime::Runtime;
+use crate::services::approval::{ApprovalBroker, ApproveMode};
+use crate::services::exec::Exec;
+use crate::services::index::Indexes;
+use crate::services::{HostServices, RunContext};
+
+pub struct App {
+    pub dirs: Dirs,
+    pub config: Config,
+    pub store: Arc<Store>,
+    pub runtime: Arc<Runtime>,
+    pub indexes: Arc<Indexes>,
+    pub broker: Arc<ApprovalBroker>,
+    pub model: Arc<dyn HostModel>,
+    events: Arc<EventWriter>,
+}
+
+/// Who receives a run's envelopes as they happen (a terminal, an SSE stream...).
+pub type Frontend = Arc<dyn Fn(&Envelope) + Send + Sync>;
+
+/// One message to run.
+#[derive(Debug, Clone, Default)]
+pub struct AskRequest {
+    pub message: String,
+    pub session_id: Option<String>,
+    pub workspace: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AskOutcome {
+    pub run_id: String,
+    pub session_id: String,
+    pub outcome: RunOutcome,
+}
+
+/// Stamps each event with the run, a sequence number and a time; persists it
+/// and hands it to the frontend.
+struct RunEvents {
+    run_id: String,
+    seq: AtomicU64,
+    writer: Arc<EventWriter>,
+    frontend: Frontend,
+}
+
+impl EventSink for RunEvents {
+    fn emit(&self, event: Event) {
+        let envelope = Envelope {
+            seq: self.seq.fetch_add(1, Ordering::SeqCst),
+            run_id: self.run_id.clone(),
+            ts: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            event,
+        };
+        if let Ok(json) = serde_json::to_string(&envelope) {
+            let kind = serde_json::to_value(&envelope.event)
+                .ok()
+                .and_then(|v| v["type"].as_str().map(String::from))
+                .unwrap_or_default();
+            let record = EventRecord {
+                run_id: self.run_id.clone(),
+                seq: envelope.seq,
+                ts: envelope.ts.clone(),
+                kind,
+                json,
+            };
+            if let Err(e) = self.writer.push(record) {
+                tracing::warn!("event not saved: {e}");
+            }
+        }
+        (self.frontend)(&envelope);
+    }
+}
+
+impl App {
+    /// Open everything. `workspace` also contributes its capstan.toml plugins.
+    pub async fn open(dirs: Dirs, approve: ApproveMode, workspace: Option<&Path>) -> Result<Self> {
+        Dirs::ensure(&dirs.data)?;
+        let config = Config::load(&dirs.user_config_file())?;
+        let store = Arc::new(
+            Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?,
+        );
+        if let Ok(ids) = store.mark_interrupted_runs() {
+            if !ids.is_empty() {
+                tracing::warn!(
+                    "marked {} run(s) from an earlier process as interrupted",
+                    ids.len()
+                );
+            }
+        }
+        let runtime = Arc::new(Runtime::new(
+            dirs.component_cache(),
+            vec![dirs.config.clone(), dirs.data.clone()],
+        )?);
+        let indexes = Arc::new(Indexes::new(dirs.data.join("indexes")));
+        let broker = Arc::new(ApprovalBroker::new(
+            approve,
+            Duration::from_secs(config.approval.timeout_secs),
+            Some(store.clone()),
+        ));
+        let model = crate::host_model::build(&config)?;
+        let events = Arc::new(EventWriter::new(store.clone()));
+        let _ = workspace;
+        Ok(Self {
+            dirs,
+            config,
+            store,
+            runtime,
+            indexes,
+            broker,
+            model,
+            events,
+        })
+    }
+
+    /// The registry for a workspace: bundled plugins, the user's capstan.toml,
+    /// the workspace's capstan.toml.
+    pub async fn registry(&self, workspace: Option<&Path>) -> Registry {
+        let mut files = vec![self.dirs.user_config_file()];
+        if let Some(ws) = workspace {
+            files.push(ws.join("capstan.toml"));
+        }
+        Registry::load(
+            &self.runtime,
+            &ManifestSources {
+                bundled: true,
+                files,
+            },
+        )
+        .await
+    }
+
+    /// The policy for a workspace: the config's `[policy]`, with the profile
+    /// registered for this workspace (if any) on top.
+    pub fn policy_for(&self, workspace: &Path) -> capstan_policy::Policy {
+        let mut policy = self.config.policy.clone();
+        if let Ok(Some(ws)) = self.store.get_workspace_by_root(workspace) {
+            if let Ok(p) =
+                serde_json::from_value(serde_json::Value::String(ws.policy_profile.as_str().into()))
+            {
+                policy.profile = p;
+            }
+            if let Some(extra) = ws
+                .policy_json
+                .as_deref()
+                .and_then(|j| serde_json::from_str::<capstan_policy::Policy>(j).ok())
+            {
+                policy.allow.extend(extra.allow);
+                policy.deny.extend(extra.deny);
+                policy.network |= extra.network;
+            }
+        }
+        policy
+    }
+
+    /// Run one message in a session, start to terminal event.
+    pub async fn ask(
+        &self,
+        req: AskRequest,
+        frontend: Frontend,
+        cancel: CancellationToken,
+    ) -> Result<AskOutcome> {
+        // The session, and the workspace it remembers.
+        let session = match &req.session_id {
+            Some(id) => self
+                .store
+                .get_session(id)?
+                .with_context(|| format!("no session `{id}`; see `capstan chat` /sessions"))?,
+            None => {
+                let title: String = req.message.chars().take(60).collect();
+                self.store.create_session(&title, None)?
+            }
+        };
+        let workspace = match &req.workspace {
+            Some(root) => {
+                let ws = match self.store.get_workspace_by_root(root)? {
+                    Some(ws) => ws,
+                    None => {
+                        let name = root
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        self.store
+                            .add_workspace(root, &name, capstan_store::Profile::default())?
+                    }
+                };
+                self.store
+                    .set_session_workspace(&session.id, Some(&ws.id))?;
+                Some(ws.root_path)
+            }
+            None => match &session.workspace_id {
+                Some(id) => self.store.get_workspace_by_id(id)?.map(|w| w.root_path),
+                None => None,
+            },
+        };
+
+        let registry = Arc::new(self.registry(workspace.as_deref()).await);
+        for p in registry.problems() {
+            tracing::warn!("{}", p.message);
+        }
+        let history: Vec<Turn> = self
+            .store
+            .recent_turns(&session.id, self.config.run.history_turns)?
+            .into_iter()
+            .map(|t| Turn {
+                role: t.role.as_str().to_string(),
+                content: t.content,
+            })
+            .collect();
+        let run = self.store.start_run(&session.id, &self.model.id())?;
+        // The user's turn is committed before anything runs: a crash loses no turn.
+        self.store
+            .add_turn(&session.id, Some(&run.id), Role::User, &req.message)?;
+
+        let store = self.store.clone();
+        let events = Arc::new(RunEvents {
+            run_id: run.id.clone(),
+            seq: AtomicU64::new(0),
+            writer: self.events.clone(),
+            frontend,
+        });
+        let policy = workspace
+            .as_deref()
+            .map(|w| self.policy_for(w))
+            .unwrap_or_else(|| self.config.policy.clone());
+        let services = HostServices {
+            exec: Some(Arc::new(Exec::new(policy, self.broker.clone()))),
+            index: Some(self.indexes.clone()),
+            approval: Some(self.broker.clone()),
+            model: None,
+        };
+        let ctx = RunContext {
+            run_id: run.id.clone(),
+            session_id: Some(session.id.clone()),
+            workspace,
+            events: events.clone(),
+            cancel,
+            services,
+        };
+        let host = Host {
+            runtime: self.runtime.clone(),
+            registry,
+            model: self.model.clone(),
+            config: RunConfig {
+                max_retrievals: self.config.run.max_retrievals,
+                max_parallel: self.config.run.max_parallel,
+                budget_usd: self.config.run.budget_usd,
+                budget_tokens: self.config.run.budget_tokens,
+                ..Default::default()
+            },
+        };
+        let request = RunRequest {
+            message: req.message.clone(),
+            session_id: Some(session.id.clone()),
+            history,
+            summary: session.summary.clone(),
+        };
+        let outcome = host.run(request, &ctx).await;
+
+        if !outcome.answer.is_empty() {
+            store.add_turn(&session.id, Some(&run.id), Role::Assistant, &outcome.answer)?;
+        }
+        store.update_summary(
+            &session.id,
+            &roll_summary(&session.summary, &req.message, &outcome.answer),
+        )?;
+        let status = match outcome.status {
+            RunStatus::Completed => capstan_store::RunStatus::Completed,
+            RunStatus::Failed => capstan_store::RunStatus::Failed,
+            RunStatus::Cancelled => capstan_store::RunStatus::Cancelled,
+        };
+        let usage = capstan_store::Usage {
+            input_tokens: outcome.usage.input_tokens,
+            output_tokens: outcome.usage.output_tokens,
+            cost_usd: outcome.usage.cost_usd.unwrap_or(0.0),
+        };
+        store.finish_run(
+            &run.id,
+            status,
+            outcome.reason.map(|r| r.as_str()),
+            Some(usage),
+        )?;
+        if let Err(e) = self.events.flush() {
+            tracing::warn!("some events of run {} were not saved: {e}", run.id);
+        }
+        Ok(AskOutcome {
+            run_id: run.id,
+            session_id: session.id,
+            outcome,
+        })
+    }
+}
+
+/// A bounded rolling summary: the earlier summary plus this exchange, keeping
+/// the newest text when it grows past the bound. Deterministic, so it costs no
+/// model call; a model-written summary can replace it later.
+pub fn roll_summary(previous: &str, question: &str, answer: &str) -> String {
+    const MAX: usize = 2000;
+    let first_line = answer
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let answer_short: String = first_line.chars().take(200).collect();
+    let q: String = question.chars().take(200).collect();
+    let mut s = format!("{previous}\n- Asked: {q} -> {answer_short}")
+        .trim()
+        .to_string();
+    if s.len() > MAX {
+        let mut start = s.len() - MAX;
+        while !s.is_char_boundary(start) {
+            start += 1;
+        }
+        s = s[start..].to_string();
+    }
+    s
+}

@@ -1,0 +1,205 @@
+//! The approval gate: one broker per process. A service that needs a person's
+//! consent asks the broker; the broker emits `approval.requested`, waits for a
+//! decision from whichever frontend is attached (terminal prompt, HTTP, stdio),
+//! a flag (`--approve all|none`), a session grant or the timeout, emits
+//! `approval.decided` and records the decision for audit.
+//!
+//! Invariant: no path returns "approved" without either a person, an explicit
+//! flag or an earlier approve-for-session of the same command in the same cwd.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use capstan_store::{DecidedBy, Decision, NewApproval, Store};
+use tokio::sync::oneshot;
+
+use super::{Approver, TaskScope};
+use crate::protocol::Event;
+use crate::runtime::bindings::approval as wit;
+
+/// How approvals are answered when nobody is asked interactively.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ApproveMode {
+    /// Ask a person (a terminal prompt or a frontend).
+    Ask,
+    /// Grant every approval (the sandbox and deny rules still hold).
+    All,
+    /// Deny every approval.
+    None,
+}
+
+/// What is being asked.
+#[derive(Debug, Clone)]
+pub struct ApprovalAsk {
+    pub action: String,
+    pub command: String,
+    pub cwd: String,
+    pub risk: String,
+    pub reasons: Vec<String>,
+}
+
+pub struct ApprovalBroker {
+    mode: ApproveMode,
+    timeout: Duration,
+    pending: Mutex<HashMap<String, oneshot::Sender<(Decision, DecidedBy)>>>,
+    /// (session or run, command, cwd) granted for the session.
+    grants: Mutex<HashSet<(String, String, String)>>,
+    store: Option<Arc<Store>>,
+}
+
+impl ApprovalBroker {
+    pub fn new(mode: ApproveMode, timeout: Duration, store: Option<Arc<Store>>) -> Self {
+        Self {
+            mode,
+            timeout,
+            pending: Mutex::default(),
+            grants: Mutex::default(),
+            store,
+        }
+    }
+
+    pub fn mode(&self) -> ApproveMode {
+        self.mode
+    }
+
+    /// Answer an open request (from a prompt or a frontend). Errors when the id
+    /// is unknown or already decided.
+    pub fn decide(&self, approval_id: &str, decision: Decision) -> Result<(), String> {
+        let sender = self
+            .pending
+            .lock()
+            .unwrap()
+            .remove(approval_id)
+            .ok_or_else(|| format!("no open approval with id `{approval_id}`"))?;
+        sender
+            .send((decision, DecidedBy::User))
+            .map_err(|_| "the request is no longer waiting".to_string())
+    }
+
+    pub fn open_requests(&self) -> Vec<String> {
+        self.pending.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// Ask, wait, record. `Aborted` also cancels the run.
+    pub async fn ask(&self, scope: &TaskScope, ask: ApprovalAsk) -> Decision {
+        let session = scope.run.session_key();
+        let grant_key = (session, ask.command.clone(), ask.cwd.clone());
+        let id = capstan_store::new_id("apr");
+        let requested_at = capstan_store::now_rfc3339();
+        scope.run.events.emit(Event::ApprovalRequested {
+            approval_id: id.clone(),
+            task_id: scope.task_id.clone(),
+            action: ask.action.clone(),
+            command: ask.command.clone(),
+            cwd: ask.cwd.clone(),
+            risk: ask.risk.clone(),
+            reasons: ask.reasons.clone(),
+        });
+        let (decision, by) = if !ask.command.is_empty()
+            && self.grants.lock().unwrap().contains(&grant_key)
+        {
+            (Decision::Approved, DecidedBy::User)
+        } else {
+            match self.mode {
+                ApproveMode::All => (Decision::Approved, DecidedBy::Flag),
+                ApproveMode::None => (Decision::Denied, DecidedBy::Flag),
+                ApproveMode::Ask => {
+                    let (tx, rx) = oneshot::channel();
+                    self.pending.lock().unwrap().insert(id.clone(), tx);
+                    let decided = tokio::select! {
+                        r = rx => r.unwrap_or((Decision::Expired, DecidedBy::Policy)),
+                        _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy),
+                        _ = scope.run.cancel.cancelled() => (Decision::Aborted, DecidedBy::User),
+                    };
+                    self.pending.lock().unwrap().remove(&id);
+                    decided
+                }
+            }
+        };
+        if decision == Decision::ApprovedForSession {
+            self.grants.lock().unwrap().insert(grant_key);
+        }
+        if decision == Decision::Aborted {
+            scope.run.cancel.cancel();
+        }
+        scope.run.events.emit(Event::ApprovalDecided {
+            approval_id: id.clone(),
+            decision: decision.as_str().to_string(),
+            by: by.as_str().to_string(),
+        });
+        self.audit(scope, &id, &ask, decision, by, &requested_at);
+        decision
+    }
+
+    /// Record a decision the policy made without asking (a deny rule).
+    pub fn record_policy_denial(&self, scope: &TaskScope, ask: &ApprovalAsk) {
+        let id = capstan_store::new_id("apr");
+        self.audit(
+            scope,
+            &id,
+            ask,
+            Decision::Denied,
+            DecidedBy::Policy,
+            &capstan_store::now_rfc3339(),
+        );
+    }
+
+    fn audit(
+        &self,
+        scope: &TaskScope,
+        id: &str,
+        ask: &ApprovalAsk,
+        decision: Decision,
+        by: DecidedBy,
+        requested_at: &str,
+    ) {
+        let (Some(store), false) = (&self.store, scope.run.run_id.is_empty()) else {
+            return;
+        };
+        let record = NewApproval {
+            id,
+            run_id: &scope.run.run_id,
+            task_id: &scope.task_id,
+            action: &ask.action,
+            command: &ask.command,
+            cwd: &ask.cwd,
+            risk: &ask.risk,
+            reasons: &ask.reasons,
+            decision,
+            decided_by: by,
+            requested_at,
+        };
+        if let Err(e) = store.record_approval(&record) {
+            tracing::warn!("cannot record approval {id} for audit: {e}");
+        }
+    }
+}
+
+/// The `approval` WIT import: plugins ask through the same broker.
+#[async_trait]
+impl Approver for ApprovalBroker {
+    async fn request(&self, scope: &TaskScope, req: wit::ApprovalRequest) -> wit::Decision {
+        let risk: crate::runtime::Risk = req.risk.into();
+        let ask = ApprovalAsk {
+            action: req.action,
+            command: req.detail,
+            cwd: String::new(),
+            risk: serde_json::to_value(risk)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            reasons: req.reasons,
+        };
+        match self.ask(scope, ask).await {
+            Decision::Approved => wit::Decision::Approved,
+            Decision::ApprovedForSession => wit::Decision::ApprovedForSession,
+            Decision::Aborted => wit::Decision::Aborted,
+            Decision::Denied | Decision::Expired => wit::Decision::Denied,
+        }
+    }
+}
