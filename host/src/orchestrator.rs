@@ -641,6 +641,10 @@ impl Host {
                     reports.push(report(&task, "completed", None, ok.summary, ok.data));
                 }
                 Err(f) => {
+                    events.emit(activity(
+                        "task.failed",
+                        format!("task {} failed ({}): {}", task.id, f.reason, f.message),
+                    ));
                     state.insert(task.id.clone(), TaskStatus::Failed);
                     events.emit(Event::PlanUpdated {
                         task_id: task.id.clone(),
@@ -666,6 +670,16 @@ impl Host {
             Some((reason, message)) => Err(Stop::Fail(reason, message)),
             None => Ok(()),
         }
+    }
+}
+
+/// A plain-words line for the activity feed, from the host itself.
+fn activity(kind: &str, message: String) -> Event {
+    Event::Activity {
+        task_id: None,
+        kind: kind.into(),
+        message,
+        data: serde_json::Value::Null,
     }
 }
 

@@ -52,7 +52,7 @@ pub fn approve_mode(explicit: Option<ApproveMode>) -> ApproveMode {
 }
 
 /// Ask a person at the terminal, off the async threads.
-fn prompt_approval(
+pub fn prompt_approval(
     broker: Arc<ApprovalBroker>,
     id: String,
     command: String,

@@ -6,15 +6,21 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
-use super::{GlobalArgs, load, workspace_root};
+use super::ask::approve_mode;
+use super::{GlobalArgs, workspace_root};
+use crate::app::App;
 use crate::dispatch::run_task;
 use crate::protocol::{Event, EventSink, TaskRequest};
+use crate::services::approval::ApproveMode;
 use crate::services::{HostServices, RunContext};
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Exit status: 0 when the task succeeds, 1 when it fails (the reason is printed), 2 on usage errors."
+    after_help = "Exit status: 0 when the task succeeds, 1 when it fails (the reason is printed), 2 on usage errors.\n\n\
+Examples:\n  capstan invoke local_kb_retrieval --workspace . --operation search --input '{\"query\":\"signing keys\"}'\n  \
+capstan invoke terminal_exec --workspace . --approve all --input '{\"command\":\"cargo test\"}'"
 )]
 pub struct InvokeArgs {
     /// The capability kind, e.g. local_kb_retrieval, terminal_exec, docx.
@@ -31,15 +37,37 @@ pub struct InvokeArgs {
     /// Print every event and the result as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
+    /// How approvals are answered. Default: ask on a terminal, none otherwise.
+    #[arg(long, value_enum)]
+    pub approve: Option<ApproveMode>,
 }
 
 /// Prints events as they happen: JSON lines, or plain words on stderr.
 struct PrintSink {
     json: bool,
+    broker: Arc<crate::services::approval::ApprovalBroker>,
 }
 
 impl EventSink for PrintSink {
     fn emit(&self, event: Event) {
+        if let Event::ApprovalRequested {
+            approval_id,
+            command,
+            risk,
+            reasons,
+            ..
+        } = &event
+        {
+            if self.broker.mode() == ApproveMode::Ask {
+                super::ask::prompt_approval(
+                    self.broker.clone(),
+                    approval_id.clone(),
+                    command.clone(),
+                    risk.clone(),
+                    reasons.clone(),
+                );
+            }
+        }
         if self.json {
             println!("{}", serde_json::to_string(&event).unwrap_or_default());
             return;
@@ -52,6 +80,15 @@ impl EventSink for PrintSink {
             Event::CapabilityStatus {
                 status, message, ..
             } => eprintln!("  ! {status}: {message}"),
+            Event::ApprovalDecided { decision, by, .. } => {
+                eprintln!("  approval: {decision} (by {by})")
+            }
+            Event::TerminalStep {
+                command, exit_code, ..
+            } => eprintln!("  $ {command} (exit {exit_code:?})"),
+            Event::WorkspaceRequired { message, .. } => {
+                eprintln!("  ! workspace required: {message}")
+            }
             _ => {}
         }
     }
@@ -61,7 +98,13 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
     let input: serde_json::Value = serde_json::from_str(&args.input)
         .with_context(|| format!("--input is not valid JSON: {}", args.input))?;
     let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
-    let (_dirs, runtime, registry) = load(global, workspace.as_deref()).await?;
+    let app = App::open(
+        global.dirs()?,
+        approve_mode(args.approve),
+        workspace.as_deref(),
+    )
+    .await?;
+    let registry = app.registry(workspace.as_deref()).await;
     for problem in registry.problems() {
         tracing::warn!("{}", problem.message);
     }
@@ -82,12 +125,32 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         operation,
         input,
     };
-    let run = RunContext::new(
-        workspace,
-        Arc::new(PrintSink { json: args.json }),
-        HostServices::default(),
-    );
-    let outcome = run_task(&runtime, &registry, &task, &run).await;
+    let policy = workspace
+        .as_deref()
+        .map(|w| app.policy_for(w))
+        .unwrap_or_else(|| app.config.policy.clone());
+    let services = HostServices {
+        exec: Some(Arc::new(crate::services::exec::Exec::new(
+            policy,
+            app.broker.clone(),
+        ))),
+        index: Some(app.indexes.clone()),
+        approval: Some(app.broker.clone()),
+        model: None,
+    };
+    let sink = Arc::new(PrintSink {
+        json: args.json,
+        broker: app.broker.clone(),
+    });
+    let mut run = RunContext::new(workspace, sink, services);
+    run.run_id = capstan_store::new_id("inv");
+    let cancel: CancellationToken = run.cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            cancel.cancel();
+        }
+    });
+    let outcome = run_task(&app.runtime, &registry, &task, &run).await;
     match outcome {
         Ok(success) => {
             if args.json {

@@ -2,6 +2,7 @@
 
 mod ask;
 mod invoke;
+mod kb;
 mod plugins;
 
 use std::path::{Path, PathBuf};
@@ -57,11 +58,24 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Ask about a workspace or have it act: retrieval, a plan, sandboxed commands, a streamed answer.
     Ask(ask::AskArgs),
+    /// Bring a workspace's search index up to date (asking does this on its own).
+    Index(kb::IndexArgs),
+    /// Search a workspace's knowledge base and print ranked, cited passages.
+    Search(kb::SearchArgs),
+    /// What the OS sandbox for commands can use on this machine.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
     /// List, check and inspect capability plugins.
     #[command(subcommand)]
     Plugins(plugins::PluginsCommand),
     /// Run one task straight on a capability (for plugin authors and scripts).
     Invoke(invoke::InvokeArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SandboxCommand {
+    /// Report Landlock, seccomp and namespace support; exit 1 if commands cannot be sandboxed.
+    Check,
 }
 
 pub fn main() -> ExitCode {
@@ -89,6 +103,17 @@ pub fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Ask(args) => ask::run(&cli.global, args).await,
+        Command::Index(args) => kb::index(&cli.global, args).await,
+        Command::Search(args) => kb::search(&cli.global, args).await,
+        Command::Sandbox(SandboxCommand::Check) => {
+            let report = capstan_sandbox::check();
+            println!("{report}");
+            Ok(if report.sandbox_available() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
         Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
         Command::Invoke(args) => invoke::run(&cli.global, args).await,
     }

@@ -132,6 +132,18 @@ impl ApprovalBroker {
             decision: decision.as_str().to_string(),
             by: by.as_str().to_string(),
         });
+        scope.run.events.emit(Event::Activity {
+            task_id: Some(scope.task_id.clone()),
+            kind: "approval".into(),
+            message: format!(
+                "approval for `{}` ({}): {} by {}",
+                ask.command,
+                ask.risk,
+                decision.as_str(),
+                by.as_str()
+            ),
+            data: serde_json::Value::Null,
+        });
         self.audit(scope, &id, &ask, decision, by, &requested_at);
         decision
     }
