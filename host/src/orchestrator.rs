@@ -121,7 +121,7 @@ impl From<ModelFailure> for Stop {
     fn from(f: ModelFailure) -> Self {
         match f {
             ModelFailure::Cancelled => Stop::Cancelled,
-            ModelFailure::Malformed(m) => Stop::Fail(FailureReason::InvalidModelOutput, m),
+            ModelFailure::Malformed(m, _) => Stop::Fail(FailureReason::InvalidModelOutput, m),
             ModelFailure::Unavailable(m) => Stop::Fail(
                 FailureReason::Failed,
                 format!("the model is unavailable: {m}"),
@@ -332,7 +332,14 @@ impl Host {
             if run.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
-            let (step, usage) = self.model.step(ctx, &run.cancel).await?;
+            let (step, usage) = match self.model.step(ctx, &run.cancel).await {
+                Ok(done) => done,
+                Err(ModelFailure::Malformed(message, usage)) => {
+                    self.account(meter, usage, run);
+                    return Err(Stop::Fail(FailureReason::InvalidModelOutput, message));
+                }
+                Err(other) => return Err(other.into()),
+            };
             if let Some(stop) = self.account(meter, usage, run) {
                 return Err(stop);
             }

@@ -230,10 +230,13 @@ impl HostModel for LlmModel {
                 }
             }
         }
-        Err(ModelFailure::Malformed(format!(
-            "after {} corrections the model still did not send a usable step: {last_error}",
-            self.max_corrections
-        )))
+        Err(ModelFailure::Malformed(
+            format!(
+                "after {} corrections the model still did not send a usable step: {last_error}",
+                self.max_corrections
+            ),
+            usage,
+        ))
     }
 
     async fn finalize(

@@ -105,8 +105,9 @@ pub struct FinalInput {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ModelFailure {
     /// The model's output could not be used after the bounded retries.
+    /// With the usage of the failed attempts, which still cost tokens.
     #[error("the model's output could not be used: {0}")]
-    Malformed(String),
+    Malformed(String, Usage),
     #[error("the model is unavailable: {0}")]
     Unavailable(String),
     #[error("cancelled")]
