@@ -589,3 +589,37 @@ async fn cancel_during_streaming_stops_the_stream() {
     );
     assert_eq!(types(&events).last().unwrap(), "run.cancelled");
 }
+
+#[test]
+fn kill_9_mid_run_loses_no_committed_turn_and_the_run_is_marked_interrupted() {
+    let (_d, ws) = handbook();
+    let home = common::Home::new("");
+    let mut child = home
+        .capstan()
+        .args(["ask", "--approve", "all", "--json", "--workspace"])
+        .arg(&ws)
+        .arg("run `sleep 27.1828`")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the command is running, then kill the host outright.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !sleeping("sleep 27.1828") {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // The next start marks the run interrupted; the user's turn is there.
+    let out = home.capstan().args(["ask", "hello"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let store = capstan_store::Store::open(home.path().join("data/capstan.db")).unwrap();
+    let runs = store.list_runs(None, 10).unwrap();
+    let killed = runs.iter().find(|r| r.status == capstan_store::RunStatus::Interrupted).expect("no interrupted run");
+    let turns = store.recent_turns(&killed.session_id, 10).unwrap();
+    assert_eq!(turns[0].content, "run `sleep 27.1828`");
+    assert!(store.integrity_check().unwrap().is_empty());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!sleeping("sleep 27.1828"), "the command outlived its host");
+}

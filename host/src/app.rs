@@ -255,6 +255,15 @@ impl App {
             cancel,
             services,
         };
+        // A session budget is what is left of it; the run stops at the smaller limit.
+        let session_left = match self.config.run.session_budget_usd {
+            Some(limit) => Some((limit - self.store.session_usage(&session.id)?.cost_usd).max(0.0)),
+            None => None,
+        };
+        let budget_usd = match (self.config.run.budget_usd, session_left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let host = Host {
             runtime: self.runtime.clone(),
             registry,
@@ -262,7 +271,7 @@ impl App {
             config: RunConfig {
                 max_retrievals: self.config.run.max_retrievals,
                 max_parallel: self.config.run.max_parallel,
-                budget_usd: self.config.run.budget_usd,
+                budget_usd,
                 budget_tokens: self.config.run.budget_tokens,
                 ..Default::default()
             },
