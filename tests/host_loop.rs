@@ -570,10 +570,10 @@ async fn cancel_during_streaming_stops_the_stream() {
             None,
             CancellationToken::new(),
             |e, cancel| {
-                if let Event::ResponseDelta { text } = &e.event {
-                    if text.starts_with("w3 ") {
-                        cancel.cancel();
-                    }
+                if let Event::ResponseDelta { text } = &e.event
+                    && text.starts_with("w3 ")
+                {
+                    cancel.cancel();
                 }
             },
         )
@@ -605,7 +605,10 @@ fn kill_9_mid_run_loses_no_committed_turn_and_the_run_is_marked_interrupted() {
     // Wait until the command is running, then kill the host outright.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !sleeping("sleep 27.1828") {
-        assert!(std::time::Instant::now() < deadline, "the command never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     child.kill().unwrap();
@@ -613,10 +616,17 @@ fn kill_9_mid_run_loses_no_committed_turn_and_the_run_is_marked_interrupted() {
 
     // The next start marks the run interrupted; the user's turn is there.
     let out = home.capstan().args(["ask", "hello"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let store = capstan_store::Store::open(home.path().join("data/capstan.db")).unwrap();
     let runs = store.list_runs(None, 10).unwrap();
-    let killed = runs.iter().find(|r| r.status == capstan_store::RunStatus::Interrupted).expect("no interrupted run");
+    let killed = runs
+        .iter()
+        .find(|r| r.status == capstan_store::RunStatus::Interrupted)
+        .expect("no interrupted run");
     let turns = store.recent_turns(&killed.session_id, 10).unwrap();
     assert_eq!(turns[0].content, "run `sleep 27.1828`");
     assert!(store.integrity_check().unwrap().is_empty());

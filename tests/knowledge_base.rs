@@ -11,14 +11,26 @@ use serde_json::{Value, json};
 fn kb(home: &Home, ws: &Path, op: &str, input: Value) -> (Value, String) {
     let out = home
         .capstan()
-        .args(["invoke", "local_kb_retrieval", "--json", "--operation", op, "--workspace"])
+        .args([
+            "invoke",
+            "local_kb_retrieval",
+            "--json",
+            "--operation",
+            op,
+            "--workspace",
+        ])
         .arg(ws)
         .args(["--input", &input.to_string()])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let result: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
-    assert_eq!(result["ok"], true, "{op} failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        result["ok"],
+        true,
+        "{op} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (result["data"].clone(), stdout)
 }
 
@@ -32,13 +44,33 @@ fn fixture() -> tempfile::TempDir {
         "# Deploying\n\nIntro line.\n\n## Blue-green switch\n\nThe load balancer flips traffic to the green pool\nafter health checks pass.\n\n## Rollback\n\nPoint the balancer back at blue.\n",
     )
     .unwrap();
-    std::fs::write(ws.join("notes.txt"), "The quarterly audit happens in March.\n").unwrap();
-    std::fs::write(ws.join("page.html"), "<html><body><h1>Pager</h1><p>The pager rota rotates weekly.</p></body></html>").unwrap();
+    std::fs::write(
+        ws.join("notes.txt"),
+        "The quarterly audit happens in March.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("page.html"),
+        "<html><body><h1>Pager</h1><p>The pager rota rotates weekly.</p></body></html>",
+    )
+    .unwrap();
     std::fs::write(ws.join(".gitignore"), "build/\n*.secret.md\n").unwrap();
-    std::fs::write(ws.join("build/generated.md"), "# Ignored\n\nzebra crossing generated\n").unwrap();
+    std::fs::write(
+        ws.join("build/generated.md"),
+        "# Ignored\n\nzebra crossing generated\n",
+    )
+    .unwrap();
     std::fs::write(ws.join("hidden.secret.md"), "# Secret\n\nzebra password\n").unwrap();
-    std::fs::write(ws.join("broken.docx"), b"PK\x03\x04 this is not really a zip").unwrap();
-    std::fs::write(ws.join("bad-utf8.md"), b"# Odd\n\nlatin1 caf\xe9 bytes here\n").unwrap();
+    std::fs::write(
+        ws.join("broken.docx"),
+        b"PK\x03\x04 this is not really a zip",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("bad-utf8.md"),
+        b"# Odd\n\nlatin1 caf\xe9 bytes here\n",
+    )
+    .unwrap();
     dir
 }
 
@@ -46,11 +78,19 @@ fn fixture() -> tempfile::TempDir {
 fn indexes_and_searches_with_exact_citations() {
     let home = Home::new("");
     let ws = fixture();
-    let (data, _) = kb(&home, ws.path(), "search", json!({"query": "when does traffic flip to the green pool"}));
+    let (data, _) = kb(
+        &home,
+        ws.path(),
+        "search",
+        json!({"query": "when does traffic flip to the green pool"}),
+    );
     let top = &data["passages"][0];
     assert_eq!(top["path"], "docs/deploy.md");
     assert_eq!(top["heading"], "Deploying > Blue-green switch");
-    assert_eq!((top["line_start"].as_u64(), top["line_end"].as_u64()), (Some(7), Some(8)));
+    assert_eq!(
+        (top["line_start"].as_u64(), top["line_end"].as_u64()),
+        (Some(7), Some(8))
+    );
     assert!(top["snippet"].as_str().unwrap().contains("<b>"), "{top}");
     assert_eq!(data["sufficient"], true);
     let (data, _) = kb(&home, ws.path(), "search", json!({"query": "pager rota"}));
@@ -62,12 +102,28 @@ fn gitignore_is_respected_and_malformed_files_are_warned_and_skipped() {
     let home = Home::new("");
     let ws = fixture();
     let (data, stdout) = kb(&home, ws.path(), "index", json!({}));
-    assert!(stdout.contains("broken.docx"), "no warning for the broken docx: {stdout}");
-    assert!(data["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("broken.docx")));
+    assert!(
+        stdout.contains("broken.docx"),
+        "no warning for the broken docx: {stdout}"
+    );
+    assert!(
+        data["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("broken.docx"))
+    );
     let (data, _) = kb(&home, ws.path(), "search", json!({"query": "zebra"}));
-    assert_eq!(data["passages"], json!([]), "ignored files were indexed: {data}");
+    assert_eq!(
+        data["passages"],
+        json!([]),
+        "ignored files were indexed: {data}"
+    );
     let (data, _) = kb(&home, ws.path(), "search", json!({"query": "latin1 bytes"}));
-    assert_eq!(data["passages"][0]["path"], "bad-utf8.md", "invalid UTF-8 is read lossily");
+    assert_eq!(
+        data["passages"][0]["path"], "bad-utf8.md",
+        "invalid UTF-8 is read lossily"
+    );
 }
 
 #[test]
@@ -83,26 +139,65 @@ fn reindex_after_edit_delete_and_rename_touches_only_what_changed() {
     assert_eq!(again["parsed"], 0, "nothing changed: {again}");
 
     std::thread::sleep(std::time::Duration::from_millis(20));
-    std::fs::write(ws.path().join("notes.txt"), "The quarterly audit moved to April.\n").unwrap();
+    std::fs::write(
+        ws.path().join("notes.txt"),
+        "The quarterly audit moved to April.\n",
+    )
+    .unwrap();
     std::fs::remove_file(ws.path().join("page.html")).unwrap();
-    std::fs::rename(ws.path().join("docs/deploy.md"), ws.path().join("docs/release.md")).unwrap();
+    std::fs::rename(
+        ws.path().join("docs/deploy.md"),
+        ws.path().join("docs/release.md"),
+    )
+    .unwrap();
     let (delta, _) = kb(&home, ws.path(), "index", json!({}));
-    assert_eq!(delta["parsed"], 2, "the edited and the renamed file: {delta}");
-    assert_eq!(delta["removed"], 2, "the deleted and the renamed-away file: {delta}");
+    assert_eq!(
+        delta["parsed"], 2,
+        "the edited and the renamed file: {delta}"
+    );
+    assert_eq!(
+        delta["removed"], 2,
+        "the deleted and the renamed-away file: {delta}"
+    );
 
-    let (data, _) = kb(&home, ws.path(), "search", json!({"query": "quarterly audit"}));
-    assert!(data["passages"][0]["text"].as_str().unwrap().contains("April"));
-    let (data, _) = kb(&home, ws.path(), "search", json!({"query": "balancer green pool"}));
+    let (data, _) = kb(
+        &home,
+        ws.path(),
+        "search",
+        json!({"query": "quarterly audit"}),
+    );
+    assert!(
+        data["passages"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("April")
+    );
+    let (data, _) = kb(
+        &home,
+        ws.path(),
+        "search",
+        json!({"query": "balancer green pool"}),
+    );
     assert_eq!(data["passages"][0]["path"], "docs/release.md");
     let (data, _) = kb(&home, ws.path(), "search", json!({"query": "pager rota"}));
-    assert!(data["passages"].as_array().unwrap().iter().all(|p| p["path"] != "page.html"));
+    assert!(
+        data["passages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["path"] != "page.html")
+    );
 }
 
 #[test]
 fn a_symlink_out_of_the_workspace_is_not_followed() {
     let home = Home::new("");
     let outside = tempfile::tempdir().unwrap();
-    std::fs::write(outside.path().join("leak.md"), "# Leak\n\nplatypus secret outside\n").unwrap();
+    std::fs::write(
+        outside.path().join("leak.md"),
+        "# Leak\n\nplatypus secret outside\n",
+    )
+    .unwrap();
     let ws = fixture();
     std::os::unix::fs::symlink(outside.path(), ws.path().join("outside-dir")).unwrap();
     std::os::unix::fs::symlink(outside.path().join("leak.md"), ws.path().join("leak.md")).unwrap();
@@ -127,7 +222,10 @@ fn walk(dir: &Path) -> Vec<(String, u64)> {
         if ft.is_dir() {
             out.extend(walk(&e.path()));
         } else {
-            out.push((e.path().display().to_string(), e.metadata().map(|m| m.len()).unwrap_or(0)));
+            out.push((
+                e.path().display().to_string(),
+                e.metadata().map(|m| m.len()).unwrap_or(0),
+            ));
         }
     }
     out.sort();

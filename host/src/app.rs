@@ -98,13 +98,13 @@ impl App {
         let store = Arc::new(
             Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?,
         );
-        if let Ok(ids) = store.mark_interrupted_runs() {
-            if !ids.is_empty() {
-                tracing::warn!(
-                    "marked {} run(s) from an earlier process as interrupted",
-                    ids.len()
-                );
-            }
+        if let Ok(ids) = store.mark_interrupted_runs()
+            && !ids.is_empty()
+        {
+            tracing::warn!(
+                "marked {} run(s) from an earlier process as interrupted",
+                ids.len()
+            );
         }
         let runtime = Arc::new(Runtime::new(
             dirs.component_cache(),

@@ -19,7 +19,9 @@ pub const MAX_MEMORY_MB: u64 = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(Default)]
 pub enum WorkspaceAccess {
+    #[default]
     None,
     Read,
     ReadWrite,
@@ -93,12 +95,6 @@ pub struct Permissions {
 
 fn default_workspace() -> WorkspaceAccess {
     WorkspaceAccess::None
-}
-
-impl Default for WorkspaceAccess {
-    fn default() -> Self {
-        Self::None
-    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -306,12 +302,12 @@ fn validate(
             "field `limits.fuel`: 0 would stop every call; omit it for no fuel limit".into(),
         );
     }
-    if let Some(sha) = &entry.sha256 {
-        if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(
-                "field `sha256`: must be 64 hex digits (run `sha256sum` on the component)".into(),
-            );
-        }
+    if let Some(sha) = &entry.sha256
+        && (sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        return Err(
+            "field `sha256`: must be 64 hex digits (run `sha256sum` on the component)".into(),
+        );
     }
     let source = if let Some(name) = entry.component.strip_prefix("builtin:") {
         ComponentSource::Builtin(name.to_string())

@@ -309,13 +309,13 @@ impl Host {
                 });
             }
         }
-        if let Some(limit) = self.config.budget_tokens {
-            if tokens > limit {
-                return Some(Stop::Fail(
-                    FailureReason::BudgetExceeded,
-                    format!("used {tokens} tokens of a {limit}-token run budget"),
-                ));
-            }
+        if let Some(limit) = self.config.budget_tokens
+            && tokens > limit
+        {
+            return Some(Stop::Fail(
+                FailureReason::BudgetExceeded,
+                format!("used {tokens} tokens of a {limit}-token run budget"),
+            ));
         }
         None
     }

@@ -154,16 +154,14 @@ fn render(envelope: &Envelope, broker: &Arc<ApprovalBroker>) {
             risk,
             reasons,
             ..
-        } => {
-            if broker.mode() == ApproveMode::Ask {
-                prompt_approval(
-                    broker.clone(),
-                    approval_id.clone(),
-                    command.clone(),
-                    risk.clone(),
-                    reasons.clone(),
-                );
-            }
+        } if broker.mode() == ApproveMode::Ask => {
+            prompt_approval(
+                broker.clone(),
+                approval_id.clone(),
+                command.clone(),
+                risk.clone(),
+                reasons.clone(),
+            );
         }
         Event::ApprovalDecided { decision, by, .. } => {
             eprintln!("  approval: {decision} (by {by})")
@@ -211,16 +209,15 @@ pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
                 reasons,
                 ..
             } = &env.event
+                && broker.mode() == ApproveMode::Ask
             {
-                if broker.mode() == ApproveMode::Ask {
-                    prompt_approval(
-                        broker.clone(),
-                        approval_id.clone(),
-                        command.clone(),
-                        risk.clone(),
-                        reasons.clone(),
-                    );
-                }
+                prompt_approval(
+                    broker.clone(),
+                    approval_id.clone(),
+                    command.clone(),
+                    risk.clone(),
+                    reasons.clone(),
+                );
             }
         } else {
             render(env, &broker);

@@ -57,16 +57,15 @@ impl EventSink for PrintSink {
             reasons,
             ..
         } = &event
+            && self.broker.mode() == ApproveMode::Ask
         {
-            if self.broker.mode() == ApproveMode::Ask {
-                super::ask::prompt_approval(
-                    self.broker.clone(),
-                    approval_id.clone(),
-                    command.clone(),
-                    risk.clone(),
-                    reasons.clone(),
-                );
-            }
+            super::ask::prompt_approval(
+                self.broker.clone(),
+                approval_id.clone(),
+                command.clone(),
+                risk.clone(),
+                reasons.clone(),
+            );
         }
         if self.json {
             println!("{}", serde_json::to_string(&event).unwrap_or_default());

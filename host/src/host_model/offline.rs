@@ -51,10 +51,10 @@ fn stem(w: &str) -> String {
         return format!("{base}at");
     }
     for suffix in ["ing", "ed", "es", "e", "s"] {
-        if let Some(base) = w.strip_suffix(suffix) {
-            if base.len() >= 3 {
-                return base.to_string();
-            }
+        if let Some(base) = w.strip_suffix(suffix)
+            && base.len() >= 3
+        {
+            return base.to_string();
         }
     }
     w.to_string()
@@ -306,7 +306,7 @@ fn extract(message: &str, passages: &[Passage]) -> (String, Vec<Citation>) {
         })
         .filter(|((score, _), _)| *score > 0)
         .collect();
-    ranked.sort_by(|a, b| b.0.cmp(&a.0));
+    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
     let mut text = String::new();
     let mut citations = Vec::new();
     for (_, p) in ranked.into_iter().take(2) {

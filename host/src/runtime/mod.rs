@@ -216,14 +216,14 @@ impl Runtime {
         };
         let started = Instant::now();
         let sha256 = sha256_hex(bytes);
-        if let Some(expected) = &spec.entry.sha256 {
-            if !expected.eq_ignore_ascii_case(&sha256) {
-                return Err(fail(format!(
-                    "sha256 mismatch: the manifest ({}) says {expected}, the file is {sha256}; \
+        if let Some(expected) = &spec.entry.sha256
+            && !expected.eq_ignore_ascii_case(&sha256)
+        {
+            return Err(fail(format!(
+                "sha256 mismatch: the manifest ({}) says {expected}, the file is {sha256}; \
                      the component changed since the manifest was written. Refusing to load it",
-                    spec.origin
-                )));
-            }
+                spec.origin
+            )));
         }
         let (component, cache_hit) = self
             .cache
@@ -448,10 +448,10 @@ impl Runtime {
         } else {
             granted
         };
-        if access != WorkspaceAccess::None {
-            if let Some(root) = &run.workspace {
-                self.check_workspace(root)?;
-            }
+        if access != WorkspaceAccess::None
+            && let Some(root) = &run.workspace
+        {
+            self.check_workspace(root)?;
         }
         if run.cancel.is_cancelled() {
             return Err(TaskFailure::new(
