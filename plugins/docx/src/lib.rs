@@ -20,7 +20,10 @@ impl Guest for P {
     }
 
     fn invoke(task: Task) -> Result<TaskOutput, TaskError> {
-        Err(TaskError::NotImplemented(format!("operation `{}`", task.operation)))
+        Err(TaskError::NotImplemented(format!(
+            "operation `{}`",
+            task.operation
+        )))
     }
 }
 

@@ -100,7 +100,10 @@ impl Guest for KbRetrieval {
                     .map_err(|e| TaskError::InvalidInput(format!("index input: {e}")))?;
                 let opts = chunk_options(&input);
                 let report = walk::refresh(&opts)?;
-                Ok(TaskOutput { summary: report.summary(), data: report.to_json().to_string() })
+                Ok(TaskOutput {
+                    summary: report.summary(),
+                    data: report.to_json().to_string(),
+                })
             }
             other => Err(TaskError::NotImplemented(format!(
                 "operation `{other}`; local_kb_retrieval offers search and index"
@@ -131,7 +134,11 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     if input.query.trim().is_empty() {
         return Err(TaskError::InvalidInput("`query` is empty".into()));
     }
-    let refreshed = if input.refresh { Some(walk::refresh(&Default::default())?) } else { None };
+    let refreshed = if input.refresh {
+        Some(walk::refresh(&Default::default())?)
+    } else {
+        None
+    };
     let limit = input.limit.clamp(1, 50);
     let mut queries = vec![input.query.clone()];
     for v in &input.variants {
@@ -142,7 +149,8 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     // Fuse by (path, lines); keep the best-ranked copy of each passage.
     let mut fused: HashMap<(String, u32, u32), (f32, index::Hit)> = HashMap::new();
     for q in &queries {
-        let hits = index::search(q, limit * 2).map_err(|e| TaskError::Failed(format!("index search: {e}")))?;
+        let hits = index::search(q, limit * 2)
+            .map_err(|e| TaskError::Failed(format!("index search: {e}")))?;
         for (rank, hit) in hits.into_iter().enumerate() {
             let key = (hit.path.clone(), hit.line_start, hit.line_end);
             let entry = fused.entry(key).or_insert((0.0, hit));
@@ -168,7 +176,11 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     let coverage = kept.first().map(|(_, h)| {
         let words = keywords_of(&format!("{} {}", h.heading, h.text));
         let found = keywords.iter().filter(|k| words.contains(k)).count();
-        if keywords.is_empty() { 1.0 } else { found as f32 / keywords.len() as f32 }
+        if keywords.is_empty() {
+            1.0
+        } else {
+            found as f32 / keywords.len() as f32
+        }
     });
     // Sufficient when the best passage holds most of what was asked about.
     let sufficient = coverage.is_some_and(|c| c >= 0.6);
@@ -183,7 +195,11 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
         .collect();
     emit(&Activity {
         kind: "kb.searched".into(),
-        message: format!("searched the knowledge base for \"{}\": {} passages", input.query, passages.len()),
+        message: format!(
+            "searched the knowledge base for \"{}\": {} passages",
+            input.query,
+            passages.len()
+        ),
         data: String::new(),
     });
     let summary = format!(
@@ -199,21 +215,25 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
         "queries": queries,
         "index": refreshed.map(|r| r.to_json()),
     });
-    Ok(TaskOutput { summary, data: data.to_string() })
+    Ok(TaskOutput {
+        summary,
+        data: data.to_string(),
+    })
 }
 
 const STOPWORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in", "is", "it",
-    "me", "my", "of", "on", "or", "our", "should", "so", "that", "the", "this", "to", "we", "what", "when", "where",
-    "which", "who", "why", "will", "with", "you", "your", "not",
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
+    "i", "in", "is", "it", "me", "my", "of", "on", "or", "our", "should", "so", "that", "the",
+    "this", "to", "we", "what", "when", "where", "which", "who", "why", "will", "with", "you",
+    "your", "not",
 ];
 
 fn stem(w: &str) -> String {
     for suffix in ["ing", "ed", "es", "s"] {
-        if let Some(base) = w.strip_suffix(suffix) {
-            if base.len() >= 3 {
-                return base.to_string();
-            }
+        if let Some(base) = w.strip_suffix(suffix)
+            && base.len() >= 3
+        {
+            return base.to_string();
         }
     }
     w.to_string()
@@ -242,7 +262,7 @@ fn keywords(text: &str) -> Vec<String> {
 
 /// Report progress without flooding the event stream.
 fn report_progress(done: u64, total: u64) {
-    if done == total || done % 50 == 0 {
+    if done == total || done.is_multiple_of(50) {
         progress(done, total, "files");
     }
 }

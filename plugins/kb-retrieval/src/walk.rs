@@ -62,7 +62,11 @@ struct Candidate {
 }
 
 fn warn(report: &mut Report, message: String) {
-    emit(&Activity { kind: "kb.warning".into(), message: message.clone(), data: String::new() });
+    emit(&Activity {
+        kind: "kb.warning".into(),
+        message: message.clone(),
+        data: String::new(),
+    });
     report.warnings.push(message);
 }
 
@@ -77,9 +81,23 @@ fn collect(opts: &ChunkOptions, report: &mut Report) -> Vec<Candidate> {
     // (dir path relative to the root, "" for the root; depth)
     let mut stack = vec![(String::new(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
-        let fs_dir = if dir.is_empty() { ".".to_string() } else { dir.clone() };
-        let join = |name: &str| if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
-        for w in rules.add_dir(&dir, &read_text(&format!("{fs_dir}/.gitignore")), &read_text(&format!("{fs_dir}/.capstanignore"))) {
+        let fs_dir = if dir.is_empty() {
+            ".".to_string()
+        } else {
+            dir.clone()
+        };
+        let join = |name: &str| {
+            if dir.is_empty() {
+                name.to_string()
+            } else {
+                format!("{dir}/{name}")
+            }
+        };
+        for w in rules.add_dir(
+            &dir,
+            &read_text(&format!("{fs_dir}/.gitignore")),
+            &read_text(&format!("{fs_dir}/.capstanignore")),
+        ) {
             warn(report, w);
         }
         let entries = match std::fs::read_dir(&fs_dir) {
@@ -105,12 +123,16 @@ fn collect(opts: &ChunkOptions, report: &mut Report) -> Vec<Candidate> {
                     continue;
                 }
                 if depth + 1 > MAX_DEPTH {
-                    warn(report, format!("{rel}: deeper than {MAX_DEPTH} levels, skipped"));
+                    warn(
+                        report,
+                        format!("{rel}: deeper than {MAX_DEPTH} levels, skipped"),
+                    );
                     continue;
                 }
                 stack.push((rel, depth + 1));
             } else if ft.is_file() {
-                if rules.is_ignored(&rel, false) || capstan_kb_parse::detect_format(&rel).is_none() {
+                if rules.is_ignored(&rel, false) || capstan_kb_parse::detect_format(&rel).is_none()
+                {
                     continue;
                 }
                 let Ok(meta) = std::fs::symlink_metadata(&rel) else {
@@ -119,7 +141,14 @@ fn collect(opts: &ChunkOptions, report: &mut Report) -> Vec<Candidate> {
                 };
                 if meta.len() > opts.max_file_bytes {
                     report.skipped += 1;
-                    warn(report, format!("{rel}: {} bytes is over the {}-byte limit, skipped", meta.len(), opts.max_file_bytes));
+                    warn(
+                        report,
+                        format!(
+                            "{rel}: {} bytes is over the {}-byte limit, skipped",
+                            meta.len(),
+                            opts.max_file_bytes
+                        ),
+                    );
                     continue;
                 }
                 let mtime_ms = meta
@@ -128,7 +157,11 @@ fn collect(opts: &ChunkOptions, report: &mut Report) -> Vec<Candidate> {
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                     .map(|d| d.as_millis() as u64)
                     .unwrap_or(0);
-                out.push(Candidate { path: rel, size: meta.len(), mtime_ms });
+                out.push(Candidate {
+                    path: rel,
+                    size: meta.len(),
+                    mtime_ms,
+                });
             }
         }
     }
@@ -167,7 +200,12 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
             }
         };
         let hash = hex(&Sha256::digest(&bytes));
-        let meta = FileMeta { path: c.path.clone(), mtime_ms: c.mtime_ms, size: c.size, hash };
+        let meta = FileMeta {
+            path: c.path.clone(),
+            mtime_ms: c.mtime_ms,
+            size: c.size,
+            hash,
+        };
         let passages = match capstan_kb_parse::parse(&c.path, &bytes, opts) {
             Ok(parsed) => {
                 for w in parsed.warnings {
@@ -184,7 +222,8 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
                 warn(&mut report, format!("{}: {e}; skipped", c.path));
                 // A file that used to parse and now does not must not keep stale passages.
                 if previous.is_some() {
-                    index::remove_file(&c.path).map_err(|e| TaskError::Failed(format!("index: {e}")))?;
+                    index::remove_file(&c.path)
+                        .map_err(|e| TaskError::Failed(format!("index: {e}")))?;
                     changed = true;
                 }
                 continue;
@@ -192,12 +231,18 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
         };
         let passages: Vec<Passage> = passages
             .into_iter()
-            .map(|p| Passage { heading: p.heading, text: p.text, line_start: p.line_start, line_end: p.line_end })
+            .map(|p| Passage {
+                heading: p.heading,
+                text: p.text,
+                line_start: p.line_start,
+                line_end: p.line_end,
+            })
             .collect();
         report.parsed += 1;
         report.bytes_parsed += c.size;
         report.passages += passages.len() as u64;
-        index::upsert_file(&meta, &passages).map_err(|e| TaskError::Failed(format!("index: {e}")))?;
+        index::upsert_file(&meta, &passages)
+            .map_err(|e| TaskError::Failed(format!("index: {e}")))?;
         changed = true;
     }
     for path in known.keys() {

@@ -64,10 +64,13 @@ impl Guest for TerminalExec {
 
     fn invoke(task: Task) -> Result<TaskOutput, TaskError> {
         if task.operation != "run" {
-            return Err(TaskError::NotImplemented(format!("operation `{}`; terminal_exec offers run", task.operation)));
+            return Err(TaskError::NotImplemented(format!(
+                "operation `{}`; terminal_exec offers run",
+                task.operation
+            )));
         }
-        let input: RunInput =
-            serde_json::from_str(&task.input).map_err(|e| TaskError::InvalidInput(format!("terminal_exec input: {e}")))?;
+        let input: RunInput = serde_json::from_str(&task.input)
+            .map_err(|e| TaskError::InvalidInput(format!("terminal_exec input: {e}")))?;
         let mut commands = input.commands.clone();
         if let Some(c) = &input.command {
             commands.insert(0, c.clone());
@@ -76,10 +79,13 @@ impl Guest for TerminalExec {
         if commands.is_empty() {
             if input.objective.is_some() {
                 return Err(TaskError::NotImplemented(
-                    "a model-driven loop from an objective alone; give `command` or `commands`".into(),
+                    "a model-driven loop from an objective alone; give `command` or `commands`"
+                        .into(),
                 ));
             }
-            return Err(TaskError::InvalidInput("give `command` or `commands`".into()));
+            return Err(TaskError::InvalidInput(
+                "give `command` or `commands`".into(),
+            ));
         }
         if commands.len() > MAX_COMMANDS {
             return Err(TaskError::InvalidInput(format!(
@@ -137,20 +143,32 @@ fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskErr
             Err(ExecError::Cancelled) => return Err(TaskError::Cancelled),
             Err(ExecError::Denied(why)) => return Err(TaskError::Denied(why)),
             Err(ExecError::WorkspaceRequired) => {
-                return Err(TaskError::Denied("no workspace is bound; commands run only inside a workspace".into()));
+                return Err(TaskError::Denied(
+                    "no workspace is bound; commands run only inside a workspace".into(),
+                ));
             }
             Err(ExecError::InvalidRequest(why)) => return Err(TaskError::InvalidInput(why)),
-            Err(ExecError::Failed(why)) => return Err(TaskError::Failed(format!("`{command}` could not run: {why}"))),
+            Err(ExecError::Failed(why)) => {
+                return Err(TaskError::Failed(format!(
+                    "`{command}` could not run: {why}"
+                )));
+            }
         }
         progress(i as u64 + 1, total, "commands");
     }
     let ran = steps.len();
     let summary = match &failed {
-        None => format!("ran {ran} command{}: all succeeded", if ran == 1 { "" } else { "s" }),
+        None => format!(
+            "ran {ran} command{}: all succeeded",
+            if ran == 1 { "" } else { "s" }
+        ),
         Some(f) => format!("ran {ran} of {} commands; {f}", commands.len()),
     };
     let data = json!({ "steps": steps, "failed": failed, "ran": ran, "planned": commands.len() });
-    Ok(TaskOutput { summary, data: data.to_string() })
+    Ok(TaskOutput {
+        summary,
+        data: data.to_string(),
+    })
 }
 
 export!(TerminalExec);

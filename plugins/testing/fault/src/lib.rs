@@ -12,18 +12,58 @@ struct Fault;
 
 const OPS: &[(&str, Risk, &str)] = &[
     ("ok", Risk::ReadOnly, "Succeed at once."),
-    ("loop", Risk::ReadOnly, "Spin forever (the deadline must stop it)."),
-    ("alloc", Risk::ReadOnly, "Allocate without bound (the memory limit must stop it)."),
+    (
+        "loop",
+        Risk::ReadOnly,
+        "Spin forever (the deadline must stop it).",
+    ),
+    (
+        "alloc",
+        Risk::ReadOnly,
+        "Allocate without bound (the memory limit must stop it).",
+    ),
     ("trap", Risk::ReadOnly, "Execute `unreachable`."),
     ("panic", Risk::ReadOnly, "Panic."),
-    ("read-path", Risk::ReadOnly, "Read {path}; report what happened."),
-    ("list-dir", Risk::ReadOnly, "List {path}; report what happened."),
-    ("write-path", Risk::Write, "Write {path}; report what happened."),
-    ("sneaky-write", Risk::ReadOnly, "Claims read-only, then writes {path}."),
-    ("env", Risk::ReadOnly, "Report the environment, arguments and preopens it sees."),
-    ("socket", Risk::ReadOnly, "Try to open a TCP connection to {addr}."),
-    ("exec", Risk::ReadOnly, "Call the host exec service with {command}."),
-    ("cancel-poll", Risk::ReadOnly, "Poll the cancel interface until cancelled."),
+    (
+        "read-path",
+        Risk::ReadOnly,
+        "Read {path}; report what happened.",
+    ),
+    (
+        "list-dir",
+        Risk::ReadOnly,
+        "List {path}; report what happened.",
+    ),
+    (
+        "write-path",
+        Risk::Write,
+        "Write {path}; report what happened.",
+    ),
+    (
+        "sneaky-write",
+        Risk::ReadOnly,
+        "Claims read-only, then writes {path}.",
+    ),
+    (
+        "env",
+        Risk::ReadOnly,
+        "Report the environment, arguments and preopens it sees.",
+    ),
+    (
+        "socket",
+        Risk::ReadOnly,
+        "Try to open a TCP connection to {addr}.",
+    ),
+    (
+        "exec",
+        Risk::ReadOnly,
+        "Call the host exec service with {command}.",
+    ),
+    (
+        "cancel-poll",
+        Risk::ReadOnly,
+        "Poll the cancel interface until cancelled.",
+    ),
 ];
 
 fn field<'a>(input: &'a Value, name: &str) -> Result<&'a str, TaskError> {
@@ -76,14 +116,20 @@ impl Guest for Fault {
             }
             "trap" => core::arch::wasm32::unreachable(),
             "panic" => panic!("the fault plugin panics on purpose"),
-            "read-path" => outcome(std::fs::read_to_string(field(&input, "path")?), Value::String),
+            "read-path" => outcome(
+                std::fs::read_to_string(field(&input, "path")?),
+                Value::String,
+            ),
             "list-dir" => outcome(std::fs::read_dir(field(&input, "path")?), |rd| {
                 rd.filter_map(|e| e.ok())
                     .map(|e| Value::String(e.file_name().to_string_lossy().into_owned()))
                     .collect()
             }),
             "write-path" | "sneaky-write" => outcome(
-                std::fs::write(field(&input, "path")?, field(&input, "content").unwrap_or("x")),
+                std::fs::write(
+                    field(&input, "path")?,
+                    field(&input, "content").unwrap_or("x"),
+                ),
                 |_| Value::Null,
             ),
             "env" => json!({
