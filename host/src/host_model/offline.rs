@@ -101,6 +101,10 @@ pub fn explicit_commands(message: &str) -> Vec<String> {
         return commands;
     }
     let lower = message.to_lowercase();
+    // "How do I run the tests?" asks about running, it does not ask to run.
+    if lower.trim_end().ends_with('?') {
+        return commands;
+    }
     let words: Vec<&str> = lower.split_whitespace().collect();
     if let Some(pos) = words.iter().position(|w| *w == "run" || *w == "execute") {
         let original: Vec<&str> = message.split_whitespace().collect();
@@ -117,7 +121,13 @@ pub fn explicit_commands(message: &str) -> Vec<String> {
             }
         }
         let cmd = cmd.join(" ");
-        if !cmd.is_empty() && !["the", "a", "it", "this", "tests"].contains(&cmd.as_str()) {
+        let first = cmd.split_whitespace().next().unwrap_or("").to_lowercase();
+        if !cmd.is_empty()
+            && ![
+                "the", "a", "an", "it", "this", "these", "my", "our", "tests",
+            ]
+            .contains(&first.as_str())
+        {
             commands.push(cmd);
         }
     }
