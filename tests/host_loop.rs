@@ -604,7 +604,8 @@ fn kill_9_mid_run_loses_no_committed_turn_and_the_run_is_marked_interrupted() {
         .unwrap();
     // Wait until the command is running, then kill the host outright.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !sleeping("sleep 27.1828") {
+    // NUL-separated: the sleep process itself, not capstan's own argv.
+    while !sleeping("sleep\u{0}27.1828") {
         assert!(
             std::time::Instant::now() < deadline,
             "the command never started"
@@ -631,5 +632,8 @@ fn kill_9_mid_run_loses_no_committed_turn_and_the_run_is_marked_interrupted() {
     assert_eq!(turns[0].content, "run `sleep 27.1828`");
     assert!(store.integrity_check().unwrap().is_empty());
     std::thread::sleep(Duration::from_millis(500));
-    assert!(!sleeping("sleep 27.1828"), "the command outlived its host");
+    assert!(
+        !sleeping("sleep\u{0}27.1828"),
+        "the command outlived its host"
+    );
 }

@@ -93,8 +93,21 @@ impl EventSink for RunEvents {
 impl App {
     /// Open everything. `workspace` also contributes its capstan.toml plugins.
     pub async fn open(dirs: Dirs, approve: ApproveMode, workspace: Option<&Path>) -> Result<Self> {
+        Self::open_with_model(dirs, approve, workspace, None).await
+    }
+
+    /// As [`App::open`], with the config's `[model]` replaced (command-line flags).
+    pub async fn open_with_model(
+        dirs: Dirs,
+        approve: ApproveMode,
+        workspace: Option<&Path>,
+        model: Option<capstan_models::ProviderConfig>,
+    ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
-        let config = Config::load(&dirs.user_config_file())?;
+        let mut config = Config::load(&dirs.user_config_file())?;
+        if model.is_some() {
+            config.model = model;
+        }
         let store = Arc::new(
             Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?,
         );

@@ -38,6 +38,39 @@ pub struct AskArgs {
     /// How approvals are answered. Default: ask on a terminal, none otherwise.
     #[arg(long, value_enum)]
     pub approve: Option<ApproveMode>,
+    /// Model provider for this run, overriding `[model]` in capstan.toml.
+    #[arg(long, value_parser = ["offline", "openai", "anthropic"])]
+    pub provider: Option<String>,
+    /// Model name (with --provider; e.g. claude-sonnet-4-5, gpt-4o, llama3.1:8b).
+    #[arg(long, requires = "provider")]
+    pub model: Option<String>,
+    /// Server URL for an OpenAI-compatible provider (Ollama, vLLM, llama.cpp...).
+    #[arg(long, requires = "provider")]
+    pub base_url: Option<String>,
+    /// Environment variable that holds the API key.
+    #[arg(long, requires = "provider")]
+    pub api_key_env: Option<String>,
+}
+
+impl AskArgs {
+    fn model_override(&self) -> Result<Option<capstan_models::ProviderConfig>> {
+        let Some(provider) = &self.provider else {
+            return Ok(None);
+        };
+        let mut fields = toml::map::Map::new();
+        fields.insert("kind".into(), provider.clone().into());
+        fields.insert(
+            "model".into(),
+            self.model.clone().unwrap_or_default().into(),
+        );
+        if let Some(url) = &self.base_url {
+            fields.insert("base_url".into(), url.clone().into());
+        }
+        if let Some(env) = &self.api_key_env {
+            fields.insert("api_key_env".into(), env.clone().into());
+        }
+        Ok(Some(toml::Value::Table(fields).try_into()?))
+    }
 }
 
 /// Decide the default: a person at a terminal is asked; a script is not.
@@ -196,7 +229,13 @@ fn render(envelope: &Envelope, broker: &Arc<ApprovalBroker>) {
 pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
     let mode = approve_mode(args.approve);
-    let app = App::open(global.dirs()?, mode, workspace.as_deref()).await?;
+    let app = App::open_with_model(
+        global.dirs()?,
+        mode,
+        workspace.as_deref(),
+        args.model_override()?,
+    )
+    .await?;
     let broker = app.broker.clone();
     let json = args.json;
     let frontend: crate::app::Frontend = Arc::new(move |env: &Envelope| {

@@ -10,8 +10,8 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use capstan::plugin::{approval, cancel, events, exec, index, model, types};
-pub use exports::capstan::plugin::capability;
+pub use self::capstan::plugin::{approval, cancel, events, exec, index, model, types};
+pub use self::exports::capstan::plugin::capability;
 
 /// The WIT package and version this host provides.
 pub const PACKAGE: &str = "capstan:plugin";
