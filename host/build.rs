@@ -27,10 +27,18 @@ fn main() {
         "kb-retrieval",
         "terminal-exec",
         "docx",
+        "xlsx",
         "examples",
         "testing",
     ] {
         println!("cargo:rerun-if-changed={}", plugins.join(entry).display());
+    }
+    // Plugins build from these library crates too.
+    for krate in ["kb-parse", "docx", "xlsx"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            root.join("crates").join(krate).display()
+        );
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
 

@@ -2,9 +2,11 @@
 //! around it. The orchestrator calls this for every plan task; `capstan invoke`
 //! calls it directly.
 
-use crate::protocol::{Event, FailureReason, TaskOutcome, TaskRequest};
+use crate::protocol::{Event, FailureReason, TaskFailure, TaskOutcome, TaskRequest};
 use crate::registry::Registry;
 use crate::runtime::Runtime;
+use crate::runtime::bindings::{approval, types};
+use crate::runtime::{LoadedPlugin, Risk};
 use crate::services::RunContext;
 
 pub async fn run_task(
@@ -20,7 +22,10 @@ pub async fn run_task(
         operation: task.operation.clone(),
     });
     let outcome = match registry.resolve(&task.kind) {
-        Ok(plugin) => runtime.invoke(plugin, task, run).await,
+        Ok(plugin) => match approve_write(plugin, task, run).await {
+            Ok(()) => runtime.invoke(plugin, task, run).await,
+            Err(failure) => Err(failure),
+        },
         Err(failure) => Err(failure),
     };
     match &outcome {
@@ -47,4 +52,75 @@ pub async fn run_task(
         }
     }
     outcome
+}
+
+/// An operation that declares more than `read-only` risk (a document write,
+/// say) passes the approval gate before it runs, like a command. The plugin
+/// gets a writable workspace only for such operations (see the runtime), so
+/// this gate covers every write a plugin can make. Commands are gated per
+/// command by the exec service instead.
+async fn approve_write(
+    plugin: &LoadedPlugin,
+    task: &TaskRequest,
+    run: &RunContext,
+) -> Result<(), TaskFailure> {
+    let Some(op) = plugin.operation(&task.operation) else {
+        return Ok(());
+    };
+    if op.risk == Risk::ReadOnly {
+        return Ok(());
+    }
+    let Some(approver) = run.services.approval.clone() else {
+        return Err(TaskFailure::new(
+            FailureReason::Denied,
+            format!(
+                "`{}.{}` writes and nobody can approve it here",
+                task.kind, task.operation
+            ),
+        ));
+    };
+    let scope = crate::services::TaskScope {
+        task_id: task.id.clone(),
+        plugin: plugin.name().to_string(),
+        run: run.clone(),
+    };
+    let risk = match op.risk {
+        Risk::ReadOnly => types::Risk::ReadOnly,
+        Risk::Write => types::Risk::Write,
+        Risk::Delete => types::Risk::Delete,
+        Risk::Network => types::Risk::Network,
+        Risk::Unknown => types::Risk::Unknown,
+    };
+    let path = task
+        .input
+        .get("path")
+        .and_then(|p| p.as_str())
+        .unwrap_or("");
+    let request = approval::ApprovalRequest {
+        action: format!("{}.{}", task.kind, task.operation),
+        detail: format!("{} {} {}", task.kind, task.operation, path)
+            .trim()
+            .to_string(),
+        risk,
+        reasons: vec![format!(
+            "`{}` declares `{:?}` risk for `{}`",
+            plugin.name(),
+            op.risk,
+            task.operation
+        )],
+    };
+    match approver.request(&scope, request).await {
+        approval::Decision::Approved | approval::Decision::ApprovedForSession => Ok(()),
+        approval::Decision::Aborted => Err(TaskFailure::new(
+            FailureReason::Cancelled,
+            "aborted at the approval prompt",
+        )),
+        approval::Decision::Denied => Err(TaskFailure::new(
+            FailureReason::Denied,
+            format!(
+                "`{}.{}` on `{path}` was not approved",
+                task.kind, task.operation
+            ),
+        )),
+    }
 }
