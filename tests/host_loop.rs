@@ -637,3 +637,46 @@ fn kill_9_mid_run_loses_no_committed_turn_and_the_run_is_marked_interrupted() {
         "the command outlived its host"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossing_the_token_budget_stops_the_run_with_budget_exceeded() {
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_responder(|_| step(json!({"action": "retrieve", "reason": "more", "query": "x"})));
+    let config = scripted_config(&server, "openai") + "\n[run]\nbudget_tokens = 250\n";
+    let (_d, ws) = handbook();
+    let h = Harness::new(&config, ApproveMode::None).await;
+    let (out, events) = h.ask("keep going", Some(&ws), None).await;
+    assert_eq!(
+        out.outcome.reason,
+        Some(FailureReason::BudgetExceeded),
+        "{:?}",
+        out.outcome
+    );
+    // Each step costs 120 tokens: the third crosses 250.
+    // The answer that explains it costs no further model call.
+    assert_eq!(types(&events).iter().filter(|t| *t == "usage").count(), 3);
+    assert_eq!(server.request_count(), 3);
+    assert_eq!(types(&events).last().unwrap(), "run.failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cost_is_priced_from_the_table_and_a_warning_precedes_the_limit() {
+    let server = ScriptedServer::start().await.unwrap();
+    server.push(step(json!({"action": "answer", "reason": "chat"})));
+    server.push(Reply::text(["ok"]).with_usage(100_000, 10_000));
+    // claude-3-5-sonnet family: $3 in, $15 out per 1M tokens.
+    let config = scripted_config(&server, "anthropic")
+        .replace("scripted-model", "claude-3-5-sonnet-latest")
+        + "\n[run]\nbudget_usd = 0.5\n";
+    let h = Harness::new(&config, ApproveMode::None).await;
+    let (out, events) = h.ask("hi", None, None).await;
+    let cost = out.outcome.usage.cost_usd.unwrap();
+    let expected = (100.0 * 3.0 + 20.0 * 15.0) / 1e6 + (100_000.0 * 3.0 + 10_000.0 * 15.0) / 1e6;
+    assert!((cost - expected).abs() < 1e-9, "{cost} vs {expected}");
+    assert!(
+        types(&events).contains(&"budget.warning".to_string()),
+        "0.45 of 0.50 spent: {:?}",
+        types(&events)
+    );
+    assert_eq!(out.outcome.status, RunStatus::Completed);
+}

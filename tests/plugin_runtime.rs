@@ -11,6 +11,7 @@ use std::time::Duration;
 use capstan::protocol::{FailureReason, TaskOutcome, TaskRequest};
 use capstan::registry::{ManifestSources, Registry};
 use capstan::runtime::Runtime;
+use capstan::services::approval::ApproveMode;
 use capstan::services::{HostServices, RunContext};
 use common::{Home, Recorder, plugin_entry};
 use serde_json::{Value, json};
@@ -49,10 +50,18 @@ fn scratch_ctx() -> (tempfile::TempDir, RunContext) {
 fn run_ctx(workspace: Option<&std::path::Path>) -> (RunContext, Recorder) {
     let rec = Recorder::default();
     let ws = workspace.map(|p| p.canonicalize().unwrap());
-    (
-        RunContext::new(ws, Arc::new(rec.clone()), HostServices::default()),
-        rec,
-    )
+    // Writes pass the approval gate; these tests are about confinement, so the
+    // gate says yes (tests/documents.rs covers a gate that says no).
+    let broker = capstan::services::approval::ApprovalBroker::new(
+        ApproveMode::All,
+        Duration::from_secs(1),
+        None,
+    );
+    let services = HostServices {
+        approval: Some(Arc::new(broker)),
+        ..Default::default()
+    };
+    (RunContext::new(ws, Arc::new(rec.clone()), services), rec)
 }
 
 async fn call(

@@ -211,13 +211,20 @@ impl Host {
                 text: t.to_string(),
             })
         };
-        let finalized = self
-            .model
-            .finalize(&input, &run.cancel, &mut on_token)
-            .await;
+        // Past the budget no further model call is made: the offline model,
+        // which costs nothing, writes the answer that explains why.
+        let over_budget = matches!(failure, Some((FailureReason::BudgetExceeded, _)));
+        let finalizer: &dyn HostModel = if over_budget {
+            &crate::host_model::offline::OfflineModel
+        } else {
+            self.model.as_ref()
+        };
+        let finalized = finalizer.finalize(&input, &run.cancel, &mut on_token).await;
         let (answer, failure) = match finalized {
             Ok((text, citations, usage)) => {
-                self.account(&meter, usage, run);
+                if !over_budget {
+                    self.account(&meter, usage, run);
+                }
                 events.emit(Event::ResponseCompleted {
                     text: text.clone(),
                     citations,

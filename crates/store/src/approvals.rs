@@ -90,10 +90,12 @@ impl Store {
         self.with_conn(|c| {
             let mut stmt = c
                 .prepare_cached(&format!(
+                    // rowid breaks ties in insertion order: two decisions in
+                    // the same millisecond would otherwise sort by random id.
                     "SELECT {COLUMNS} FROM (
-                         SELECT {COLUMNS} FROM approvals WHERE ?1 IS NULL OR run_id = ?1
-                         ORDER BY created_at DESC, decided_at DESC, id DESC LIMIT ?2
-                     ) ORDER BY created_at, decided_at, id"
+                         SELECT rowid AS seq_, {COLUMNS} FROM approvals WHERE ?1 IS NULL OR run_id = ?1
+                         ORDER BY created_at DESC, rowid DESC LIMIT ?2
+                     ) ORDER BY created_at, seq_"
                 ))
                 .map_err(|e| self.sql(e))?;
             let rows = stmt
