@@ -114,8 +114,10 @@ fn main() {
                 _ => {}
             });
             let req = AskRequest { message: "run `sleep 30`".into(), workspace: Some(ws.path().canonicalize().unwrap()), ..Default::default() };
-            c.ask(req, fe, cancel).await.unwrap();
-            let (a, b) = (cancelled_at.lock().unwrap().unwrap(), ended_at.lock().unwrap().unwrap());
+            let out = c.ask(req, fe, cancel).await.unwrap();
+            let (Some(a), Some(b)) = (*cancelled_at.lock().unwrap(), *ended_at.lock().unwrap()) else {
+                panic!("the run was not cancelled: {:?}", out.outcome);
+            };
             lat.push(b - a);
         }
         lat.sort();

@@ -482,6 +482,20 @@ impl Host {
         events.emit(Event::PlanCreated {
             tasks: tasks.clone(),
         });
+        let titles: Vec<&str> = tasks
+            .iter()
+            .map(|t| {
+                if t.title.is_empty() {
+                    t.kind.as_str()
+                } else {
+                    t.title.as_str()
+                }
+            })
+            .collect();
+        events.emit(activity(
+            "plan",
+            format!("planned {} task(s): {}", tasks.len(), titles.join("; ")),
+        ));
         let mut state: BTreeMap<String, TaskStatus> = tasks
             .iter()
             .map(|t| (t.id.clone(), TaskStatus::Pending))
@@ -511,6 +525,10 @@ impl Host {
                         reason: f.reason,
                         message: f.message.clone(),
                     });
+                    events.emit(activity(
+                        "task.rejected",
+                        format!("did not run task {} ({}): {}", task.id, f.reason, f.message),
+                    ));
                     events.emit(Event::PlanUpdated {
                         task_id: task.id.clone(),
                         status: TaskStatus::Failed,
@@ -550,6 +568,10 @@ impl Host {
                     task_ids: needing.clone(),
                     message: message.clone(),
                 });
+                events.emit(activity(
+                    "workspace.required",
+                    format!("stopped: {message}"),
+                ));
                 for t in &valid {
                     events.emit(Event::TaskSkipped {
                         task_id: t.id.clone(),
