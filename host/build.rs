@@ -30,6 +30,7 @@ fn main() {
         "xlsx",
         "examples",
         "testing",
+        "shared",
     ] {
         println!("cargo:rerun-if-changed={}", plugins.join(entry).display());
     }

@@ -216,7 +216,7 @@ pub enum Event {
     #[serde(rename = "approval.decided")]
     ApprovalDecided {
         approval_id: String,
-        /// `approved`, `approved_for_session`, `denied`, `aborted`, `expired`.
+        /// `approved`, `approved-for-session`, `denied`, `aborted`, `expired`.
         decision: String,
         /// `user`, `policy` or `flag`.
         by: String,

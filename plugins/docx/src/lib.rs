@@ -5,6 +5,7 @@
 //! writes files (atomically: a hidden temporary file renamed over the target) and
 //! reports what it did.
 
+#[path = "../../shared/files.rs"]
 mod files;
 
 wit_bindgen::generate!({ world: "plugin", path: "../../wit" });

@@ -4,6 +4,7 @@
 //! and writing live in `capstan-xlsx`; this crate checks paths, reads and writes files
 //! (atomically: a hidden temporary file renamed over the target) and reports what it did.
 
+#[path = "../../shared/files.rs"]
 mod files;
 
 wit_bindgen::generate!({ world: "plugin", path: "../../wit" });

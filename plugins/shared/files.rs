@@ -1,3 +1,6 @@
+//! Workspace files, shared by the document plugins (docx, xlsx): each includes
+//! this file with `#[path]`, so it binds to that plugin's own WIT types.
+//!
 //! Workspace files: relative paths only, reads with a size cap, atomic writes.
 //!
 //! WASI confines the plugin to the workspace anyway; these checks turn a bad path into
