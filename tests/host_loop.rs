@@ -57,7 +57,7 @@ impl Harness {
         let home = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(home.path().join("config")).unwrap();
         std::fs::write(home.path().join("config/capstan.toml"), config).unwrap();
-        let app = App::open(capstan::dirs::Dirs::under(home.path()), approve, None)
+        let app = App::open(capstan::dirs::Dirs::under(home.path()), approve)
             .await
             .unwrap();
         Self { _home: home, app }

@@ -25,7 +25,7 @@ async fn app(config: &str, approve: ApproveMode) -> (tempfile::TempDir, App) {
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join("config")).unwrap();
     std::fs::write(home.path().join("config/capstan.toml"), config).unwrap();
-    let app = App::open(capstan::dirs::Dirs::under(home.path()), approve, None)
+    let app = App::open(capstan::dirs::Dirs::under(home.path()), approve)
         .await
         .unwrap();
     (home, app)

@@ -91,16 +91,15 @@ impl EventSink for RunEvents {
 }
 
 impl App {
-    /// Open everything. `workspace` also contributes its capstan.toml plugins.
-    pub async fn open(dirs: Dirs, approve: ApproveMode, workspace: Option<&Path>) -> Result<Self> {
-        Self::open_with_model(dirs, approve, workspace, None).await
+    /// Open everything. Plugins are per workspace: see [`App::registry`].
+    pub async fn open(dirs: Dirs, approve: ApproveMode) -> Result<Self> {
+        Self::open_with_model(dirs, approve, None).await
     }
 
     /// As [`App::open`], with the config's `[model]` replaced (command-line flags).
     pub async fn open_with_model(
         dirs: Dirs,
         approve: ApproveMode,
-        workspace: Option<&Path>,
         model: Option<capstan_models::ProviderConfig>,
     ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
@@ -131,7 +130,6 @@ impl App {
         ));
         let model = crate::host_model::build(&config)?;
         let events = Arc::new(EventWriter::new(store.clone()));
-        let _ = workspace;
         Ok(Self {
             dirs,
             config,

@@ -21,9 +21,6 @@ pub struct Config {
     /// `[policy]`: defaults for every workspace (a workspace's own profile, set
     /// with `capstan workspace add --profile`, wins over `profile` here).
     pub policy: capstan_policy::Policy,
-    /// `[[plugin]]` entries; parsed by the manifest module.
-    #[serde(rename = "plugin")]
-    pub plugins: Vec<toml::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -229,13 +229,7 @@ fn render(envelope: &Envelope, broker: &Arc<ApprovalBroker>) {
 pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
     let mode = approve_mode(args.approve);
-    let app = App::open_with_model(
-        global.dirs()?,
-        mode,
-        workspace.as_deref(),
-        args.model_override()?,
-    )
-    .await?;
+    let app = App::open_with_model(global.dirs()?, mode, args.model_override()?).await?;
     let broker = app.broker.clone();
     let json = args.json;
     let frontend: crate::app::Frontend = Arc::new(move |env: &Envelope| {

@@ -97,12 +97,7 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
     let input: serde_json::Value = serde_json::from_str(&args.input)
         .with_context(|| format!("--input is not valid JSON: {}", args.input))?;
     let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
-    let app = App::open(
-        global.dirs()?,
-        approve_mode(args.approve),
-        workspace.as_deref(),
-    )
-    .await?;
+    let app = App::open(global.dirs()?, approve_mode(args.approve)).await?;
     let registry = app.registry(workspace.as_deref()).await;
     for problem in registry.problems() {
         tracing::warn!("{}", problem.message);
