@@ -145,3 +145,20 @@ pub fn truncate(text: String, max: usize) -> (String, bool) {
         None => (text, false),
     }
 }
+
+/// The task's JSON input as `T`, or `invalid-input` naming the operation.
+pub fn parse<T: for<'de> serde::Deserialize<'de>>(
+    task: &crate::capstan::plugin::types::Task,
+) -> Result<T, TaskError> {
+    serde_json::from_str(&task.input)
+        .map_err(|e| TaskError::InvalidInput(format!("{} input: {e}", task.operation)))
+}
+
+/// One plain-words line for the activity feed.
+pub fn activity(kind: &str, message: &str) {
+    crate::capstan::plugin::events::emit(&crate::capstan::plugin::events::Activity {
+        kind: kind.into(),
+        message: message.into(),
+        data: String::new(),
+    });
+}

@@ -8,11 +8,12 @@
 #[path = "../../shared/files.rs"]
 mod files;
 
+use files::{activity, parse};
+
 wit_bindgen::generate!({ world: "plugin", path: "../../wit" });
 
 use std::path::Path;
 
-use capstan::plugin::events::{Activity, emit};
 use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
 use exports::capstan::plugin::capability::Guest;
 use serde::Deserialize;
@@ -186,25 +187,12 @@ impl Guest for Docx {
     }
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(task: &Task) -> Result<T, TaskError> {
-    serde_json::from_str(&task.input)
-        .map_err(|e| TaskError::InvalidInput(format!("{} input: {e}", task.operation)))
-}
-
 /// A library error about the file's content, with the file named.
 fn file_error(path: &Path, e: capstan_docx::Error) -> TaskError {
     match e {
         capstan_docx::Error::InvalidInput(m) => TaskError::InvalidInput(m),
         other => TaskError::Failed(format!("{}: {other}", path.display())),
     }
-}
-
-fn activity(kind: &str, message: &str) {
-    emit(&Activity {
-        kind: kind.into(),
-        message: message.into(),
-        data: String::new(),
-    });
 }
 
 fn info_json(info: &capstan_docx::Info) -> Value {

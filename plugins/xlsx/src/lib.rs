@@ -7,11 +7,12 @@
 #[path = "../../shared/files.rs"]
 mod files;
 
+use files::{activity, parse};
+
 wit_bindgen::generate!({ world: "plugin", path: "../../wit" });
 
 use std::path::Path;
 
-use capstan::plugin::events::{Activity, emit};
 use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
 use capstan_xlsx::Cell;
 use exports::capstan::plugin::capability::Guest;
@@ -169,24 +170,11 @@ impl Guest for Xlsx {
     }
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(task: &Task) -> Result<T, TaskError> {
-    serde_json::from_str(&task.input)
-        .map_err(|e| TaskError::InvalidInput(format!("{} input: {e}", task.operation)))
-}
-
 fn file_error(path: &Path, e: capstan_xlsx::Error) -> TaskError {
     match e {
         capstan_xlsx::Error::InvalidInput(m) => TaskError::InvalidInput(m),
         other => TaskError::Failed(format!("{}: {other}", path.display())),
     }
-}
-
-fn activity(kind: &str, message: &str) {
-    emit(&Activity {
-        kind: kind.into(),
-        message: message.into(),
-        data: String::new(),
-    });
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
