@@ -14,6 +14,36 @@ pub fn built_component(crate_name: &str) -> PathBuf {
     path
 }
 
+/// An executable from a pinned npm group under tests/npm (installed by `bash tests/run`).
+/// Fails, never skips, when it is missing: these tests exist to drive the real program.
+pub fn npm_bin(group: &str, bin: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/npm")
+        .join(group);
+    let path = dir.join("node_modules/.bin").join(bin);
+    assert!(
+        path.exists(),
+        "{} is not installed: run `bash tests/run` or `npm ci --prefix {}`",
+        path.display(),
+        dir.display()
+    );
+    path
+}
+
+/// The node_modules directory of a pinned npm group (for `NODE_PATH` in node scripts).
+pub fn npm_modules(group: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/npm")
+        .join(group)
+        .join("node_modules");
+    assert!(
+        dir.exists(),
+        "{} is not installed: run `bash tests/run`",
+        dir.display()
+    );
+    dir
+}
+
 pub fn sha256_file(path: &Path) -> String {
     capstan::runtime::sha256_hex(&std::fs::read(path).unwrap())
 }
