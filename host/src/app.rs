@@ -122,7 +122,10 @@ impl App {
             dirs.component_cache(),
             vec![dirs.config.clone(), dirs.data.clone()],
         )?);
-        let indexes = Arc::new(Indexes::new(dirs.data.join("indexes")));
+        let indexes = Arc::new(Indexes::new(
+            dirs.data.join("indexes"),
+            config.index.options(),
+        ));
         let broker = Arc::new(ApprovalBroker::new(
             approve,
             Duration::from_secs(config.approval.timeout_secs),
