@@ -118,7 +118,10 @@ async fn stdio(home: &Home, ws: &Path, approve: &str, client: Client) -> Session
         .spawn()
         .unwrap()
         .0;
-    client.serve(transport).await.expect("MCP handshake over stdio")
+    client
+        .serve(transport)
+        .await
+        .expect("MCP handshake over stdio")
 }
 
 /// `capstan mcp --listen 127.0.0.1:0`, and the URL it prints.
@@ -183,7 +186,11 @@ fn text(result: &CallToolResult) -> String {
 
 fn data(result: &CallToolResult) -> Value {
     assert_ne!(result.is_error, Some(true), "{}", text(result));
-    result.structured_content.clone().expect("structured content")["data"].clone()
+    result
+        .structured_content
+        .clone()
+        .expect("structured content")["data"]
+        .clone()
 }
 
 /// Tools from `describe`, and every bundled capability called through them.
@@ -216,7 +223,14 @@ async fn lists_and_calls_every_bundled_capability(session: &Session, client: &Cl
     );
     assert_eq!(found["passages"][0]["path"], "docs/deploy.md", "{found}");
 
-    let ran = data(&call(session, "terminal_exec.run", json!({"command": "cat keep.txt"})).await);
+    let ran = data(
+        &call(
+            session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
     assert_eq!(ran["steps"][0]["stdout"], "keep me", "{ran}");
 
     let created = call(
@@ -273,15 +287,29 @@ async fn a_write_nobody_can_approve_is_denied_with_the_way_to_allow_it() {
     assert_eq!(denied.is_error, Some(true));
     let said = text(&denied);
     assert!(said.contains("denied"), "{said}");
-    assert!(said.contains("elicitation"), "names what is missing: {said}");
-    assert!(said.contains("--approve all"), "says how to allow it: {said}");
-    assert!(said.contains("cautious"), "names the policy profile: {said}");
+    assert!(
+        said.contains("elicitation"),
+        "names what is missing: {said}"
+    );
+    assert!(
+        said.contains("--approve all"),
+        "says how to allow it: {said}"
+    );
+    assert!(
+        said.contains("cautious"),
+        "names the policy profile: {said}"
+    );
     assert!(!ws.path().join("x.docx").exists());
     session.cancel().await.unwrap();
 
     // --approve none: a deleting command is denied and names the flag.
     let session = stdio(&home, ws.path(), "none", Client::default()).await;
-    let denied = call(&session, "terminal_exec.run", json!({"command": "rm keep.txt"})).await;
+    let denied = call(
+        &session,
+        "terminal_exec.run",
+        json!({"command": "rm keep.txt"}),
+    )
+    .await;
     assert_eq!(denied.is_error, Some(true));
     let said = text(&denied);
     assert!(said.contains("--approve none"), "{said}");
@@ -314,7 +342,12 @@ async fn approval_goes_to_the_client_as_elicitation() {
     // Over stdio, a person declines a deleting command.
     let client = Client::answering("deny");
     let session = stdio(&home, ws.path(), "ask", client.clone()).await;
-    let denied = call(&session, "terminal_exec.run", json!({"command": "rm keep.txt"})).await;
+    let denied = call(
+        &session,
+        "terminal_exec.run",
+        json!({"command": "rm keep.txt"}),
+    )
+    .await;
     assert_eq!(denied.is_error, Some(true));
     assert!(text(&denied).contains("declined"), "{}", text(&denied));
     assert!(ws.path().join("keep.txt").exists());
@@ -351,8 +384,12 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
 }
 
 async fn cancel_a_long_command(session: &Session, marker: &str) {
-    let params = CallToolRequestParams::new("terminal_exec.run")
-        .with_arguments(json!({"command": format!("sleep {marker}")}).as_object().cloned().unwrap());
+    let params = CallToolRequestParams::new("terminal_exec.run").with_arguments(
+        json!({"command": format!("sleep {marker}")})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
     let handle = session
         .send_cancellable_request(
             ClientRequest::CallToolRequest(CallToolRequest::new(params)),
@@ -404,7 +441,11 @@ async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     match session.call_tool(params).await {
         Err(ServiceError::McpError(e)) => {
             assert_eq!(e.code.0, -32602);
-            assert!(e.message.contains("unknown tool `no_such.tool`"), "{}", e.message);
+            assert!(
+                e.message.contains("unknown tool `no_such.tool`"),
+                "{}",
+                e.message
+            );
             assert!(e.message.contains("terminal_exec.run"), "{}", e.message);
         }
         other => panic!("expected an MCP error, got {other:?}"),
@@ -420,7 +461,14 @@ async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     assert!(said.contains("/path"), "names the wrong field: {said}");
 
     // And the same session still works.
-    let ran = data(&call(&session, "terminal_exec.run", json!({"command": "cat keep.txt"})).await);
+    let ran = data(
+        &call(
+            &session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
     assert_eq!(ran["steps"][0]["stdout"], "keep me");
     session.cancel().await.unwrap();
 }
@@ -475,11 +523,12 @@ fn malformed_json_rpc_on_stdio_is_answered_and_the_server_keeps_serving() {
         .filter_map(|t| t["name"].as_str())
         .collect();
     assert!(names.contains(&"terminal_exec.run"), "{list}");
-    send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"local_kb_retrieval.search","arguments":{"query":"green pool"}}}"#);
+    send(
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"local_kb_retrieval.search","arguments":{"query":"green pool"}}}"#,
+    );
     let found = reply_to(4);
     assert_eq!(
-        found["result"]["structuredContent"]["data"]["passages"][0]["path"],
-        "docs/deploy.md",
+        found["result"]["structuredContent"]["data"]["passages"][0]["path"], "docs/deploy.md",
         "{found}"
     );
     drop(send);
@@ -524,7 +573,14 @@ async fn http_refuses_garbage_and_wrong_tokens_and_keeps_serving() {
         .serve(StreamableHttpClientTransport::from_config(config))
         .await
         .unwrap();
-    let ran = data(&call(&session, "terminal_exec.run", json!({"command": "cat keep.txt"})).await);
+    let ran = data(
+        &call(
+            &session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
     assert_eq!(ran["steps"][0]["stdout"], "keep me");
     session.cancel().await.unwrap();
 }
@@ -597,13 +653,20 @@ async fn external_server_tools_are_capability_kinds_behind_the_approval_gate() {
     let registry = app.registry(Some(ws.path())).await;
     let kinds: Vec<&str> = registry.kinds().collect();
     assert!(kinds.contains(&"mcp:inner/terminal_exec.run"), "{kinds:?}");
-    assert!(kinds.contains(&"local_kb_retrieval"), "plugins still load: {kinds:?}");
+    assert!(
+        kinds.contains(&"local_kb_retrieval"),
+        "plugins still load: {kinds:?}"
+    );
     let ghost = registry
         .problems()
         .iter()
         .find(|p| p.message.contains("ghost"))
         .expect("the server that cannot start is reported");
-    assert!(ghost.message.contains("/nonexistent/mcp-server"), "{}", ghost.message);
+    assert!(
+        ghost.message.contains("/nonexistent/mcp-server"),
+        "{}",
+        ghost.message
+    );
 
     let recorder = Recorder::default();
     let services = HostServices {
@@ -620,7 +683,10 @@ async fn external_server_tools_are_capability_kinds_behind_the_approval_gate() {
     let out = run_task(
         &app.runtime,
         &registry,
-        &task("mcp:inner/terminal_exec.run", json!({"command": "cat keep.txt"})),
+        &task(
+            "mcp:inner/terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        ),
         &run,
     )
     .await
@@ -683,7 +749,9 @@ async fn external_server_tools_are_capability_kinds_behind_the_approval_gate() {
     let failed = call.await.unwrap().unwrap_err();
     assert_eq!(failed.reason, FailureReason::Failed, "{failed:?}");
     assert!(
-        failed.message.contains("MCP server `inner` closed the connection"),
+        failed
+            .message
+            .contains("MCP server `inner` closed the connection"),
         "{}",
         failed.message
     );
@@ -758,10 +826,15 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
         .iter()
         .find(|e| e["type"] == "task.completed")
         .unwrap_or_else(|| panic!("no task.completed in {events:#?}"));
-    assert!(completed["data"].to_string().contains("keep me"), "{completed}");
+    assert!(
+        completed["data"].to_string().contains("keep me"),
+        "{completed}"
+    );
     let asked = server.requests();
     assert!(
-        asked[0].prompt_text().contains("mcp:inner/terminal_exec.run"),
+        asked[0]
+            .prompt_text()
+            .contains("mcp:inner/terminal_exec.run"),
         "the model is offered the external tool as a capability kind"
     );
 }
@@ -814,7 +887,10 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_stdio() {
     list_args.extend(server);
     let (list, _) = inspector(&list_args, &home);
     let names = tool_names(&list);
-    assert!(names.contains(&"terminal_exec.run".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"terminal_exec.run".to_string()),
+        "{names:?}"
+    );
     assert!(names.contains(&"docx.create".to_string()), "{names:?}");
 
     let mut call_args = vec![
@@ -829,8 +905,7 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_stdio() {
     let (called, _) = inspector(&call_args, &home);
     assert_ne!(called["isError"], true, "{called}");
     assert_eq!(
-        called["structuredContent"]["data"]["passages"][0]["path"],
-        "docs/deploy.md",
+        called["structuredContent"]["data"]["passages"][0]["path"], "docs/deploy.md",
         "{called}"
     );
 }
@@ -841,7 +916,10 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
     let ws = workspace();
     let server = HttpServer::start(&home, ws.path(), "all", &[]);
     let (list, _) = inspector(&[&server.url, "--method", "tools/list"], &home);
-    assert!(tool_names(&list).contains(&"docx.read".to_string()), "{list}");
+    assert!(
+        tool_names(&list).contains(&"docx.read".to_string()),
+        "{list}"
+    );
     let (called, _) = inspector(
         &[
             &server.url,
@@ -855,8 +933,7 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
         &home,
     );
     assert_eq!(
-        called["structuredContent"]["data"]["steps"][0]["stdout"],
-        "keep me",
+        called["structuredContent"]["data"]["steps"][0]["stdout"], "keep me",
         "{called}"
     );
 }

@@ -199,6 +199,24 @@ impl App {
         policy
     }
 
+    /// The event sink of a run that does not go through [`App::ask`] (an MCP
+    /// tool call): each event stamped, persisted for replay and handed to
+    /// `frontend`. Call [`App::flush_events`] when the run ends.
+    pub fn run_events(&self, run_id: &str, frontend: Frontend) -> Arc<dyn EventSink> {
+        Arc::new(RunEvents {
+            run_id: run_id.to_string(),
+            seq: AtomicU64::new(0),
+            writer: self.events.clone(),
+            frontend,
+        })
+    }
+
+    pub fn flush_events(&self) {
+        if let Err(e) = self.events.flush() {
+            tracing::warn!("some events were not saved: {e}");
+        }
+    }
+
     /// Run one message in a session, start to terminal event.
     pub async fn ask(
         &self,

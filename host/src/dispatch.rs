@@ -4,9 +4,9 @@
 
 use crate::protocol::{Event, FailureReason, TaskFailure, TaskOutcome, TaskRequest};
 use crate::registry::Registry;
+use crate::runtime::Risk;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::{approval, types};
-use crate::runtime::Risk;
 use crate::services::RunContext;
 
 pub async fn run_task(

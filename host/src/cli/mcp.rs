@@ -38,7 +38,12 @@ pub struct McpArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// Require `Authorization: Bearer <TOKEN>` on every HTTP request.
-    #[arg(long, env = "CAPSTAN_MCP_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "CAPSTAN_MCP_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub token: Option<String>,
     /// How approvals are answered: ask the client (elicitation; denied when it
     /// cannot be asked), all (grant; sandbox and deny rules still hold), none.

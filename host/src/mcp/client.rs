@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    ServerResult,
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError, ServiceExt};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -232,7 +231,10 @@ impl McpTool {
             ),
             other => TaskFailure::new(
                 FailureReason::Failed,
-                format!("MCP server `{server}` failed `{}`: {other}; {how}", self.tool),
+                format!(
+                    "MCP server `{server}` failed `{}`: {other}; {how}",
+                    self.tool
+                ),
             ),
         }
     }
@@ -248,7 +250,10 @@ pub fn entries(files: &[PathBuf]) -> (Vec<McpServerEntry>, Vec<Problem>) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
-                problems.push(problem(None, format!("{}: cannot read: {e}", file.display())));
+                problems.push(problem(
+                    None,
+                    format!("{}: cannot read: {e}", file.display()),
+                ));
                 continue;
             }
         };
@@ -307,7 +312,10 @@ fn problem(name: Option<&str>, message: String) -> Problem {
 
 /// Connect to every configured server and list its tools. A server that cannot
 /// start or answer is a [`Problem`]; the others still load.
-pub async fn connect_all(files: &[PathBuf], cwd: Option<&Path>) -> (Vec<Arc<McpTool>>, Vec<Problem>) {
+pub async fn connect_all(
+    files: &[PathBuf],
+    cwd: Option<&Path>,
+) -> (Vec<Arc<McpTool>>, Vec<Problem>) {
     let (entries, mut problems) = entries(files);
     let connecting = entries.into_iter().map(|entry| async move {
         let name = entry.name.clone();
@@ -355,9 +363,10 @@ async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<Mc
                     url.as_str(),
                 );
             if let Some(var) = &entry.bearer_token_env {
-                config.auth_header = Some(std::env::var(var).map_err(|_| {
-                    format!("bearer_token_env names `{var}`, which is not set")
-                })?);
+                config.auth_header =
+                    Some(std::env::var(var).map_err(|_| {
+                        format!("bearer_token_env names `{var}`, which is not set")
+                    })?);
             }
             let transport = StreamableHttpClientTransport::from_config(config);
             ().serve(transport)

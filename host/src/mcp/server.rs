@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
@@ -22,10 +22,10 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::app::App;
+use crate::app::{App, Frontend};
 use crate::dispatch::run_task;
 use crate::manifest::{HostService, WorkspaceAccess};
-use crate::protocol::{Event, EventSink, FailureReason, TaskFailure, TaskRequest};
+use crate::protocol::{Envelope, Event, FailureReason, TaskFailure, TaskRequest};
 use crate::registry::Registry;
 use crate::runtime::Risk;
 use crate::services::approval::ApproveMode;
@@ -82,7 +82,12 @@ impl McpHost {
         let mut tools = BTreeMap::new();
         for plugin in registry.plugins() {
             let needs_workspace = plugin.spec.entry.permissions.workspace != WorkspaceAccess::None
-                || plugin.spec.entry.permissions.host.contains(&HostService::Exec);
+                || plugin
+                    .spec
+                    .entry
+                    .permissions
+                    .host
+                    .contains(&HostService::Exec);
             for kind in &plugin.spec.entry.kinds {
                 for op in &plugin.operations {
                     let name = tool_name(kind, &op.name);
@@ -173,7 +178,12 @@ impl McpHost {
 }
 
 fn needs_exec(plugin: &crate::runtime::LoadedPlugin) -> bool {
-    plugin.spec.entry.permissions.host.contains(&HostService::Exec)
+    plugin
+        .spec
+        .entry
+        .permissions
+        .host
+        .contains(&HostService::Exec)
 }
 
 fn risk_name(risk: Risk) -> String {
@@ -190,20 +200,58 @@ fn object_schema(schema: &Value) -> JsonObject {
         Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("object") => {
             map.clone()
         }
-        _ => json!({"type": "object"}).as_object().cloned().unwrap_or_default(),
+        _ => json!({"type": "object"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
     }
 }
 
 /// One MCP session's handler (stdio has one; streamable HTTP one per session).
+/// Its calls are runs of one Capstan session, so an approve-for-session
+/// grant holds for this client only, and every call is in the store (runs,
+/// events, approvals) like a plan task.
 #[derive(Clone)]
 pub struct CapstanMcp {
     host: Arc<McpHost>,
+    session: Arc<OnceLock<String>>,
 }
 
 impl CapstanMcp {
     pub fn new(host: Arc<McpHost>) -> Self {
-        Self { host }
+        Self {
+            host,
+            session: Arc::default(),
+        }
     }
+
+    fn session(&self, peer: &Peer<RoleServer>) -> Result<String, McpError> {
+        if let Some(id) = self.session.get() {
+            return Ok(id.clone());
+        }
+        let store = &self.host.app.store;
+        let client = peer
+            .peer_info()
+            .map(|i| i.client_info.name.clone())
+            .unwrap_or_else(|| "an MCP client".into());
+        let workspace = self
+            .host
+            .workspace
+            .as_deref()
+            .and_then(|w| store.get_workspace_by_root(w).ok().flatten())
+            .map(|w| w.id);
+        let session = store
+            .create_session(
+                &format!("MCP tool calls from {client}"),
+                workspace.as_deref(),
+            )
+            .map_err(store_error)?;
+        Ok(self.session.get_or_init(|| session.id).clone())
+    }
+}
+
+fn store_error(e: impl std::fmt::Display) -> McpError {
+    McpError::internal_error(format!("Capstan's database failed: {e}"), None)
 }
 
 /// Why an approval was denied without a person, for the result's advice.
@@ -212,16 +260,6 @@ enum ApprovalNote {
     NoElicitation { action: String },
     ElicitationFailed { action: String, error: String },
     Declined { action: String },
-}
-
-/// Events of one call go through a channel: `emit` must not block, and
-/// notifications and elicitations are async.
-struct ChannelSink(mpsc::UnboundedSender<Event>);
-
-impl EventSink for ChannelSink {
-    fn emit(&self, event: Event) {
-        let _ = self.0.send(event);
-    }
 }
 
 /// Turns the events of one call into progress notifications and approval
@@ -235,7 +273,11 @@ struct Forwarder {
 }
 
 impl Forwarder {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event>, mut done: oneshot::Receiver<()>) {
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Event>,
+        mut done: oneshot::Receiver<()>,
+    ) {
         loop {
             tokio::select! {
                 event = rx.recv() => match event {
@@ -336,7 +378,11 @@ impl Forwarder {
         let peer = self.peer.clone();
         let notes = self.notes.clone();
         tokio::spawn(async move {
-            let mut message = format!("Capstan asks to run `{label}` (risk: {risk})");
+            let mut message = if action == "exec" {
+                format!("Capstan asks to run `{command}` (risk: {risk})")
+            } else {
+                format!("Capstan asks to approve `{action}`: {command} (risk: {risk})")
+            };
             if !cwd.is_empty() {
                 message.push_str(&format!(" in {cwd}"));
             }
@@ -357,9 +403,7 @@ impl Forwarder {
                         .and_then(Value::as_str)
                         .unwrap_or("");
                     match (result.action, answer) {
-                        (ElicitationAction::Accept, "approve") => {
-                            capstan_store::Decision::Approved
-                        }
+                        (ElicitationAction::Accept, "approve") => capstan_store::Decision::Approved,
                         (ElicitationAction::Accept, "approve_for_session") => {
                             capstan_store::Decision::ApprovedForSession
                         }
@@ -488,6 +532,14 @@ impl ServerHandler for CapstanMcp {
             .into());
         }
 
+        let session_id = self.session(&context.peer)?;
+        let stored = host
+            .app
+            .store
+            .start_run(&session_id, "mcp")
+            .map_err(store_error)?;
+        // Events reach the forwarder through a channel: a sink must not block,
+        // and notifications and elicitations are async.
         let (tx, rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = oneshot::channel();
         let notes = Arc::new(Mutex::new(Vec::new()));
@@ -500,12 +552,16 @@ impl ServerHandler for CapstanMcp {
         };
         let forwarding = tokio::spawn(forwarder.run(rx, done_rx));
 
+        let frontend: Frontend = Arc::new(move |e: &Envelope| {
+            let _ = tx.send(e.event.clone());
+        });
         let mut run = RunContext::new(
             host.workspace.clone(),
-            Arc::new(ChannelSink(tx)),
+            host.app.run_events(&stored.id, frontend),
             host.services(),
         );
-        run.run_id = capstan_store::new_id("mcp");
+        run.run_id = stored.id.clone();
+        run.session_id = Some(session_id);
         // The client's `notifications/cancelled` fires this token.
         run.cancel = context.ct.clone();
         let task = TaskRequest {
@@ -518,6 +574,21 @@ impl ServerHandler for CapstanMcp {
         drop(run);
         let _ = done_tx.send(());
         let _ = forwarding.await;
+        let (status, reason) = match &outcome {
+            Ok(_) => (capstan_store::RunStatus::Completed, None),
+            Err(f) if f.reason == FailureReason::Cancelled => {
+                (capstan_store::RunStatus::Cancelled, Some(f.reason))
+            }
+            Err(f) => (capstan_store::RunStatus::Failed, Some(f.reason)),
+        };
+        if let Err(e) =
+            host.app
+                .store
+                .finish_run(&stored.id, status, reason.map(FailureReason::as_str), None)
+        {
+            tracing::warn!("MCP call {} not recorded as finished: {e}", stored.id);
+        }
+        host.app.flush_events();
 
         Ok(match outcome {
             Ok(success) => {

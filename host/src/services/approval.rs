@@ -91,8 +91,7 @@ impl ApprovalBroker {
         let grant_key = (session, ask.command.clone(), ask.cwd.clone());
         let id = capstan_store::new_id("apr");
         let requested_at = capstan_store::now_rfc3339();
-        let granted =
-            !ask.command.is_empty() && self.grants.lock().unwrap().contains(&grant_key);
+        let granted = !ask.command.is_empty() && self.grants.lock().unwrap().contains(&grant_key);
         // Registered before the request is announced, so a frontend that answers
         // as soon as it sees `approval.requested` always finds it open.
         let waiting = (!granted && self.mode == ApproveMode::Ask).then(|| {
