@@ -3,6 +3,7 @@
 mod ask;
 mod invoke;
 mod kb;
+mod mcp;
 mod plugins;
 
 use std::path::{Path, PathBuf};
@@ -70,6 +71,8 @@ pub enum Command {
     Plugins(plugins::PluginsCommand),
     /// Run one task straight on a capability (for plugin authors and scripts).
     Invoke(invoke::InvokeArgs),
+    /// Serve the workspace's capabilities as MCP tools (stdio, or streamable HTTP with --listen).
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,6 +119,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
         Command::Invoke(args) => invoke::run(&cli.global, args).await,
+        Command::Mcp(args) => mcp::run(&cli.global, args).await,
     }
 }
 
