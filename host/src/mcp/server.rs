@@ -640,7 +640,7 @@ fn denial_advice(host: &McpHost, notes: &[ApprovalNote]) -> String {
              (no prompt; the sandbox and deny rules still hold)."
         );
     }
-    for note in notes {
+    if let Some(note) = notes.first() {
         match note {
             ApprovalNote::NoElicitation { action } => {
                 return format!(
