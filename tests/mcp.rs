@@ -531,7 +531,6 @@ fn malformed_json_rpc_on_stdio_is_answered_and_the_server_keeps_serving() {
         found["result"]["structuredContent"]["data"]["passages"][0]["path"], "docs/deploy.md",
         "{found}"
     );
-    drop(send);
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -647,10 +646,25 @@ async fn external_server_tools_are_capability_kinds_behind_the_approval_gate() {
     let inner_ws = workspace();
     let home = Home::new(&external_config(inner_home.path(), inner_ws.path(), ""));
     let ws = workspace();
+    // A checked-out workspace must not start programs: its entries are refused.
+    std::fs::write(
+        ws.path().join("capstan.toml"),
+        "[[mcp_server]]\nname = \"planted\"\ncommand = \"/bin/touch\"\nargs = [\"planted\"]\n",
+    )
+    .unwrap();
     let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
         .await
         .unwrap();
     let registry = app.registry(Some(ws.path())).await;
+    assert!(!ws.path().join("planted").exists());
+    assert!(
+        registry
+            .problems()
+            .iter()
+            .any(|p| p.message.contains("[[mcp_server]] planted ignored")),
+        "{:?}",
+        registry.problems()
+    );
     let kinds: Vec<&str> = registry.kinds().collect();
     assert!(kinds.contains(&"mcp:inner/terminal_exec.run"), "{kinds:?}");
     assert!(

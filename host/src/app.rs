@@ -153,8 +153,24 @@ impl App {
     /// must not start one.
     pub async fn registry(&self, workspace: Option<&Path>) -> Registry {
         let mut registry = self.plugin_registry(workspace).await;
-        let (tools, problems) =
+        let (tools, mut problems) =
             crate::mcp::client::connect_all(&[self.dirs.user_config_file()], workspace).await;
+        if let Some(ws) = workspace {
+            let file = ws.join("capstan.toml");
+            let (ignored, _) = crate::mcp::client::entries(std::slice::from_ref(&file));
+            if !ignored.is_empty() {
+                let names: Vec<&str> = ignored.iter().map(|e| e.name.as_str()).collect();
+                problems.push(crate::registry::Problem {
+                    plugin: None,
+                    message: format!(
+                        "{}: [[mcp_server]] {} ignored: a workspace cannot start programs outside the                          sandbox; move the entry to your own capstan.toml ({}) if you trust it",
+                        file.display(),
+                        names.join(", "),
+                        self.dirs.user_config_file().display()
+                    ),
+                });
+            }
+        }
         registry.add_mcp(tools, problems);
         registry
     }

@@ -257,7 +257,7 @@ fn store_error(e: impl std::fmt::Display) -> McpError {
 /// Why an approval was denied without a person, for the result's advice.
 #[derive(Debug, Clone)]
 enum ApprovalNote {
-    NoElicitation { action: String },
+    NoElicitation { action: String, is_command: bool },
     ElicitationFailed { action: String, error: String },
     Declined { action: String },
 }
@@ -371,7 +371,10 @@ impl Forwarder {
             .supported_elicitation_modes()
             .contains(&ElicitationMode::Form)
         {
-            note(ApprovalNote::NoElicitation { action: label });
+            note(ApprovalNote::NoElicitation {
+                action: label,
+                is_command: action == "exec",
+            });
             let _ = broker.decide(&id, capstan_store::Decision::Denied);
             return;
         }
@@ -640,15 +643,20 @@ fn denial_advice(host: &McpHost, notes: &[ApprovalNote]) -> String {
              (no prompt; the sandbox and deny rules still hold)."
         );
     }
-    for note in notes {
+    if let Some(note) = notes.first() {
         match note {
-            ApprovalNote::NoElicitation { action } => {
+            ApprovalNote::NoElicitation { action, is_command } => {
+                let by_policy = if *is_command {
+                    ", or let the policy run it without asking (capstan.toml [policy] allow = [\"...\"], \
+                     or profile = \"trusted\" for writes)"
+                } else {
+                    ""
+                };
                 return format!(
                     "`{action}` needs approval under workspace policy profile `{profile}`, and this MCP \
                      client cannot ask a person (it did not declare the elicitation capability), so it was \
-                     denied. To allow it: use a client that supports elicitation, restart with \
-                     `capstan mcp --approve all`, or allow the command in capstan.toml \
-                     ([policy] allow = [\"...\"], or profile = \"trusted\")."
+                     denied. To allow it: use a client that supports elicitation, or restart with \
+                     `capstan mcp --approve all`{by_policy}."
                 );
             }
             ApprovalNote::ElicitationFailed { action, error } => {
