@@ -4,6 +4,7 @@ mod ask;
 mod invoke;
 mod kb;
 mod plugins;
+mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -70,6 +71,8 @@ pub enum Command {
     Plugins(plugins::PluginsCommand),
     /// Run one task straight on a capability (for plugin authors and scripts).
     Invoke(invoke::InvokeArgs),
+    /// Serve frontends: HTTP + SSE API, AG-UI endpoint and web chat, or JSON-RPC on stdio.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,6 +119,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
         Command::Invoke(args) => invoke::run(&cli.global, args).await,
+        Command::Serve(args) => serve::run(&cli.global, args).await,
     }
 }
 

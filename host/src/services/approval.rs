@@ -85,12 +85,27 @@ impl ApprovalBroker {
         self.pending.lock().unwrap().keys().cloned().collect()
     }
 
+    /// Whether this request waits for a person (true from before its
+    /// `approval.requested` event until it is decided).
+    pub fn is_open(&self, approval_id: &str) -> bool {
+        self.pending.lock().unwrap().contains_key(approval_id)
+    }
+
     /// Ask, wait, record. `Aborted` also cancels the run.
     pub async fn ask(&self, scope: &TaskScope, ask: ApprovalAsk) -> Decision {
         let session = scope.run.session_key();
         let grant_key = (session, ask.command.clone(), ask.cwd.clone());
         let id = capstan_store::new_id("apr");
         let requested_at = capstan_store::now_rfc3339();
+        let granted = !ask.command.is_empty() && self.grants.lock().unwrap().contains(&grant_key);
+        // Registered before the request is announced, so a frontend that sees
+        // `approval.requested` can tell at once (`is_open`) whether a person
+        // must answer it or a grant or flag is about to.
+        let waiting = (!granted && self.mode == ApproveMode::Ask).then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.pending.lock().unwrap().insert(id.clone(), tx);
+            rx
+        });
         scope.run.events.emit(Event::ApprovalRequested {
             approval_id: id.clone(),
             task_id: scope.task_id.clone(),
@@ -100,26 +115,19 @@ impl ApprovalBroker {
             risk: ask.risk.clone(),
             reasons: ask.reasons.clone(),
         });
-        let (decision, by) = if !ask.command.is_empty()
-            && self.grants.lock().unwrap().contains(&grant_key)
-        {
-            (Decision::Approved, DecidedBy::User)
-        } else {
-            match self.mode {
-                ApproveMode::All => (Decision::Approved, DecidedBy::Flag),
-                ApproveMode::None => (Decision::Denied, DecidedBy::Flag),
-                ApproveMode::Ask => {
-                    let (tx, rx) = oneshot::channel();
-                    self.pending.lock().unwrap().insert(id.clone(), tx);
-                    let decided = tokio::select! {
-                        r = rx => r.unwrap_or((Decision::Expired, DecidedBy::Policy)),
-                        _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy),
-                        _ = scope.run.cancel.cancelled() => (Decision::Aborted, DecidedBy::User),
-                    };
-                    self.pending.lock().unwrap().remove(&id);
-                    decided
-                }
+        let (decision, by) = match (granted, waiting) {
+            (true, _) => (Decision::Approved, DecidedBy::User),
+            (false, Some(rx)) => {
+                let decided = tokio::select! {
+                    r = rx => r.unwrap_or((Decision::Expired, DecidedBy::Policy)),
+                    _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy),
+                    _ = scope.run.cancel.cancelled() => (Decision::Aborted, DecidedBy::User),
+                };
+                self.pending.lock().unwrap().remove(&id);
+                decided
             }
+            (false, None) if self.mode == ApproveMode::All => (Decision::Approved, DecidedBy::Flag),
+            (false, None) => (Decision::Denied, DecidedBy::Flag),
         };
         if decision == Decision::ApprovedForSession {
             self.grants.lock().unwrap().insert(grant_key);
