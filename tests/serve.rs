@@ -293,6 +293,20 @@ async fn an_approval_is_answered_over_http() {
             .contains("all checks passed")
     );
     assert_eq!(events.last().unwrap()["type"], "run.completed");
+    // The `activity` events alone tell the whole story.
+    let feed: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "activity")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    for want in [
+        "planned 1 task(s): run `make check`",
+        "waiting for approval of `make check` (write)",
+        "approval for `make check` (write): approved by user",
+        "ran `make check`: exit 0",
+    ] {
+        assert!(feed.contains(&want), "no {want:?} in {feed:?}");
+    }
 
     let (s, err) = post(
         &server,

@@ -167,6 +167,8 @@ impl Feed {
             Event::ApprovalDecided { decision, by, .. } => {
                 eprintln!("  approval: {decision} (by {by})")
             }
+            // The approval prompt already says so.
+            Event::Activity { kind, .. } if kind == "approval.waiting" => {}
             Event::Activity { message, .. } => eprintln!("  • {message}"),
             Event::CapabilityStatus {
                 status, message, ..

@@ -115,6 +115,15 @@ impl ApprovalBroker {
             risk: ask.risk.clone(),
             reasons: ask.reasons.clone(),
         });
+        if waiting.is_some() {
+            // So a feed built from `activity` alone shows the run waiting.
+            scope.run.events.emit(Event::Activity {
+                task_id: Some(scope.task_id.clone()),
+                kind: "approval.waiting".into(),
+                message: format!("waiting for approval of `{}` ({})", ask.command, ask.risk),
+                data: serde_json::Value::Null,
+            });
+        }
         let (decision, by) = match (granted, waiting) {
             (true, _) => (Decision::Approved, DecidedBy::User),
             (false, Some(rx)) => {
