@@ -53,6 +53,19 @@ pub struct AskOutcome {
     pub outcome: RunOutcome,
 }
 
+/// A run that has a session, a run id and the user's turn, and is ready to
+/// execute (see [`App::prepare`]).
+pub struct PreparedRun {
+    pub run_id: String,
+    pub session_id: String,
+    /// Canonical root of the workspace the run is bound to, if any.
+    pub workspace: Option<PathBuf>,
+    message: String,
+    summary: String,
+    registry: Arc<Registry>,
+    history: Vec<Turn>,
+}
+
 /// Stamps each event with the run, a sequence number and a time; persists it
 /// and hands it to the frontend.
 struct RunEvents {
@@ -243,6 +256,15 @@ impl App {
         frontend: Frontend,
         cancel: CancellationToken,
     ) -> Result<AskOutcome> {
+        let prepared = self.prepare(&req).await?;
+        self.execute(prepared, frontend, cancel).await
+    }
+
+    /// The first half of [`App::ask`]: resolve the session and its workspace,
+    /// load the registry and history, start the run and commit the user's
+    /// turn. A server learns the run id here, before any event flows, so it
+    /// can register the run (and its cancel token) first.
+    pub async fn prepare(&self, req: &AskRequest) -> Result<PreparedRun> {
         // The session, and the workspace it remembers.
         let session = match &req.session_id {
             Some(id) => self
@@ -295,9 +317,37 @@ impl App {
         self.store
             .add_turn(&session.id, Some(&run.id), Role::User, &req.message)?;
 
+        Ok(PreparedRun {
+            run_id: run.id,
+            session_id: session.id,
+            message: req.message.clone(),
+            summary: session.summary,
+            workspace,
+            registry,
+            history,
+        })
+    }
+
+    /// The second half of [`App::ask`]: run a prepared run to its terminal
+    /// event, then record the answer, the summary and the run's end.
+    pub async fn execute(
+        &self,
+        prepared: PreparedRun,
+        frontend: Frontend,
+        cancel: CancellationToken,
+    ) -> Result<AskOutcome> {
+        let PreparedRun {
+            run_id,
+            session_id,
+            message,
+            summary,
+            workspace,
+            registry,
+            history,
+        } = prepared;
         let store = self.store.clone();
         let events = Arc::new(RunEvents {
-            run_id: run.id.clone(),
+            run_id: run_id.clone(),
             seq: AtomicU64::new(0),
             writer: self.events.clone(),
             frontend,
@@ -313,8 +363,8 @@ impl App {
             model: None,
         };
         let ctx = RunContext {
-            run_id: run.id.clone(),
-            session_id: Some(session.id.clone()),
+            run_id: run_id.clone(),
+            session_id: Some(session_id.clone()),
             workspace,
             events: events.clone(),
             cancel,
@@ -322,7 +372,7 @@ impl App {
         };
         // A session budget is what is left of it; the run stops at the smaller limit.
         let session_left = match self.config.run.session_budget_usd {
-            Some(limit) => Some((limit - self.store.session_usage(&session.id)?.cost_usd).max(0.0)),
+            Some(limit) => Some((limit - self.store.session_usage(&session_id)?.cost_usd).max(0.0)),
             None => None,
         };
         let budget_usd = match (self.config.run.budget_usd, session_left) {
@@ -342,19 +392,19 @@ impl App {
             },
         };
         let request = RunRequest {
-            message: req.message.clone(),
-            session_id: Some(session.id.clone()),
+            message: message.clone(),
+            session_id: Some(session_id.clone()),
             history,
-            summary: session.summary.clone(),
+            summary: summary.clone(),
         };
         let outcome = host.run(request, &ctx).await;
 
         if !outcome.answer.is_empty() {
-            store.add_turn(&session.id, Some(&run.id), Role::Assistant, &outcome.answer)?;
+            store.add_turn(&session_id, Some(&run_id), Role::Assistant, &outcome.answer)?;
         }
         store.update_summary(
-            &session.id,
-            &roll_summary(&session.summary, &req.message, &outcome.answer),
+            &session_id,
+            &roll_summary(&summary, &message, &outcome.answer),
         )?;
         let status = match outcome.status {
             RunStatus::Completed => capstan_store::RunStatus::Completed,
@@ -367,17 +417,17 @@ impl App {
             cost_usd: outcome.usage.cost_usd.unwrap_or(0.0),
         };
         store.finish_run(
-            &run.id,
+            &run_id,
             status,
             outcome.reason.map(|r| r.as_str()),
             Some(usage),
         )?;
         if let Err(e) = self.events.flush() {
-            tracing::warn!("some events of run {} were not saved: {e}", run.id);
+            tracing::warn!("some events of run {} were not saved: {e}", run_id);
         }
         Ok(AskOutcome {
-            run_id: run.id,
-            session_id: session.id,
+            run_id,
+            session_id,
             outcome,
         })
     }

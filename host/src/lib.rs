@@ -3,6 +3,7 @@
 //! Layers, top to bottom (data flows down, never back up):
 //! - [`cli`]: the `capstan` command;
 //! - [`mcp`]: capabilities as MCP tools, and external MCP servers as capabilities;
+//! - [`server`]: HTTP + SSE, AG-UI, web chat and stdio JSON-RPC over one run manager;
 //! - [`dispatch`]: a task through the [`registry`] to its plugin, with events;
 //! - [`registry`]: task kind -> plugin, from [`manifest`]s;
 //! - [`runtime`]: wasmtime components, one store per task, faults contained;
@@ -23,4 +24,5 @@ pub mod orchestrator;
 pub mod protocol;
 pub mod registry;
 pub mod runtime;
+pub mod server;
 pub mod services;

@@ -703,6 +703,15 @@ impl Host {
                         f.message.clone(),
                         json!(null),
                     ));
+                    // Tasks share a child token; before any failure only an
+                    // aborted approval cancels it, and an abort ends the run
+                    // as cancelled, not failed.
+                    if f.reason == FailureReason::Cancelled
+                        && task_cancel.is_cancelled()
+                        && first_failure.is_none()
+                    {
+                        run.cancel.cancel();
+                    }
                     first_failure.get_or_insert((f.reason, f.message));
                     stop_scheduling = true;
                     task_cancel.cancel();

@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use capstan::protocol::{Event, EventSink};
 
+pub mod server;
+
 /// A built component from plugins/ (test plugins included).
 pub fn built_component(crate_name: &str) -> PathBuf {
     let path = Path::new(capstan::bundled::PLUGIN_BUILD_DIR).join(format!("{crate_name}.wasm"));

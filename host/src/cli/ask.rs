@@ -1,24 +1,23 @@
 //! `capstan ask`: one message, a live feed in the terminal (or JSON lines), the
-//! streamed answer, citations, usage; approvals asked at the prompt.
+//! streamed answer, citations, usage; approvals asked at the prompt (see
+//! `feed.rs`, which `capstan chat` shares).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Result;
-use capstan_store::Decision;
 use tokio_util::sync::CancellationToken;
 
+use super::feed::{Feed, answer_approvals, stdin_lines};
 use super::{GlobalArgs, workspace_root};
 use crate::app::{App, AskRequest};
-use crate::orchestrator::RunStatus;
-use crate::protocol::{Envelope, Event};
-use crate::services::approval::{ApprovalBroker, ApproveMode};
+use crate::orchestrator::{RunOutcome, RunStatus};
+use crate::services::approval::ApproveMode;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Exit status: 0 completed, 1 failed (the reason is printed), 130 cancelled (Ctrl-C), 2 usage or setup errors.\n\n\
+    after_help = "Exit status: 0 completed, 1 failed (the reason is printed), 130 cancelled (Ctrl-C, or `b` at an approval prompt), 2 usage or setup errors.\n\nApprovals: with --approve ask (the default on a terminal) each risky command is shown with its risk and reasons; answer y (run it), n (deny), a (approve it for the rest of the session) or b (abort the run).\n\n\
 Examples:\n  capstan ask --workspace ./my-project \"How do I rotate the signing keys?\"\n  \
 capstan ask --workspace . --approve all \"run `cargo test` and tell me what failed\"\n  \
 capstan ask --json --workspace . \"what is in README.md?\" | jq .type"
@@ -84,178 +83,16 @@ pub fn approve_mode(explicit: Option<ApproveMode>) -> ApproveMode {
     })
 }
 
-/// Ask a person at the terminal, off the async threads.
-pub fn prompt_approval(
-    broker: Arc<ApprovalBroker>,
-    id: String,
-    command: String,
-    risk: String,
-    reasons: Vec<String>,
-) {
-    std::thread::spawn(move || {
-        let mut err = std::io::stderr();
-        let _ = writeln!(err, "\n  ? approval needed ({risk}): {command}");
-        for r in &reasons {
-            let _ = writeln!(err, "      - {r}");
-        }
-        loop {
-            let _ = write!(
-                err,
-                "    run it? [y]es / [n]o / [a]lways this session / a[b]ort: "
-            );
-            let _ = err.flush();
-            let mut line = String::new();
-            if std::io::stdin().read_line(&mut line).unwrap_or(0) == 0 {
-                let _ = broker.decide(&id, Decision::Denied);
-                return;
-            }
-            let decision = match line.trim().to_lowercase().as_str() {
-                "y" | "yes" => Decision::Approved,
-                "n" | "no" => Decision::Denied,
-                "a" | "always" => Decision::ApprovedForSession,
-                "b" | "abort" => Decision::Aborted,
-                _ => continue,
-            };
-            let _ = broker.decide(&id, decision);
-            return;
-        }
-    });
-}
-
-/// The human feed: what happened in plain words on stderr, the answer on stdout.
-fn render(envelope: &Envelope, broker: &Arc<ApprovalBroker>) {
-    let mut out = std::io::stdout();
-    match &envelope.event {
-        Event::HostAnalysis {
-            decision, reason, ..
-        } => eprintln!("· {decision}: {reason}"),
-        Event::RetrievalStarted { query, .. } => {
-            eprintln!("· searching the knowledge base for \"{query}\"")
-        }
-        Event::RetrievalCompleted {
-            hits, sufficient, ..
-        } => {
-            eprintln!(
-                "  {hits} passages{}",
-                if *sufficient { "" } else { " (not enough)" }
-            )
-        }
-        Event::PlanCreated { tasks } => {
-            eprintln!("· plan:");
-            for t in tasks {
-                eprintln!(
-                    "    [{}] {} {}",
-                    t.id,
-                    t.kind,
-                    if t.title.is_empty() {
-                        &t.operation
-                    } else {
-                        &t.title
-                    }
-                );
-            }
-        }
-        Event::TaskFailed {
-            task_id,
-            reason,
-            message,
-        } => eprintln!("  ✗ {task_id} {reason}: {message}"),
-        Event::TaskSkipped { task_id, reason } => eprintln!("  – {task_id} skipped: {reason}"),
-        Event::TaskCompleted {
-            task_id, summary, ..
-        } => eprintln!("  ✓ {task_id}: {summary}"),
-        Event::WorkspaceRequired { message, .. } => eprintln!("! workspace required: {message}"),
-        Event::TerminalStep {
-            command,
-            exit_code,
-            signal,
-            duration_ms,
-            timed_out,
-            ..
-        } => {
-            let status = match (exit_code, signal, timed_out) {
-                (_, _, true) => "timed out".to_string(),
-                (Some(c), _, _) => format!("exit {c}"),
-                (None, Some(s), _) => format!("signal {s}"),
-                _ => "?".into(),
-            };
-            eprintln!("  $ {command}   ({status}, {duration_ms} ms)");
-        }
-        Event::ApprovalRequested {
-            approval_id,
-            command,
-            risk,
-            reasons,
-            ..
-        } if broker.mode() == ApproveMode::Ask => {
-            prompt_approval(
-                broker.clone(),
-                approval_id.clone(),
-                command.clone(),
-                risk.clone(),
-                reasons.clone(),
-            );
-        }
-        Event::ApprovalDecided { decision, by, .. } => {
-            eprintln!("  approval: {decision} (by {by})")
-        }
-        Event::Activity { message, .. } => eprintln!("  • {message}"),
-        Event::CapabilityStatus {
-            status, message, ..
-        } => eprintln!("  ! {status}: {message}"),
-        Event::BudgetWarning { message, .. } => eprintln!("! {message}"),
-        Event::ResponseDelta { text } => {
-            let _ = write!(out, "{text}");
-            let _ = out.flush();
-        }
-        Event::ResponseCompleted { .. } => println!(),
-        Event::RunCompleted { usage }
-        | Event::RunCancelled { usage }
-        | Event::RunFailed { usage, .. } => {
-            let cost = usage
-                .cost_usd
-                .map(|c| format!(", ${c:.4}"))
-                .unwrap_or_default();
-            let est = if usage.estimated { " (estimated)" } else { "" };
-            eprintln!(
-                "· {} in, {} out tokens{est}{cost}",
-                usage.input_tokens, usage.output_tokens
-            );
-        }
-        _ => {}
-    }
-}
-
 pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
     let mode = approve_mode(args.approve);
     let app = App::open_with_model(global.dirs()?, mode, args.model_override()?).await?;
-    let broker = app.broker.clone();
+    let (feed, asks) = Feed::new(args.json, app.broker.clone());
+    if app.broker.mode() == ApproveMode::Ask {
+        tokio::spawn(answer_approvals(app.broker.clone(), asks, stdin_lines()));
+    }
+    let frontend = feed.frontend();
     let json = args.json;
-    let frontend: crate::app::Frontend = Arc::new(move |env: &Envelope| {
-        if json {
-            println!("{}", serde_json::to_string(env).unwrap_or_default());
-            if let Event::ApprovalRequested {
-                approval_id,
-                command,
-                risk,
-                reasons,
-                ..
-            } = &env.event
-                && broker.mode() == ApproveMode::Ask
-            {
-                prompt_approval(
-                    broker.clone(),
-                    approval_id.clone(),
-                    command.clone(),
-                    risk.clone(),
-                    reasons.clone(),
-                );
-            }
-        } else {
-            render(env, &broker);
-        }
-    });
     let cancel = CancellationToken::new();
     let on_ctrl_c = cancel.clone();
     tokio::spawn(async move {
@@ -273,21 +110,26 @@ pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     if !json {
         eprintln!("· run {} in session {}", done.run_id, done.session_id);
     }
-    Ok(match done.outcome.status {
+    if !json && done.outcome.status == RunStatus::Failed {
+        eprintln!("run failed: {}", failure_line(&done.outcome));
+    }
+    Ok(exit_code(done.outcome.status))
+}
+
+/// Exit status for a run: 0 completed, 1 failed, 130 cancelled (as a shell
+/// reports a Ctrl-C).
+pub fn exit_code(status: RunStatus) -> ExitCode {
+    match status {
         RunStatus::Completed => ExitCode::SUCCESS,
-        RunStatus::Failed => {
-            if !json {
-                eprintln!(
-                    "run failed ({}): {}",
-                    done.outcome
-                        .reason
-                        .map(|r| r.to_string())
-                        .unwrap_or_default(),
-                    done.outcome.message
-                );
-            }
-            ExitCode::from(1)
-        }
+        RunStatus::Failed => ExitCode::from(1),
         RunStatus::Cancelled => ExitCode::from(130),
-    })
+    }
+}
+
+pub fn failure_line(outcome: &RunOutcome) -> String {
+    format!(
+        "{}: {}",
+        outcome.reason.map(|r| r.to_string()).unwrap_or_default(),
+        outcome.message
+    )
 }

@@ -9,6 +9,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::ask::approve_mode;
+use super::feed;
 use super::{GlobalArgs, workspace_root};
 use crate::app::App;
 use crate::dispatch::run_task;
@@ -46,26 +47,18 @@ pub struct InvokeArgs {
 struct PrintSink {
     json: bool,
     broker: Arc<crate::services::approval::ApprovalBroker>,
+    asks: tokio::sync::mpsc::UnboundedSender<feed::Ask>,
 }
 
 impl EventSink for PrintSink {
     fn emit(&self, event: Event) {
-        if let Event::ApprovalRequested {
-            approval_id,
-            command,
-            risk,
-            reasons,
-            ..
-        } = &event
-            && self.broker.mode() == ApproveMode::Ask
+        if let Event::ApprovalRequested { approval_id, .. } = &event
+            && self.broker.is_open(approval_id)
         {
-            super::ask::prompt_approval(
-                self.broker.clone(),
-                approval_id.clone(),
-                command.clone(),
-                risk.clone(),
-                reasons.clone(),
-            );
+            feed::print_approval(&event);
+            let _ = self.asks.send(feed::Ask {
+                approval_id: approval_id.clone(),
+            });
         }
         if self.json {
             println!("{}", serde_json::to_string(&event).unwrap_or_default());
@@ -132,9 +125,18 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         approval: Some(app.broker.clone()),
         model: None,
     };
+    let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
+    if app.broker.mode() == ApproveMode::Ask {
+        tokio::spawn(feed::answer_approvals(
+            app.broker.clone(),
+            asked,
+            feed::stdin_lines(),
+        ));
+    }
     let sink = Arc::new(PrintSink {
         json: args.json,
         broker: app.broker.clone(),
+        asks,
     });
     let mut run = RunContext::new(workspace, sink, services);
     run.run_id = capstan_store::new_id("inv");

@@ -1,10 +1,14 @@
 //! The `capstan` command line.
 
 mod ask;
+mod chat;
+mod feed;
 mod invoke;
 mod kb;
 mod mcp;
 mod plugins;
+mod serve;
+mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -73,6 +77,13 @@ pub enum Command {
     Invoke(invoke::InvokeArgs),
     /// Serve the workspace's capabilities as MCP tools (stdio, or streamable HTTP with --listen).
     Mcp(mcp::McpArgs),
+    /// Serve frontends: HTTP + SSE API, AG-UI endpoint and web chat, or JSON-RPC on stdio.
+    Serve(serve::ServeArgs),
+    /// A conversation in the terminal: one session, history carried over, approvals at the prompt.
+    Chat(chat::ChatArgs),
+    /// Register, list, bind (per session) and remove workspace folders.
+    #[command(subcommand)]
+    Workspace(workspace::WorkspaceCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -120,6 +131,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
         Command::Invoke(args) => invoke::run(&cli.global, args).await,
         Command::Mcp(args) => mcp::run(&cli.global, args).await,
+        Command::Serve(args) => serve::run(&cli.global, args).await,
+        Command::Chat(args) => chat::run(&cli.global, args).await,
+        Command::Workspace(cmd) => workspace::run(&cli.global, cmd).await,
     }
 }
 

@@ -85,6 +85,12 @@ impl ApprovalBroker {
         self.pending.lock().unwrap().keys().cloned().collect()
     }
 
+    /// Whether this request waits for a person (true from before its
+    /// `approval.requested` event until it is decided).
+    pub fn is_open(&self, approval_id: &str) -> bool {
+        self.pending.lock().unwrap().contains_key(approval_id)
+    }
+
     /// Ask, wait, record. `Aborted` also cancels the run.
     pub async fn ask(&self, scope: &TaskScope, ask: ApprovalAsk) -> Decision {
         let session = scope.run.session_key();
@@ -92,8 +98,9 @@ impl ApprovalBroker {
         let id = capstan_store::new_id("apr");
         let requested_at = capstan_store::now_rfc3339();
         let granted = !ask.command.is_empty() && self.grants.lock().unwrap().contains(&grant_key);
-        // Registered before the request is announced, so a frontend that answers
-        // as soon as it sees `approval.requested` always finds it open.
+        // Registered before the request is announced, so a frontend that sees
+        // `approval.requested` can tell at once (`is_open`) whether a person
+        // must answer it or a grant or flag is about to.
         let waiting = (!granted && self.mode == ApproveMode::Ask).then(|| {
             let (tx, rx) = oneshot::channel();
             self.pending.lock().unwrap().insert(id.clone(), tx);
@@ -108,22 +115,28 @@ impl ApprovalBroker {
             risk: ask.risk.clone(),
             reasons: ask.reasons.clone(),
         });
-        let (decision, by) = if granted {
-            (Decision::Approved, DecidedBy::User)
-        } else {
-            match (self.mode, waiting) {
-                (ApproveMode::Ask, Some(rx)) => {
-                    let decided = tokio::select! {
-                        r = rx => r.unwrap_or((Decision::Expired, DecidedBy::Policy)),
-                        _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy),
-                        _ = scope.run.cancel.cancelled() => (Decision::Aborted, DecidedBy::User),
-                    };
-                    self.pending.lock().unwrap().remove(&id);
-                    decided
-                }
-                (ApproveMode::None, _) => (Decision::Denied, DecidedBy::Flag),
-                _ => (Decision::Approved, DecidedBy::Flag),
+        if waiting.is_some() {
+            // So a feed built from `activity` alone shows the run waiting.
+            scope.run.events.emit(Event::Activity {
+                task_id: Some(scope.task_id.clone()),
+                kind: "approval.waiting".into(),
+                message: format!("waiting for approval of `{}` ({})", ask.command, ask.risk),
+                data: serde_json::Value::Null,
+            });
+        }
+        let (decision, by) = match (granted, waiting) {
+            (true, _) => (Decision::Approved, DecidedBy::User),
+            (false, Some(rx)) => {
+                let decided = tokio::select! {
+                    r = rx => r.unwrap_or((Decision::Expired, DecidedBy::Policy)),
+                    _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy),
+                    _ = scope.run.cancel.cancelled() => (Decision::Aborted, DecidedBy::User),
+                };
+                self.pending.lock().unwrap().remove(&id);
+                decided
             }
+            (false, None) if self.mode == ApproveMode::All => (Decision::Approved, DecidedBy::Flag),
+            (false, None) => (Decision::Denied, DecidedBy::Flag),
         };
         if decision == Decision::ApprovedForSession {
             self.grants.lock().unwrap().insert(grant_key);
