@@ -888,6 +888,18 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
 
 // ---- A client nobody here wrote: the MCP Inspector CLI ----
 
+/// Compiles the bundled components into the home's cache, so the servers the
+/// Inspector spawns answer its handshake without compiling first (the
+/// Inspector gives a server a fixed time to start).
+fn warm_component_cache(home: &Home) {
+    let out = home.capstan().args(["plugins", "check"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn inspector(args: &[&str], home: &Home) -> (Value, String) {
     let bin: PathBuf = common::npm_bin("mcp-inspector", "mcp-inspector");
     let out = std::process::Command::new(bin)
@@ -916,6 +928,7 @@ fn tool_names(list: &Value) -> Vec<String> {
 #[test]
 fn the_mcp_inspector_lists_and_calls_capstans_tools_over_stdio() {
     let home = Home::new("");
+    warm_component_cache(&home);
     let ws = workspace();
     let ws_arg = ws.path().display().to_string();
     let home_env = format!("CAPSTAN_HOME={}", home.path().display());
@@ -960,6 +973,7 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_stdio() {
 #[test]
 fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
     let home = Home::new("");
+    warm_component_cache(&home);
     let ws = workspace();
     let server = HttpServer::start(&home, ws.path(), "all", &[]);
     let (list, _) = inspector(&[&server.url, "--method", "tools/list"], &home);
