@@ -295,7 +295,7 @@ impl Runner for ClaudeRunner {
             }
         };
         let stderr_tail = Arc::new(Mutex::new(VecDeque::<u8>::new()));
-        if let Some(mut err) = child.stderr.take() {
+        let stderr_reader = child.stderr.take().map(|mut err| {
             let tail = stderr_tail.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
@@ -309,8 +309,8 @@ impl Runner for ClaudeRunner {
                         t.pop_front();
                     }
                 }
-            });
-        }
+            })
+        });
         let mut stdin = child.stdin.take();
         let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
         send_line(
@@ -374,6 +374,11 @@ impl Runner for ClaudeRunner {
                 None
             }
         };
+        if let Some(reader) = stderr_reader {
+            // The pipe closes when the process group is gone; a grandchild holding it
+            // open must not hold up the result.
+            let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+        }
         let stderr = {
             let tail = stderr_tail.lock().expect("stderr lock");
             String::from_utf8_lossy(&tail.iter().copied().collect::<Vec<u8>>())

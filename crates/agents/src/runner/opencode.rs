@@ -157,6 +157,8 @@ impl OpenCodeRunner {
 struct Seen {
     text: String,
     error: Option<String>,
+    /// The session went idle: the turn's events are all in.
+    idle: bool,
 }
 
 impl Seen {
@@ -202,6 +204,8 @@ impl Seen {
                     _ => {}
                 }
             }
+            Some("session.idle") => self.idle = true,
+            Some("session.status") if props["status"]["type"] == "idle" => self.idle = true,
             Some("session.error") => {
                 self.error = Some(error_text(&props["error"]));
             }
@@ -330,6 +334,7 @@ impl Runner for OpenCodeRunner {
         let mut events_open = true;
         let answer = loop {
             tokio::select! {
+                biased;
                 _ = cancel.cancelled(), if !aborted => {
                     aborted = true;
                     let _ = self.post(&format!("/session/{session_id}/abort")).query(&[("directory", dir.as_str())]).send().await;
@@ -365,6 +370,25 @@ impl Runner for OpenCodeRunner {
             }
             Err(e) => return fail(seen.text, format!("OpenCode's prompt request failed: {e}")),
         };
+        // The answer can overtake the last events: read them up to the session's idle
+        // event, so progress and the partial text are complete.
+        let drain = async {
+            while events_open && !seen.idle {
+                match events.next().await {
+                    Some(Ok(bytes)) => {
+                        let mut out = Vec::new();
+                        if parser.feed(&bytes, &mut out).is_err() {
+                            break;
+                        }
+                        for ev in &out {
+                            seen.take(ev, &session_id, progress);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
         let info = &reply["info"];
         let text: String = reply["parts"]
             .as_array()
