@@ -1,5 +1,6 @@
 //! The `capstan` command line.
 
+mod agent;
 mod ask;
 mod invoke;
 mod kb;
@@ -70,6 +71,9 @@ pub enum Command {
     Plugins(plugins::PluginsCommand),
     /// Run one task straight on a capability (for plugin authors and scripts).
     Invoke(invoke::InvokeArgs),
+    /// Delegate tasks to agent runtimes (Claude Code, OpenCode, Capstan's own model).
+    #[command(subcommand)]
+    Agent(agent::AgentCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,6 +120,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
         Command::Invoke(args) => invoke::run(&cli.global, args).await,
+        Command::Agent(cmd) => agent::run(&cli.global, cmd).await,
     }
 }
 

@@ -119,11 +119,28 @@ impl Transcript {
         match v["type"].as_str() {
             Some("system") if v["subtype"] == "init" => {
                 self.model = v["model"].as_str().map(str::to_string);
+                let mcp: Vec<String> = v["mcp_servers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| {
+                        format!(
+                            "{} {}",
+                            s["name"].as_str().unwrap_or("?"),
+                            s["status"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect();
                 progress(Progress::Status {
                     message: format!(
-                        "Claude Code session {} on {}",
+                        "Claude Code session {} on {}{}",
                         v["session_id"].as_str().unwrap_or("?"),
-                        v["model"].as_str().unwrap_or("?")
+                        v["model"].as_str().unwrap_or("?"),
+                        if mcp.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (MCP: {})", mcp.join(", "))
+                        }
                     ),
                 });
             }
