@@ -38,10 +38,12 @@ fn responder(task: Reply) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 
 }
 
 fn config(home: &IsolatedHome, server: &ScriptedServer) -> AgentsConfig {
-    let mut c = AgentsConfig::default();
-    c.claude = claude_config(home, &server.base_url());
-    c.claude.model = Some("claude-sonnet-4-5".into());
-    c
+    let mut claude = claude_config(home, &server.base_url());
+    claude.model = Some("claude-sonnet-4-5".into());
+    AgentsConfig {
+        claude,
+        ..AgentsConfig::default()
+    }
 }
 
 #[tokio::test]

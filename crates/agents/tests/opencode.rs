@@ -51,8 +51,10 @@ async fn opencode_runs_the_task_on_the_configured_provider_and_model() {
     )
     .await;
     let ws = tempfile::tempdir().unwrap();
-    let mut config = AgentsConfig::default();
-    config.opencode = opencode_config(&oc.url);
+    let config = AgentsConfig {
+        opencode: opencode_config(&oc.url),
+        ..AgentsConfig::default()
+    };
     let file =
         TaskFile::parse("runtime: opencode\ntasks:\n  - {id: t1, description: tidy the imports}\n")
             .unwrap();
@@ -142,8 +144,10 @@ async fn opencode_password_is_sent_and_a_wrong_one_is_a_clear_error() {
     let runner = OpenCodeRunner::connect(c.clone()).await.unwrap();
     assert!(runner.version().starts_with("1."), "{}", runner.version());
     let ws = tempfile::tempdir().unwrap();
-    let mut config = AgentsConfig::default();
-    config.opencode = c;
+    let config = AgentsConfig {
+        opencode: c,
+        ..AgentsConfig::default()
+    };
     let file =
         TaskFile::parse("runtime: opencode\ntasks:\n  - {id: t1, description: check auth}\n")
             .unwrap();
@@ -171,10 +175,12 @@ async fn an_unavailable_opencode_falls_back_to_claude_code_with_a_notice() {
     drop(closed);
     let home = IsolatedHome::new();
     let ws = tempfile::tempdir().unwrap();
-    let mut config = AgentsConfig::default();
-    config.opencode = OpenCodeConfig {
-        fallback_to_claude: true,
-        ..opencode_config(&url)
+    let mut config = AgentsConfig {
+        opencode: OpenCodeConfig {
+            fallback_to_claude: true,
+            ..opencode_config(&url)
+        },
+        ..AgentsConfig::default()
     };
     config.claude = claude_config(&home, &anthropic.base_url());
     config.claude.model = Some("claude-haiku-4-5".into());
@@ -232,8 +238,10 @@ async fn a_timeout_aborts_the_opencode_session_and_keeps_partial_output() {
     .unwrap();
     let oc = OpenCodeServer::start(&model_server.openai_base_url(), &["glm-4.6"], None).await;
     let ws = tempfile::tempdir().unwrap();
-    let mut config = AgentsConfig::default();
-    config.opencode = opencode_config(&oc.url);
+    let config = AgentsConfig {
+        opencode: opencode_config(&oc.url),
+        ..AgentsConfig::default()
+    };
     let file = TaskFile::parse("runtime: opencode\ntasks:\n  - {id: t1, description: long job}\n")
         .unwrap();
     let events = Events::default();

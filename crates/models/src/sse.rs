@@ -32,6 +32,12 @@ pub struct SseParser {
 /// Default cap on one line and on one event's data: far above any real chunk.
 pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl SseParser {
     pub fn new() -> Self {
         Self::with_limit(MAX_EVENT_BYTES)
