@@ -71,22 +71,11 @@ impl Default for ClaudeConfig {
     }
 }
 
-/// Which generation of OpenCode's server API to speak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OpenCodeApi {
-    /// Probe: `/global/health` (1.x), else `/api/health` (2.x).
-    Auto,
-    V1,
-    V2,
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OpenCodeConfig {
     /// Where `opencode serve` listens.
     pub url: String,
-    pub api: OpenCodeApi,
     /// Env var holding the server password (`OPENCODE_SERVER_PASSWORD` on the server
     /// side): sent as HTTP basic auth with `username`.
     pub password_env: Option<String>,
@@ -110,7 +99,6 @@ impl Default for OpenCodeConfig {
     fn default() -> Self {
         Self {
             url: "http://127.0.0.1:4096".into(),
-            api: OpenCodeApi::Auto,
             password_env: None,
             username: "opencode".into(),
             api_key_env: None,

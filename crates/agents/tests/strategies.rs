@@ -713,3 +713,23 @@ async fn the_factory_picks_runners_by_runtime() {
         .to_string();
     assert!(err.contains("[model]"), "{err}");
 }
+
+#[test]
+fn the_documented_example_task_file_is_valid() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/agents/TASKS.yaml");
+    let file = TaskFile::load(&path).unwrap();
+    assert_eq!(file.strategy, Some(Strategy::Parallel));
+    let ws = path.parent().unwrap();
+    for t in &file.tasks {
+        capstan_agents::context::load_files(ws, t).unwrap();
+        capstan_agents::context::select_skills(&ws.join(".capstan/skills"), t).unwrap();
+    }
+    let order: Vec<&str> = file
+        .topological_order()
+        .unwrap()
+        .into_iter()
+        .map(|i| file.tasks[i].id.as_str())
+        .collect();
+    assert_eq!(order.last(), Some(&"review"));
+}

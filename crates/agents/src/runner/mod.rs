@@ -135,7 +135,7 @@ impl RunnerFactory {
             RuntimeKind::Cli => {
                 let Some((provider, model)) = self.deps.cli_model.clone() else {
                     return Err(AgentError::Runtime(
-                        "the `cli` runtime needs a model: set [model] in capstan.toml (or pass --provider/--model)".into(),
+                        "the `cli` runtime needs a model: set [model] in capstan.toml".into(),
                     ));
                 };
                 Arc::new(CliRunner::new(provider, model))

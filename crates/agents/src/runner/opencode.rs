@@ -11,9 +11,11 @@
 //!   message (tokens, model, error) and its parts;
 //! - `POST /session/{id}/abort`: cancellation.
 //!
-//! Servers that only have the 2.x API (`/api/health`, `/api/session`, ...) are detected
-//! at init and refused with a clear message: this runner speaks 1.x, which 1.x servers
-//! serve alongside their 2.x preview.
+//! API generations: 1.x servers also expose a preview of the 2.x API under `/api/...`,
+//! whose agent loop does not run yet (1.18: `POST /api/session/{id}/wait` answers 503
+//! "not available yet"), so the 1.x routes are the ones that work. The generation is
+//! detected at init: no `/global/health` but an `/api/health` means a 2.x-only server,
+//! refused with a message saying so rather than spoken to half-way.
 
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{AgentJob, ProgressFn, RunOutput, Runner};
-use crate::config::{OpenCodeApi, OpenCodeConfig};
+use crate::config::OpenCodeConfig;
 use crate::event::Progress;
 use crate::{AgentError, RuntimeKind, TaskStatus};
 
@@ -93,38 +95,36 @@ impl OpenCodeRunner {
                 .timeout(Duration::from_secs(10))
                 .send()
         };
-        if config.api != OpenCodeApi::V2 {
-            let resp = health("/global/health")
-                .await
-                .map_err(|e| unreachable(e.to_string()))?;
-            match resp.status() {
-                s if s.is_success() => {
-                    let body: Value = resp.json().await.unwrap_or(Value::Null);
-                    if body["healthy"] != true {
-                        return Err(unreachable(format!("it reports itself unhealthy: {body}")));
-                    }
-                    let version = body["version"].as_str().unwrap_or("unknown").to_string();
-                    return Ok(Self {
-                        config,
-                        base,
-                        client,
-                        auth,
-                        version,
-                    });
+        let resp = health("/global/health")
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        match resp.status() {
+            s if s.is_success() => {
+                let body: Value = resp.json().await.unwrap_or(Value::Null);
+                if body["healthy"] != true {
+                    return Err(unreachable(format!("it reports itself unhealthy: {body}")));
                 }
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                    return Err(AgentError::Runtime(format!(
-                        "the OpenCode server at {base} refused the credentials (HTTP {}): set [agents.opencode] password_env to the variable holding its OPENCODE_SERVER_PASSWORD",
-                        resp.status().as_u16()
-                    )));
-                }
-                StatusCode::NOT_FOUND if config.api == OpenCodeApi::Auto => {}
-                s => {
-                    return Err(unreachable(format!(
-                        "GET /global/health answered HTTP {}",
-                        s.as_u16()
-                    )));
-                }
+                let version = body["version"].as_str().unwrap_or("unknown").to_string();
+                return Ok(Self {
+                    config,
+                    base,
+                    client,
+                    auth,
+                    version,
+                });
+            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                return Err(AgentError::Runtime(format!(
+                    "the OpenCode server at {base} refused the credentials (HTTP {}): set [agents.opencode] password_env to the variable holding its OPENCODE_SERVER_PASSWORD",
+                    resp.status().as_u16()
+                )));
+            }
+            StatusCode::NOT_FOUND => {}
+            s => {
+                return Err(unreachable(format!(
+                    "GET /global/health answered HTTP {}",
+                    s.as_u16()
+                )));
             }
         }
         // No 1.x routes: is it a 2.x-only server?
