@@ -246,7 +246,9 @@ async fn a_timeout_aborts_the_opencode_session_and_keeps_partial_output() {
         .unwrap();
     let events = Events::default();
     let mut opts = options(deps(ws.path(), config, None), &events);
-    opts.timeout = Some(Duration::from_secs(8));
+    // Long enough for a loaded machine to get OpenCode's first turn going (its first
+    // prompt loads plugins); the stream then hangs until the timeout fires.
+    opts.timeout = Some(Duration::from_secs(25));
     let r = execute(&file, opts).await.unwrap();
     assert_eq!(r.metadata.status, ExecutionStatus::Timeout);
     let t = r.task("t1").unwrap();
