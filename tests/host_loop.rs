@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -500,11 +501,18 @@ async fn cancel_during_exec_kills_the_process_and_emits_run_cancelled() {
     let marker = "31.4159";
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
+    // Cancel once the command is really running (not at a fixed delay, which on a
+    // loaded machine can land while the component is still compiling).
+    let seen_running = Arc::new(AtomicBool::new(false));
+    let seen = seen_running.clone();
+    let pattern = format!("sleep {marker}");
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        while !sleeping(&pattern) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        seen.store(true, Ordering::SeqCst);
         trigger.cancel();
     });
-    let started = std::time::Instant::now();
     let (out, events) = h
         .ask_with(
             &format!("run `sleep {marker} & sleep {marker}`"),
@@ -520,7 +528,7 @@ async fn cancel_during_exec_kills_the_process_and_emits_run_cancelled() {
         "{:?}",
         out.outcome
     );
-    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(seen_running.load(Ordering::SeqCst), "the command never ran");
     assert_eq!(types(&events).last().unwrap(), "run.cancelled");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(

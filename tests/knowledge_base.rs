@@ -231,3 +231,51 @@ fn walk(dir: &Path) -> Vec<(String, u64)> {
     out.sort();
     out
 }
+
+#[test]
+fn the_analyzer_comes_from_capstan_toml_and_changing_it_rebuilds_the_index() {
+    let home = Home::new("[index]\nanalyzer = \"simple\"\n");
+    let ws = fixture();
+    let paths = |data: &Value| -> Vec<String> {
+        data["passages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // "simple" matches exact words only: "rotate" is not "rotates".
+    let (data, _) = kb(&home, ws.path(), "search", json!({"query": "rotate"}));
+    assert!(!paths(&data).contains(&"page.html".to_string()), "{data}");
+    let (data, _) = kb(&home, ws.path(), "search", json!({"query": "rotates"}));
+    assert_eq!(paths(&data)[0], "page.html");
+
+    // English stems both to one word; the old index is rebuilt, not misread.
+    std::fs::write(
+        home.dir.path().join("config/capstan.toml"),
+        "[index]\nanalyzer = \"english\"\n",
+    )
+    .unwrap();
+    let (data, _) = kb(&home, ws.path(), "search", json!({"query": "rotate"}));
+    assert_eq!(paths(&data)[0], "page.html", "{data}");
+
+    // A misspelt analyzer is a clear error naming the file and the choices.
+    std::fs::write(
+        home.dir.path().join("config/capstan.toml"),
+        "[index]\nanalyzer = \"klingon\"\n",
+    )
+    .unwrap();
+    let out = home
+        .capstan()
+        .args(["search", "--workspace"])
+        .arg(ws.path())
+        .arg("rotate")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("capstan.toml") && stderr.contains("klingon") && stderr.contains("simple"),
+        "{stderr}"
+    );
+}

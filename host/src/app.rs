@@ -122,7 +122,10 @@ impl App {
             dirs.component_cache(),
             vec![dirs.config.clone(), dirs.data.clone()],
         )?);
-        let indexes = Arc::new(Indexes::new(dirs.data.join("indexes")));
+        let indexes = Arc::new(Indexes::new(
+            dirs.data.join("indexes"),
+            config.index.options(),
+        ));
         let broker = Arc::new(ApprovalBroker::new(
             approve,
             Duration::from_secs(config.approval.timeout_secs),
@@ -143,20 +146,37 @@ impl App {
     }
 
     /// The registry for a workspace: bundled plugins, the user's capstan.toml,
-    /// the workspace's capstan.toml.
+    /// the workspace's capstan.toml, and the tools of the `[[mcp_server]]`s the
+    /// user's capstan.toml configures (connected now, for as long as the
+    /// registry lives). A workspace's file cannot add MCP servers: they are
+    /// programs run outside the sandbox, and opening a checked-out repository
+    /// must not start one.
     pub async fn registry(&self, workspace: Option<&Path>) -> Registry {
-        let mut files = vec![self.dirs.user_config_file()];
-        if let Some(ws) = workspace {
-            files.push(ws.join("capstan.toml"));
-        }
+        let mut registry = self.plugin_registry(workspace).await;
+        let (tools, problems) =
+            crate::mcp::client::connect_all(&[self.dirs.user_config_file()], workspace).await;
+        registry.add_mcp(tools, problems);
+        registry
+    }
+
+    /// The registry with plugins only, no external MCP servers.
+    pub async fn plugin_registry(&self, workspace: Option<&Path>) -> Registry {
         Registry::load(
             &self.runtime,
             &ManifestSources {
                 bundled: true,
-                files,
+                files: self.config_files(workspace),
             },
         )
         .await
+    }
+
+    fn config_files(&self, workspace: Option<&Path>) -> Vec<PathBuf> {
+        let mut files = vec![self.dirs.user_config_file()];
+        if let Some(ws) = workspace {
+            files.push(ws.join("capstan.toml"));
+        }
+        files
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile
@@ -180,6 +200,24 @@ impl App {
             }
         }
         policy
+    }
+
+    /// The event sink of a run that does not go through [`App::ask`] (an MCP
+    /// tool call): each event stamped, persisted for replay and handed to
+    /// `frontend`. Call [`App::flush_events`] when the run ends.
+    pub fn run_events(&self, run_id: &str, frontend: Frontend) -> Arc<dyn EventSink> {
+        Arc::new(RunEvents {
+            run_id: run_id.to_string(),
+            seq: AtomicU64::new(0),
+            writer: self.events.clone(),
+            frontend,
+        })
+    }
+
+    pub fn flush_events(&self) {
+        if let Err(e) = self.events.flush() {
+            tracing::warn!("some events were not saved: {e}");
+        }
     }
 
     /// Run one message in a session, start to terminal event.

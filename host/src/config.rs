@@ -1,7 +1,8 @@
 //! `capstan.toml` in the user's config dir: the model, run limits, prices,
-//! approvals and per-workspace policy. Plugin entries (`[[plugin]]`) in the same
-//! file belong to the manifest module. Every field has a default, so no file at
-//! all means: the offline model, the `cautious` profile, no budget.
+//! approvals, per-workspace policy and the search index's analyzer. Plugin
+//! entries (`[[plugin]]`) in the same file belong to the manifest module. Every
+//! field has a default, so no file at all means: the offline model, the
+//! `cautious` profile, no budget.
 
 use std::path::Path;
 
@@ -23,6 +24,26 @@ pub struct Config {
     pub policy: capstan_policy::Policy,
     /// `[agents]`: runtimes for `capstan agent run` (docs/AGENTS.md).
     pub agents: Option<capstan_agents::AgentsConfig>,
+    pub index: IndexSection,
+}
+
+/// `[index]`: how workspace search indexes are built.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct IndexSection {
+    /// `"english"` (default: stop words dropped, words stemmed, best for prose
+    /// questions) or `"simple"` (lowercased exact words, e.g. for code or other
+    /// languages). Changing it rebuilds each index on its next use.
+    pub analyzer: capstan_index::Analyzer,
+}
+
+impl IndexSection {
+    pub fn options(&self) -> capstan_index::IndexOptions {
+        capstan_index::IndexOptions {
+            analyzer: self.analyzer,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

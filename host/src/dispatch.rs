@@ -4,9 +4,9 @@
 
 use crate::protocol::{Event, FailureReason, TaskFailure, TaskOutcome, TaskRequest};
 use crate::registry::Registry;
+use crate::runtime::Risk;
 use crate::runtime::Runtime;
 use crate::runtime::bindings::{approval, types};
-use crate::runtime::{LoadedPlugin, Risk};
 use crate::services::RunContext;
 
 pub async fn run_task(
@@ -21,12 +21,36 @@ pub async fn run_task(
         kind: task.kind.clone(),
         operation: task.operation.clone(),
     });
-    let outcome = match registry.resolve(&task.kind) {
-        Ok(plugin) => match approve_write(plugin, task, run).await {
-            Ok(()) => runtime.invoke(plugin, task, run).await,
+    let outcome = if let Some(tool) = registry.mcp_tool(&task.kind) {
+        // A tool of an external MCP server: it declares no risk Capstan could
+        // trust, so the server's configured risk decides the approval.
+        let why = format!(
+            "MCP server `{}` is configured with `{:?}` risk",
+            tool.server_name(),
+            tool.risk()
+        );
+        match approve_risk(tool.server_name(), tool.risk(), why, task, run).await {
+            Ok(()) => tool.call(task, run).await,
             Err(failure) => Err(failure),
-        },
-        Err(failure) => Err(failure),
+        }
+    } else {
+        match registry.resolve(&task.kind) {
+            Ok(plugin) => {
+                let risk = plugin
+                    .operation(&task.operation)
+                    .map_or(Risk::ReadOnly, |op| op.risk);
+                let why = format!(
+                    "`{}` declares `{risk:?}` risk for `{}`",
+                    plugin.name(),
+                    task.operation
+                );
+                match approve_risk(plugin.name(), risk, why, task, run).await {
+                    Ok(()) => runtime.invoke(plugin, task, run).await,
+                    Err(failure) => Err(failure),
+                }
+            }
+            Err(failure) => Err(failure),
+        }
     };
     match &outcome {
         Ok(success) => events.emit(Event::TaskCompleted {
@@ -58,16 +82,16 @@ pub async fn run_task(
 /// say) passes the approval gate before it runs, like a command. The plugin
 /// gets a writable workspace only for such operations (see the runtime), so
 /// this gate covers every write a plugin can make. Commands are gated per
-/// command by the exec service instead.
-async fn approve_write(
-    plugin: &LoadedPlugin,
+/// command by the exec service instead. An unknown operation passes: the
+/// runtime refuses it as invalid input without running anything.
+async fn approve_risk(
+    owner: &str,
+    op_risk: Risk,
+    why: String,
     task: &TaskRequest,
     run: &RunContext,
 ) -> Result<(), TaskFailure> {
-    let Some(op) = plugin.operation(&task.operation) else {
-        return Ok(());
-    };
-    if op.risk == Risk::ReadOnly {
+    if op_risk == Risk::ReadOnly {
         return Ok(());
     }
     let Some(approver) = run.services.approval.clone() else {
@@ -81,10 +105,10 @@ async fn approve_write(
     };
     let scope = crate::services::TaskScope {
         task_id: task.id.clone(),
-        plugin: plugin.name().to_string(),
+        plugin: owner.to_string(),
         run: run.clone(),
     };
-    let risk = match op.risk {
+    let risk = match op_risk {
         Risk::ReadOnly => types::Risk::ReadOnly,
         Risk::Write => types::Risk::Write,
         Risk::Delete => types::Risk::Delete,
@@ -102,12 +126,7 @@ async fn approve_write(
             .trim()
             .to_string(),
         risk,
-        reasons: vec![format!(
-            "`{}` declares `{:?}` risk for `{}`",
-            plugin.name(),
-            op.risk,
-            task.operation
-        )],
+        reasons: vec![why],
     };
     match approver.request(&scope, request).await {
         approval::Decision::Approved | approval::Decision::ApprovedForSession => Ok(()),

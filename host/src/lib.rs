@@ -2,6 +2,7 @@
 //!
 //! Layers, top to bottom (data flows down, never back up):
 //! - [`cli`]: the `capstan` command;
+//! - [`mcp`]: capabilities as MCP tools, and external MCP servers as capabilities;
 //! - [`dispatch`]: a task through the [`registry`] to its plugin, with events;
 //! - [`registry`]: task kind -> plugin, from [`manifest`]s;
 //! - [`runtime`]: wasmtime components, one store per task, faults contained;
@@ -17,6 +18,7 @@ pub mod dirs;
 pub mod dispatch;
 pub mod host_model;
 pub mod manifest;
+pub mod mcp;
 pub mod orchestrator;
 pub mod protocol;
 pub mod registry;

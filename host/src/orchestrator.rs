@@ -154,6 +154,16 @@ impl Host {
                 });
             }
         }
+        for tool in self.registry.mcp_tools() {
+            out.push(CapabilitySummary {
+                kind: tool.kind().to_string(),
+                operations: vec![OperationSummary {
+                    name: crate::mcp::client::OPERATION.to_string(),
+                    description: tool.description().to_string(),
+                    input_schema: tool.input_schema().clone(),
+                }],
+            });
+        }
         out
     }
 
@@ -516,7 +526,7 @@ impl Host {
                     ),
                 ))
             } else {
-                self.registry.resolve(&task.kind).err()
+                self.registry.check(&task.kind).err()
             };
             match rejection {
                 Some(f) => {

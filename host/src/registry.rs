@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::manifest::{self, PluginSpec};
+use crate::mcp::client::McpTool;
 use crate::protocol::{FailureReason, TaskFailure};
 use crate::runtime::{LoadedPlugin, Runtime};
 
@@ -51,6 +52,8 @@ pub struct Registry {
     /// `invalid-plugin`, not as an unknown kind.
     broken: BTreeMap<String, String>,
     problems: Vec<Problem>,
+    /// Tools of external MCP servers, by kind (`mcp:<server>/<tool>`).
+    mcp: BTreeMap<String, Arc<McpTool>>,
 }
 
 impl Registry {
@@ -154,10 +157,36 @@ impl Registry {
                 FailureReason::UnsupportedCapability,
                 format!(
                     "no capability serves kind `{kind}`; registered kinds: {}",
-                    self.by_kind.keys().cloned().collect::<Vec<_>>().join(", ")
+                    self.kinds().collect::<Vec<_>>().join(", ")
                 ),
             )
         })
+    }
+
+    /// Whether a task of `kind` can run here (a plugin or an MCP tool), or the
+    /// failure it gets.
+    pub fn check(&self, kind: &str) -> Result<(), TaskFailure> {
+        if self.mcp.contains_key(kind) {
+            return Ok(());
+        }
+        self.resolve(kind).map(|_| ())
+    }
+
+    /// Add the tools of external MCP servers, and why any server is missing.
+    pub fn add_mcp(&mut self, tools: Vec<Arc<McpTool>>, problems: Vec<Problem>) {
+        self.problems.extend(problems);
+        for tool in tools {
+            self.mcp.insert(tool.kind().to_string(), tool);
+        }
+    }
+
+    /// The external MCP tool serving `kind`, if it is one.
+    pub fn mcp_tool(&self, kind: &str) -> Option<&Arc<McpTool>> {
+        self.mcp.get(kind)
+    }
+
+    pub fn mcp_tools(&self) -> impl Iterator<Item = &Arc<McpTool>> {
+        self.mcp.values()
     }
 
     pub fn plugins(&self) -> &[Arc<LoadedPlugin>] {
@@ -165,7 +194,10 @@ impl Registry {
     }
 
     pub fn kinds(&self) -> impl Iterator<Item = &str> {
-        self.by_kind.keys().map(String::as_str)
+        self.by_kind
+            .keys()
+            .chain(self.mcp.keys())
+            .map(String::as_str)
     }
 
     pub fn problems(&self) -> &[Problem] {

@@ -6,7 +6,7 @@
 //! (mmap, a multi-threaded writer).
 //!
 //! # Consistency model
-//! * Changes ([`WorkspaceIndex::upsert_file`], [`WorkspaceIndex::remove_file`]) are
+//! * Changes ([`WorkspaceIndex::upsert_files`], [`WorkspaceIndex::remove_file`]) are
 //!   invisible to [`WorkspaceIndex::search`] until [`WorkspaceIndex::commit`], which makes
 //!   all of them visible at once.
 //! * A commit is atomic on disk: tantivy writes new segment files first and switches
@@ -48,6 +48,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 use tantivy::collector::TopDocs;
+use tantivy::indexer::UserOperation;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
@@ -105,7 +106,8 @@ pub struct IndexStats {
 
 /// Text analysis of the `heading` and `text` fields. Fixed when an index is created: an
 /// index opened with another analyzer is refused with [`IndexError::SchemaMismatch`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Analyzer {
     /// Split on non-alphanumerics, drop tokens over 40 bytes, lowercase, drop English stop
     /// words (the Snowball list, question words included), stem (English). Best for prose
@@ -630,36 +632,56 @@ impl WorkspaceIndex {
     /// is then known, with no passages). Visible after [`commit`](Self::commit).
     ///
     /// # Errors
-    /// [`IndexError::Invalid`] for an empty path or a passage with `line_start >
-    /// line_end`; [`IndexError::Tantivy`] if the writer failed (e.g. a worker died).
+    /// As [`upsert_files`](Self::upsert_files).
     pub fn upsert_file(&self, meta: FileMeta, passages: &[Passage]) -> Result<()> {
-        if meta.path.is_empty() {
-            return Err(IndexError::Invalid("empty path".into()));
-        }
-        if let Some(p) = passages.iter().find(|p| p.line_start > p.line_end) {
-            return Err(IndexError::Invalid(format!(
-                "{}: passage lines {}-{} are reversed",
-                meta.path, p.line_start, p.line_end
-            )));
+        self.upsert_files(&[(meta, passages.to_vec())])
+    }
+
+    /// [`upsert_file`](Self::upsert_file) for many files at once: one batch to tantivy's
+    /// indexing threads instead of one hand-off (and thread wake-up) per passage, which
+    /// was a tenth of the CPU time indexing linux-doc's small files.
+    ///
+    /// # Errors
+    /// [`IndexError::Invalid`] for an empty path or a passage with `line_start >
+    /// line_end` (checked for every file before anything changes: a bad entry rejects the
+    /// batch); [`IndexError::Tantivy`] if the writer failed (e.g. a worker died).
+    pub fn upsert_files(&self, files: &[(FileMeta, Vec<Passage>)]) -> Result<()> {
+        for (meta, passages) in files {
+            if meta.path.is_empty() {
+                return Err(IndexError::Invalid("empty path".into()));
+            }
+            if let Some(p) = passages.iter().find(|p| p.line_start > p.line_end) {
+                return Err(IndexError::Invalid(format!(
+                    "{}: passage lines {}-{} are reversed",
+                    meta.path, p.line_start, p.line_end
+                )));
+            }
         }
         let f = self.fields;
-        let mut st = self.lock();
-        st.writer
-            .delete_term(Term::from_field_text(f.path, &meta.path));
-        for p in passages {
-            let mut doc = TantivyDocument::default();
-            doc.add_text(f.path, &meta.path);
-            doc.add_text(f.heading, &p.heading);
-            doc.add_text(f.text, &p.text);
-            doc.add_text(f.body, body_text(&p.heading, &p.text));
-            doc.add_u64(f.line_start, u64::from(p.line_start));
-            doc.add_u64(f.line_end, u64::from(p.line_end));
-            doc.add_u64(f.mtime_ms, meta.mtime_ms);
-            doc.add_u64(f.size, meta.size);
-            doc.add_text(f.hash, &meta.hash);
-            st.writer.add_document(doc)?;
+        let mut ops = Vec::with_capacity(files.iter().map(|(_, p)| p.len() + 1).sum());
+        for (meta, passages) in files {
+            ops.push(UserOperation::Delete(Term::from_field_text(
+                f.path, &meta.path,
+            )));
+            for p in passages {
+                let mut doc = TantivyDocument::default();
+                doc.add_text(f.path, &meta.path);
+                doc.add_text(f.heading, &p.heading);
+                doc.add_text(f.text, &p.text);
+                doc.add_text(f.body, body_text(&p.heading, &p.text));
+                doc.add_u64(f.line_start, u64::from(p.line_start));
+                doc.add_u64(f.line_end, u64::from(p.line_end));
+                doc.add_u64(f.mtime_ms, meta.mtime_ms);
+                doc.add_u64(f.size, meta.size);
+                doc.add_text(f.hash, &meta.hash);
+                ops.push(UserOperation::Add(doc));
+            }
         }
-        st.files.insert(meta.path.clone(), meta);
+        let mut st = self.lock();
+        st.writer.run(ops)?;
+        for (meta, _) in files {
+            st.files.insert(meta.path.clone(), meta.clone());
+        }
         Ok(())
     }
 

@@ -545,3 +545,36 @@ fn missing_file_list_is_rebuilt_from_the_passages() {
         ]
     );
 }
+
+#[test]
+fn a_batch_replaces_each_file_and_a_bad_entry_rejects_all_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    idx.upsert_files(&[
+        (meta("a.md", 1), vec![passage("A", "alpha rotation", 1, 2)]),
+        (meta("b.md", 2), vec![passage("B", "beta rotation", 1, 1)]),
+    ])
+    .unwrap();
+    idx.commit().unwrap();
+    // The second batch replaces a.md (the delete runs before the adds of the same batch)
+    // and carries an invalid entry: nothing of it may land.
+    let bad = idx.upsert_files(&[
+        (meta("a.md", 3), vec![passage("A", "gamma", 1, 1)]),
+        (meta("c.md", 4), vec![passage("C", "delta", 3, 2)]),
+    ]);
+    assert!(matches!(bad, Err(IndexError::Invalid(m)) if m.contains("c.md")));
+    idx.upsert_files(&[(meta("a.md", 3), vec![passage("A", "gamma rotation", 1, 1)])])
+        .unwrap();
+    idx.commit().unwrap();
+    let hits = idx.search("rotation", 10).unwrap();
+    let mut texts: Vec<&str> = hits.iter().map(|h| h.text.as_str()).collect();
+    texts.sort();
+    assert_eq!(texts, ["beta rotation", "gamma rotation"]);
+    assert_eq!(
+        idx.known_files()
+            .iter()
+            .map(|m| m.path.as_str())
+            .collect::<Vec<_>>(),
+        ["a.md", "b.md"]
+    );
+}

@@ -27,9 +27,20 @@ pub const BUILTIN_SKIPS: &[&str] = &[
 /// directory is ignored whatever deeper rules say (git cannot re-include it either).
 #[derive(Debug, Default, Clone)]
 pub struct IgnoreRules {
-    /// `(directory relative to the workspace root, "" for the root; its matcher)`, deepest
-    /// first.
-    dirs: Vec<(String, Gitignore)>,
+    /// Directories that have rules, deepest first. Directories without ignore files are
+    /// not kept: the walker registers every directory, and scanning rule-less entries for
+    /// each path made matching quadratic in the number of directories (measured: 3% of
+    /// indexing time on linux-doc's 800 directories).
+    dirs: Vec<DirRules>,
+}
+
+#[derive(Debug, Clone)]
+struct DirRules {
+    /// Relative to the workspace root, `""` for the root.
+    dir: String,
+    /// `dir` split into components, once.
+    parts: Vec<String>,
+    matcher: Gitignore,
 }
 
 fn components(path: &str) -> Vec<&str> {
@@ -70,10 +81,17 @@ impl IgnoreRules {
                 return warnings;
             }
         };
-        self.dirs.retain(|(d, _)| *d != dir);
-        self.dirs.push((dir, matcher));
-        self.dirs
-            .sort_by_key(|(d, _)| std::cmp::Reverse(components(d).len()));
+        self.dirs.retain(|d| d.dir != dir);
+        if matcher.is_empty() {
+            return warnings;
+        }
+        let parts = components(&dir).into_iter().map(String::from).collect();
+        self.dirs.push(DirRules {
+            dir,
+            parts,
+            matcher,
+        });
+        self.dirs.sort_by_key(|d| std::cmp::Reverse(d.parts.len()));
         warnings
     }
 
@@ -102,19 +120,14 @@ impl IgnoreRules {
 
     /// The decision of the deepest directory whose rules say anything about `parts`.
     fn matched(&self, parts: &[&str], is_dir: bool) -> bool {
-        for (dir, matcher) in &self.dirs {
-            let depth = if dir.is_empty() {
-                0
-            } else {
-                let d = components(dir);
-                // Only rules of a proper ancestor directory apply.
-                if d.len() >= parts.len() || parts[..d.len()] != d[..] {
-                    continue;
-                }
-                d.len()
-            };
+        for rules in &self.dirs {
+            let depth = rules.parts.len();
+            // Only rules of a proper ancestor directory apply.
+            if depth >= parts.len() || rules.parts.iter().zip(parts).any(|(a, b)| a != b) {
+                continue;
+            }
             let rest = parts[depth..].join("/");
-            let m = matcher.matched(&rest, is_dir);
+            let m = rules.matcher.matched(&rest, is_dir);
             if m.is_ignore() {
                 return true;
             }

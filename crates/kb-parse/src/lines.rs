@@ -39,26 +39,22 @@ impl LineIndex {
 /// The lines of `text` without their terminators. A final terminator does not start an
 /// extra (empty) line, matching [`LineIndex`] numbering for every returned line.
 pub(crate) fn split_lines(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
+    // memchr finds terminators a word at a time: a byte loop here was 4% of indexing.
     let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() / 40 + 1);
     let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\n' => {
-                out.push(&text[start..i]);
+    let mut skip_lf = false;
+    for i in memchr::memchr2_iter(b'\n', b'\r', bytes) {
+        if skip_lf {
+            skip_lf = false;
+            if bytes[i] == b'\n' && i == start {
                 start = i + 1;
+                continue;
             }
-            b'\r' => {
-                out.push(&text[start..i]);
-                if bytes.get(i + 1) == Some(&b'\n') {
-                    i += 1;
-                }
-                start = i + 1;
-            }
-            _ => {}
         }
-        i += 1;
+        out.push(&text[start..i]);
+        start = i + 1;
+        skip_lf = bytes[i] == b'\r';
     }
     if start < bytes.len() {
         out.push(&text[start..]);
@@ -89,5 +85,10 @@ mod tests {
         assert_eq!(split_lines("x\n"), ["x"]);
         assert_eq!(split_lines("x\n\n"), ["x", ""]);
         assert!(split_lines("").is_empty());
+        assert_eq!(split_lines("a\r\rb"), ["a", "", "b"]);
+        assert_eq!(split_lines("a\r\n\r\nb"), ["a", "", "b"]);
+        assert_eq!(split_lines("\n"), [""]);
+        assert_eq!(split_lines("\r\n"), [""]);
+        assert_eq!(split_lines("\n\r\n\r"), ["", "", ""]);
     }
 }

@@ -4,6 +4,7 @@ mod agent;
 mod ask;
 mod invoke;
 mod kb;
+mod mcp;
 mod plugins;
 
 use std::path::{Path, PathBuf};
@@ -74,6 +75,8 @@ pub enum Command {
     /// Delegate tasks to agent runtimes (Claude Code, OpenCode, Capstan's own model).
     #[command(subcommand)]
     Agent(agent::AgentCommand),
+    /// Serve the workspace's capabilities as MCP tools (stdio, or streamable HTTP with --listen).
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -121,6 +124,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
         Command::Invoke(args) => invoke::run(&cli.global, args).await,
         Command::Agent(cmd) => agent::run(&cli.global, cmd).await,
+        Command::Mcp(args) => mcp::run(&cli.global, args).await,
     }
 }
 

@@ -144,13 +144,12 @@ impl index::Host for TaskState {
         })
     }
 
-    async fn upsert_file(
+    async fn upsert_files(
         &mut self,
-        meta: index::FileMeta,
-        passages: Vec<index::Passage>,
+        files: Vec<index::FileUpdate>,
     ) -> wasmtime::Result<Result<(), String>> {
         Ok(match self.scope.run.services.index.clone() {
-            Some(s) => s.upsert_file(&self.scope, meta, passages).await,
+            Some(s) => s.upsert_files(&self.scope, files).await,
             None => Err(not_offered("index")),
         })
     }

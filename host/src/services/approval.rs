@@ -91,6 +91,14 @@ impl ApprovalBroker {
         let grant_key = (session, ask.command.clone(), ask.cwd.clone());
         let id = capstan_store::new_id("apr");
         let requested_at = capstan_store::now_rfc3339();
+        let granted = !ask.command.is_empty() && self.grants.lock().unwrap().contains(&grant_key);
+        // Registered before the request is announced, so a frontend that answers
+        // as soon as it sees `approval.requested` always finds it open.
+        let waiting = (!granted && self.mode == ApproveMode::Ask).then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.pending.lock().unwrap().insert(id.clone(), tx);
+            rx
+        });
         scope.run.events.emit(Event::ApprovalRequested {
             approval_id: id.clone(),
             task_id: scope.task_id.clone(),
@@ -100,17 +108,11 @@ impl ApprovalBroker {
             risk: ask.risk.clone(),
             reasons: ask.reasons.clone(),
         });
-        let (decision, by) = if !ask.command.is_empty()
-            && self.grants.lock().unwrap().contains(&grant_key)
-        {
+        let (decision, by) = if granted {
             (Decision::Approved, DecidedBy::User)
         } else {
-            match self.mode {
-                ApproveMode::All => (Decision::Approved, DecidedBy::Flag),
-                ApproveMode::None => (Decision::Denied, DecidedBy::Flag),
-                ApproveMode::Ask => {
-                    let (tx, rx) = oneshot::channel();
-                    self.pending.lock().unwrap().insert(id.clone(), tx);
+            match (self.mode, waiting) {
+                (ApproveMode::Ask, Some(rx)) => {
                     let decided = tokio::select! {
                         r = rx => r.unwrap_or((Decision::Expired, DecidedBy::Policy)),
                         _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy),
@@ -119,6 +121,8 @@ impl ApprovalBroker {
                     self.pending.lock().unwrap().remove(&id);
                     decided
                 }
+                (ApproveMode::None, _) => (Decision::Denied, DecidedBy::Flag),
+                _ => (Decision::Approved, DecidedBy::Flag),
             }
         };
         if decision == Decision::ApprovedForSession {

@@ -20,10 +20,10 @@ pub struct Indexes {
 impl Indexes {
     /// `root` is the directory holding every workspace's index
     /// (`<data dir>/indexes`).
-    pub fn new(root: PathBuf) -> Self {
+    pub fn new(root: PathBuf, options: IndexOptions) -> Self {
         Self {
             root,
-            options: IndexOptions::default(),
+            options,
             open: Mutex::new(HashMap::new()),
         }
     }
@@ -106,29 +106,37 @@ impl IndexService for Indexes {
             .collect())
     }
 
-    async fn upsert_file(
+    async fn upsert_files(
         &self,
         scope: &TaskScope,
-        meta: wit::FileMeta,
-        passages: Vec<wit::Passage>,
+        files: Vec<wit::FileUpdate>,
     ) -> Result<(), String> {
         let ix = self.scoped(scope)?;
-        let meta = capstan_index::FileMeta {
-            path: meta.path,
-            mtime_ms: meta.mtime_ms,
-            size: meta.size,
-            hash: meta.hash,
-        };
-        let passages: Vec<capstan_index::Passage> = passages
+        let files: Vec<(capstan_index::FileMeta, Vec<capstan_index::Passage>)> = files
             .into_iter()
-            .map(|p| capstan_index::Passage {
-                heading: p.heading,
-                text: p.text,
-                line_start: p.line_start,
-                line_end: p.line_end,
+            .map(|f| {
+                let meta = capstan_index::FileMeta {
+                    path: f.meta.path,
+                    mtime_ms: f.meta.mtime_ms,
+                    size: f.meta.size,
+                    hash: f.meta.hash,
+                };
+                let passages = f
+                    .passages
+                    .into_iter()
+                    .map(|p| capstan_index::Passage {
+                        heading: p.heading,
+                        text: p.text,
+                        line_start: p.line_start,
+                        line_end: p.line_end,
+                    })
+                    .collect();
+                (meta, passages)
             })
             .collect();
-        ix.upsert_file(meta, &passages).map_err(|e| e.to_string())
+        // Off the executor: handing a batch to tantivy blocks while its indexing threads
+        // are saturated (that back-pressure is what paces the plugin's parsing).
+        blocking(move || ix.upsert_files(&files).map_err(|e| e.to_string())).await
     }
 
     async fn remove_file(&self, scope: &TaskScope, path: String) -> Result<(), String> {

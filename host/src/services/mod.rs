@@ -79,11 +79,10 @@ pub trait ExecService: Send + Sync {
 #[async_trait]
 pub trait IndexService: Send + Sync {
     async fn known_files(&self, scope: &TaskScope) -> Result<Vec<wit::index::FileMeta>, String>;
-    async fn upsert_file(
+    async fn upsert_files(
         &self,
         scope: &TaskScope,
-        meta: wit::index::FileMeta,
-        passages: Vec<wit::index::Passage>,
+        files: Vec<wit::index::FileUpdate>,
     ) -> Result<(), String>;
     async fn remove_file(&self, scope: &TaskScope, path: String) -> Result<(), String>;
     async fn commit(&self, scope: &TaskScope) -> Result<wit::index::IndexStats, String>;

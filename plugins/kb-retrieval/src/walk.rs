@@ -13,8 +13,40 @@ use sha2::{Digest, Sha256};
 
 use crate::capstan::plugin::cancel::is_cancelled;
 use crate::capstan::plugin::events::{Activity, emit};
-use crate::capstan::plugin::index::{self, FileMeta, Passage};
+use crate::capstan::plugin::index::{self, FileMeta, FileUpdate, Passage};
 use crate::capstan::plugin::types::TaskError;
+
+/// Parsed files are sent to the host's index in batches of about this much text: one
+/// call per file made linux-doc's 3,000 small files pay a hand-off each.
+const BATCH_BYTES: usize = 2 * 1024 * 1024;
+
+/// Files waiting to go to the host index in one `upsert-files` call.
+#[derive(Default)]
+struct Batch {
+    files: Vec<FileUpdate>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn push(&mut self, update: FileUpdate) -> Result<(), TaskError> {
+        self.bytes += update.passages.iter().map(|p| p.text.len()).sum::<usize>();
+        self.files.push(update);
+        if self.bytes >= BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), TaskError> {
+        if !self.files.is_empty() {
+            index::upsert_files(&self.files)
+                .map_err(|e| TaskError::Failed(format!("index: {e}")))?;
+        }
+        self.files.clear();
+        self.bytes = 0;
+        Ok(())
+    }
+}
 
 /// Directories deeper than this are skipped with a warning (a guard against
 /// pathological trees, not a limit anyone should meet).
@@ -179,6 +211,7 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
     let total = candidates.len() as u64;
     let mut seen = std::collections::HashSet::new();
     let mut changed = false;
+    let mut batch = Batch::default();
     for (i, c) in candidates.into_iter().enumerate() {
         if is_cancelled() {
             return Err(TaskError::Cancelled);
@@ -241,10 +274,10 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
         report.parsed += 1;
         report.bytes_parsed += c.size;
         report.passages += passages.len() as u64;
-        index::upsert_file(&meta, &passages)
-            .map_err(|e| TaskError::Failed(format!("index: {e}")))?;
+        batch.push(FileUpdate { meta, passages })?;
         changed = true;
     }
+    batch.flush()?;
     for path in known.keys() {
         if !seen.contains(path) {
             index::remove_file(path).map_err(|e| TaskError::Failed(format!("index: {e}")))?;

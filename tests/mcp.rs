@@ -1,0 +1,939 @@
+//! MCP both ways, end to end. rmcp's own client drives the real `capstan mcp`
+//! over stdio and over streamable HTTP (`--listen` on 127.0.0.1): tools listed
+//! from the plugins' `describe`, each bundled capability called, a denied call,
+//! an approval through elicitation, a cancelled call whose sandboxed process
+//! dies, and bad input answered with clear errors while the server keeps
+//! serving. Then the other way: a real `capstan mcp` configured as an external
+//! server in capstan.toml, its tools planned and dispatched as `mcp:<server>/<tool>`
+//! kinds, killed mid-call. Last, a client nobody here wrote: the MCP Inspector CLI.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use capstan::dispatch::run_task;
+use capstan::protocol::{FailureReason, TaskRequest};
+use capstan::services::approval::ApproveMode;
+use capstan::services::{HostServices, RunContext};
+use common::{Home, Recorder};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, Implementation, ProgressNotificationParam,
+};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RunningService,
+    ServiceError, ServiceExt,
+};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ErrorData};
+use serde_json::{Value, json};
+
+/// A test MCP client: declares elicitation when it has an answer to give,
+/// and records the prompts and progress messages it receives.
+#[derive(Clone, Default)]
+struct Client {
+    /// `approve`, `approve_for_session` or `deny`; `None`: no elicitation capability.
+    answer: Option<&'static str>,
+    prompts: Arc<Mutex<Vec<String>>>,
+    progress: Arc<Mutex<Vec<String>>>,
+}
+
+impl Client {
+    fn answering(answer: &'static str) -> Self {
+        Self {
+            answer: Some(answer),
+            ..Default::default()
+        }
+    }
+}
+
+impl ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        let caps = match self.answer {
+            Some(_) => ClientCapabilities::builder().enable_elicitation().build(),
+            None => ClientCapabilities::default(),
+        };
+        ClientConfig::new(caps, Implementation::new("capstan-mcp-test", "0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.prompts.lock().unwrap().push(message);
+        }
+        let answer = self.answer.unwrap_or("deny");
+        Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"decision": answer})))
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(m) = params.message {
+            self.progress.lock().unwrap().push(m);
+        }
+    }
+}
+
+type Session = RunningService<RoleClient, Client>;
+
+fn capstan_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_capstan")
+}
+
+/// A workspace with a document to search and a file to read.
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::create_dir_all(ws.join("docs")).unwrap();
+    std::fs::write(
+        ws.join("docs/deploy.md"),
+        "# Deploying\n\n## Blue-green switch\n\nThe load balancer flips traffic to the green pool\nafter health checks pass.\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("keep.txt"), "keep me").unwrap();
+    dir
+}
+
+fn mcp_command(home: &Home, ws: &Path, approve: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(capstan_bin());
+    cmd.env("CAPSTAN_HOME", home.path())
+        .args(["mcp", "--approve", approve, "--workspace"])
+        .arg(ws);
+    cmd
+}
+
+async fn stdio(home: &Home, ws: &Path, approve: &str, client: Client) -> Session {
+    let transport = TokioChildProcess::builder(mcp_command(home, ws, approve))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+        .0;
+    client
+        .serve(transport)
+        .await
+        .expect("MCP handshake over stdio")
+}
+
+/// `capstan mcp --listen 127.0.0.1:0`, and the URL it prints.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(home: &Home, ws: &Path, approve: &str, extra: &[&str]) -> Self {
+        let mut child = home
+            .capstan()
+            .args(["mcp", "--listen", "127.0.0.1:0", "--approve", approve])
+            .args(extra)
+            .arg("--workspace")
+            .arg(ws)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("capstan mcp: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        Self { child, url }
+    }
+
+    async fn connect(&self, client: Client) -> Session {
+        client
+            .serve(StreamableHttpClientTransport::from_uri(self.url.as_str()))
+            .await
+            .expect("MCP handshake over streamable HTTP")
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn call(session: &Session, tool: &str, args: Value) -> CallToolResult {
+    let params = CallToolRequestParams::new(tool.to_string())
+        .with_arguments(args.as_object().cloned().unwrap_or_default());
+    session.call_tool(params).await.expect("tools/call")
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn data(result: &CallToolResult) -> Value {
+    assert_ne!(result.is_error, Some(true), "{}", text(result));
+    result
+        .structured_content
+        .clone()
+        .expect("structured content")["data"]
+        .clone()
+}
+
+/// Tools from `describe`, and every bundled capability called through them.
+async fn lists_and_calls_every_bundled_capability(session: &Session, client: &Client, ws: &Path) {
+    let tools = session.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for want in [
+        "local_kb_retrieval.search",
+        "local_kb_retrieval.index",
+        "terminal_exec.run",
+        "docx.read",
+        "docx.create",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let create = tools.iter().find(|t| t.name == "docx.create").unwrap();
+    assert_eq!(
+        create.input_schema.get("required"),
+        Some(&json!(["path", "markdown"])),
+        "the input schema is the plugin's own"
+    );
+
+    let found = data(
+        &call(
+            session,
+            "local_kb_retrieval.search",
+            json!({"query": "when does traffic flip to the green pool"}),
+        )
+        .await,
+    );
+    assert_eq!(found["passages"][0]["path"], "docs/deploy.md", "{found}");
+
+    let ran = data(
+        &call(
+            session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
+    assert_eq!(ran["steps"][0]["stdout"], "keep me", "{ran}");
+
+    let created = call(
+        session,
+        "docx.create",
+        json!({"path": "notes.docx", "markdown": "# Notes\n\nMCP wrote this."}),
+    )
+    .await;
+    data(&created);
+    assert!(ws.join("notes.docx").exists());
+    let read = data(&call(session, "docx.read", json!({"path": "notes.docx"})).await);
+    assert!(read.to_string().contains("MCP wrote this."), "{read}");
+
+    let progress = client.progress.lock().unwrap().clone();
+    assert!(
+        progress.iter().any(|m| m.contains("cat keep.txt")),
+        "progress notifications carry the task's activity: {progress:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_lists_and_calls_every_bundled_capability() {
+    let home = Home::new("");
+    let ws = workspace();
+    let client = Client::default();
+    let session = stdio(&home, ws.path(), "all", client.clone()).await;
+    lists_and_calls_every_bundled_capability(&session, &client, ws.path()).await;
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_lists_and_calls_every_bundled_capability() {
+    let home = Home::new("");
+    let ws = workspace();
+    let server = HttpServer::start(&home, ws.path(), "all", &[]);
+    let client = Client::default();
+    let session = server.connect(client.clone()).await;
+    lists_and_calls_every_bundled_capability(&session, &client, ws.path()).await;
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_nobody_can_approve_is_denied_with_the_way_to_allow_it() {
+    let home = Home::new("");
+    let ws = workspace();
+    // The default mode asks the client; this one cannot be asked.
+    let session = stdio(&home, ws.path(), "ask", Client::default()).await;
+    let denied = call(
+        &session,
+        "docx.create",
+        json!({"path": "x.docx", "markdown": "# X"}),
+    )
+    .await;
+    assert_eq!(denied.is_error, Some(true));
+    let said = text(&denied);
+    assert!(said.contains("denied"), "{said}");
+    assert!(
+        said.contains("elicitation"),
+        "names what is missing: {said}"
+    );
+    assert!(
+        said.contains("--approve all"),
+        "says how to allow it: {said}"
+    );
+    assert!(
+        said.contains("cautious"),
+        "names the policy profile: {said}"
+    );
+    assert!(!ws.path().join("x.docx").exists());
+    session.cancel().await.unwrap();
+
+    // --approve none: a deleting command is denied and names the flag.
+    let session = stdio(&home, ws.path(), "none", Client::default()).await;
+    let denied = call(
+        &session,
+        "terminal_exec.run",
+        json!({"command": "rm keep.txt"}),
+    )
+    .await;
+    assert_eq!(denied.is_error, Some(true));
+    let said = text(&denied);
+    assert!(said.contains("--approve none"), "{said}");
+    assert!(ws.path().join("keep.txt").exists(), "nothing ran");
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_goes_to_the_client_as_elicitation() {
+    let home = Home::new("");
+    let ws = workspace();
+
+    // Over streamable HTTP, a person approves the write.
+    let server = HttpServer::start(&home, ws.path(), "ask", &[]);
+    let client = Client::answering("approve");
+    let session = server.connect(client.clone()).await;
+    let created = call(
+        &session,
+        "docx.create",
+        json!({"path": "ok.docx", "markdown": "# Approved"}),
+    )
+    .await;
+    data(&created);
+    assert!(ws.path().join("ok.docx").exists());
+    let prompts = client.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    assert!(prompts[0].contains("docx.create"), "{prompts:?}");
+    session.cancel().await.unwrap();
+
+    // Over stdio, a person declines a deleting command.
+    let client = Client::answering("deny");
+    let session = stdio(&home, ws.path(), "ask", client.clone()).await;
+    let denied = call(
+        &session,
+        "terminal_exec.run",
+        json!({"command": "rm keep.txt"}),
+    )
+    .await;
+    assert_eq!(denied.is_error, Some(true));
+    assert!(text(&denied).contains("declined"), "{}", text(&denied));
+    assert!(ws.path().join("keep.txt").exists());
+    assert!(client.prompts.lock().unwrap()[0].contains("rm keep.txt"));
+    session.cancel().await.unwrap();
+}
+
+/// Process ids whose command line has all of `words`.
+fn processes_with(words: &[&str]) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+        if words.iter().all(|w| cmdline.contains(w)) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until `done` holds; the bound only keeps a broken build
+/// from hanging the suite.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn cancel_a_long_command(session: &Session, marker: &str) {
+    let params = CallToolRequestParams::new("terminal_exec.run").with_arguments(
+        json!({"command": format!("sleep {marker}")})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let handle = session
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .unwrap();
+    let sleep_args = ["sleep", marker];
+    wait_until("the sandboxed sleep to start", || {
+        !processes_with(&sleep_args).is_empty()
+    });
+    session
+        .notify_cancelled(CancelledNotificationParam::new(
+            Some(handle.id.clone()),
+            Some("the test cancels".into()),
+        ))
+        .await
+        .unwrap();
+    wait_until("the cancelled command's process to die", || {
+        processes_with(&sleep_args).is_empty()
+    });
+    // The server is still serving.
+    let tools = session.list_all_tools().await.unwrap();
+    assert!(!tools.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_cancels_the_task_and_kills_its_process() {
+    let home = Home::new("");
+    let ws = workspace();
+    let session = stdio(&home, ws.path(), "all", Client::default()).await;
+    cancel_a_long_command(&session, "417.25").await;
+    session.cancel().await.unwrap();
+
+    let server = HttpServer::start(&home, ws.path(), "all", &[]);
+    let session = server.connect(Client::default()).await;
+    cancel_a_long_command(&session, "418.25").await;
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
+    let home = Home::new("");
+    let ws = workspace();
+    let session = stdio(&home, ws.path(), "all", Client::default()).await;
+
+    // An unknown tool is a protocol error naming the tools there are.
+    let params = CallToolRequestParams::new("no_such.tool");
+    match session.call_tool(params).await {
+        Err(ServiceError::McpError(e)) => {
+            assert_eq!(e.code.0, -32602);
+            assert!(
+                e.message.contains("unknown tool `no_such.tool`"),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains("terminal_exec.run"), "{}", e.message);
+        }
+        other => panic!("expected an MCP error, got {other:?}"),
+    }
+
+    // Arguments that fail the schema: a tool error the model can act on.
+    let bad = call(&session, "docx.create", json!({"path": 5})).await;
+    assert_eq!(bad.is_error, Some(true));
+    let said = text(&bad);
+    assert!(said.contains("invalid-input"), "{said}");
+    assert!(said.contains("input schema of `docx.create`"), "{said}");
+    assert!(said.contains("markdown"), "names the missing field: {said}");
+    assert!(said.contains("/path"), "names the wrong field: {said}");
+
+    // And the same session still works.
+    let ran = data(
+        &call(
+            &session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
+    assert_eq!(ran["steps"][0]["stdout"], "keep me");
+    session.cancel().await.unwrap();
+}
+
+#[test]
+fn malformed_json_rpc_on_stdio_is_answered_and_the_server_keeps_serving() {
+    let home = Home::new("");
+    let ws = workspace();
+    let mut child = home
+        .capstan()
+        .args(["mcp", "--workspace"])
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |v: &str| {
+        stdin.write_all(v.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut reply_to = |id: i64| -> Value {
+        loop {
+            let line = lines.next().expect("the server closed stdout").unwrap();
+            let v: Value = serde_json::from_str(&line).expect("only JSON-RPC on stdout");
+            if v["id"] == id || (id < 0 && v["id"].is_null()) {
+                return v;
+            }
+        }
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+    );
+    assert_eq!(reply_to(1)["result"]["serverInfo"]["name"], "capstan");
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    // Not JSON at all: there is no id to answer, so it is skipped.
+    send("this is {not json");
+    // JSON, but not a valid request: an Invalid Request error.
+    send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":"oops"}"#);
+    let err = reply_to(-1);
+    assert_eq!(err["error"]["code"], -32600, "{err}");
+    // Still serving.
+    send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    let list = reply_to(3);
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"terminal_exec.run"), "{list}");
+    send(
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"local_kb_retrieval.search","arguments":{"query":"green pool"}}}"#,
+    );
+    let found = reply_to(4);
+    assert_eq!(
+        found["result"]["structuredContent"]["data"]["passages"][0]["path"], "docs/deploy.md",
+        "{found}"
+    );
+    drop(send);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_refuses_garbage_and_wrong_tokens_and_keeps_serving() {
+    let home = Home::new("");
+    let ws = workspace();
+    let server = HttpServer::start(&home, ws.path(), "all", &["--token", "s3cret"]);
+    let http = reqwest::Client::new();
+    let post = |body: &'static str, token: Option<&str>| {
+        let mut req = http
+            .post(&server.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let denied = post(init, Some("wrong")).await.unwrap();
+    assert_eq!(denied.status(), 401);
+    assert!(denied.text().await.unwrap().contains("bearer token"));
+    let denied = post(init, None).await.unwrap();
+    assert_eq!(denied.status(), 401);
+
+    let garbage = post("{not json", Some("s3cret")).await.unwrap();
+    assert!(garbage.status().is_client_error(), "{}", garbage.status());
+
+    // A real client with the token still gets served.
+    let mut config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            server.url.as_str(),
+        );
+    config.auth_header = Some("s3cret".into());
+    let session = Client::default()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap();
+    let ran = data(
+        &call(
+            &session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
+    assert_eq!(ran["steps"][0]["stdout"], "keep me");
+    session.cancel().await.unwrap();
+}
+
+#[test]
+fn listening_beyond_loopback_needs_a_token() {
+    let home = Home::new("");
+    let out = home
+        .capstan()
+        .args(["mcp", "--listen", "0.0.0.0:0"])
+        .env_remove("CAPSTAN_MCP_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without a bearer token"), "{err}");
+    assert!(err.contains("--token"), "{err}");
+}
+
+// ---- External MCP servers as capabilities ----
+
+/// A user capstan.toml with a real `capstan mcp` (its own home and workspace)
+/// as the external server `inner`, and one that cannot start.
+fn external_config(inner_home: &Path, inner_ws: &Path, extra: &str) -> String {
+    format!(
+        r#"{extra}
+[[mcp_server]]
+name = "inner"
+command = {bin:?}
+args = ["mcp", "--approve", "all", "--workspace", {ws:?}]
+env = {{ CAPSTAN_HOME = {home:?} }}
+risk = "read_only"
+tool_risk = {{ "docx.create" = "write" }}
+
+[[mcp_server]]
+name = "ghost"
+command = "/nonexistent/mcp-server"
+"#,
+        bin = capstan_bin(),
+        ws = inner_ws.display().to_string(),
+        home = inner_home.display().to_string(),
+    )
+}
+
+fn setup_sandbox_launcher() {
+    static SETUP: std::sync::Once = std::sync::Once::new();
+    // The sandbox re-executes a launcher binary: the real capstan one.
+    SETUP.call_once(|| capstan_sandbox::set_launcher(capstan_bin()));
+}
+
+fn task(kind: &str, input: Value) -> TaskRequest {
+    TaskRequest {
+        id: "t1".into(),
+        kind: kind.into(),
+        operation: "call".into(),
+        input,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_server_tools_are_capability_kinds_behind_the_approval_gate() {
+    setup_sandbox_launcher();
+    let inner_home = tempfile::tempdir().unwrap();
+    let inner_ws = workspace();
+    let home = Home::new(&external_config(inner_home.path(), inner_ws.path(), ""));
+    let ws = workspace();
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(ws.path())).await;
+    let kinds: Vec<&str> = registry.kinds().collect();
+    assert!(kinds.contains(&"mcp:inner/terminal_exec.run"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"local_kb_retrieval"),
+        "plugins still load: {kinds:?}"
+    );
+    let ghost = registry
+        .problems()
+        .iter()
+        .find(|p| p.message.contains("ghost"))
+        .expect("the server that cannot start is reported");
+    assert!(
+        ghost.message.contains("/nonexistent/mcp-server"),
+        "{}",
+        ghost.message
+    );
+
+    let recorder = Recorder::default();
+    let services = HostServices {
+        approval: Some(app.broker.clone()),
+        ..Default::default()
+    };
+    let run = RunContext::new(
+        Some(ws.path().to_path_buf()),
+        Arc::new(recorder.clone()),
+        services,
+    );
+
+    // A read-only tool runs (in the inner server's workspace).
+    let out = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:inner/terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        ),
+        &run,
+    )
+    .await
+    .expect("the inner server's tool runs");
+    assert!(out.data.to_string().contains("keep me"), "{:?}", out.data);
+
+    // A tool configured as `write` passes the approval gate first: denied here.
+    let denied = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:inner/docx.create",
+            json!({"path": "no.docx", "markdown": "# no"}),
+        ),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(denied.reason, FailureReason::Denied, "{denied:?}");
+    assert!(!inner_ws.path().join("no.docx").exists());
+    assert!(
+        recorder.types().contains(&"approval.requested".to_string()),
+        "{:?}",
+        recorder.types()
+    );
+
+    // The server dies mid-call: the task fails with the reason, the host goes on.
+    let marker = "419.25";
+    let registry = Arc::new(registry);
+    let call = {
+        let (registry, run) = (registry.clone(), run.clone());
+        let runtime = app.runtime.clone();
+        tokio::spawn(async move {
+            run_task(
+                &runtime,
+                &registry,
+                &task(
+                    "mcp:inner/terminal_exec.run",
+                    json!({"command": format!("sleep {marker}")}),
+                ),
+                &run,
+            )
+            .await
+        })
+    };
+    let inner_ws_arg = inner_ws.path().display().to_string();
+    tokio::task::spawn_blocking(move || {
+        wait_until("the inner server's sleep to start", || {
+            !processes_with(&["sleep", marker]).is_empty()
+        });
+        for pid in processes_with(&["mcp", "--workspace", &inner_ws_arg]) {
+            std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let failed = call.await.unwrap().unwrap_err();
+    assert_eq!(failed.reason, FailureReason::Failed, "{failed:?}");
+    assert!(
+        failed
+            .message
+            .contains("MCP server `inner` closed the connection"),
+        "{}",
+        failed.message
+    );
+    let still = run_task(
+        &app.runtime,
+        &registry,
+        &TaskRequest {
+            id: "t2".into(),
+            kind: "local_kb_retrieval".into(),
+            operation: "search".into(),
+            input: json!({"query": "green pool"}),
+        },
+        &RunContext::new(
+            Some(ws.path().to_path_buf()),
+            Arc::new(Recorder::default()),
+            HostServices {
+                index: Some(app.indexes.clone()),
+                ..Default::default()
+            },
+        ),
+    )
+    .await
+    .expect("the host keeps serving after an MCP server died");
+    assert_eq!(still.data["passages"][0]["path"], "docs/deploy.md");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
+    use capstan_models::scripted::{Reply, ScriptedServer};
+    setup_sandbox_launcher();
+    // SAFETY: tests in this file only read this variable, and all set the same value.
+    unsafe { std::env::set_var("CAPSTAN_TEST_KEY", "sk-test-scripted") };
+    let server = ScriptedServer::start().await.unwrap();
+    let plan = json!({"action": "plan", "reason": "use the external tool", "tasks": [
+        {"id": "t1", "kind": "mcp:inner/terminal_exec.run", "operation": "call",
+         "input": {"command": "cat keep.txt"}, "title": "read the file over MCP"}
+    ]});
+    server.push(Reply::text([plan.to_string()]).with_usage(100, 20));
+    server.push(Reply::text(["The file says keep me."]).with_usage(50, 5));
+    let model = format!(
+        "[model]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\napi_key_env = \"CAPSTAN_TEST_KEY\"\n",
+        server.openai_base_url()
+    );
+    let inner_home = tempfile::tempdir().unwrap();
+    let inner_ws = workspace();
+    let home = Home::new(&external_config(inner_home.path(), inner_ws.path(), &model));
+    let ws = workspace();
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let frontend: capstan::app::Frontend = Arc::new(move |e: &capstan::protocol::Envelope| {
+        sink.lock().unwrap().push(serde_json::to_value(e).unwrap());
+    });
+    let req = capstan::app::AskRequest {
+        message: "read keep.txt through the inner MCP server".into(),
+        session_id: None,
+        workspace: Some(ws.path().to_path_buf()),
+    };
+    let out = app
+        .ask(req, frontend, tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap();
+    let events = seen.lock().unwrap().clone();
+    assert_eq!(
+        out.outcome.status,
+        capstan::orchestrator::RunStatus::Completed,
+        "{events:#?}"
+    );
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "task.completed")
+        .unwrap_or_else(|| panic!("no task.completed in {events:#?}"));
+    assert!(
+        completed["data"].to_string().contains("keep me"),
+        "{completed}"
+    );
+    let asked = server.requests();
+    assert!(
+        asked[0]
+            .prompt_text()
+            .contains("mcp:inner/terminal_exec.run"),
+        "the model is offered the external tool as a capability kind"
+    );
+}
+
+// ---- A client nobody here wrote: the MCP Inspector CLI ----
+
+fn inspector(args: &[&str], home: &Home) -> (Value, String) {
+    let bin: PathBuf = common::npm_bin("mcp-inspector", "mcp-inspector");
+    let out = std::process::Command::new(bin)
+        .arg("--cli")
+        .args(args)
+        .env("CAPSTAN_HOME", home.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "inspector failed: {stdout}\n{stderr}");
+    let json: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("inspector printed no JSON ({e}): {stdout}\n{stderr}"));
+    (json, stderr)
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    list["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {list}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn the_mcp_inspector_lists_and_calls_capstans_tools_over_stdio() {
+    let home = Home::new("");
+    let ws = workspace();
+    let ws_arg = ws.path().display().to_string();
+    let home_env = format!("CAPSTAN_HOME={}", home.path().display());
+    let server = [
+        "-e",
+        home_env.as_str(),
+        "--",
+        capstan_bin(),
+        "mcp",
+        "--approve",
+        "all",
+        "--workspace",
+        ws_arg.as_str(),
+    ];
+    let mut list_args = vec!["--method", "tools/list"];
+    list_args.extend(server);
+    let (list, _) = inspector(&list_args, &home);
+    let names = tool_names(&list);
+    assert!(
+        names.contains(&"terminal_exec.run".to_string()),
+        "{names:?}"
+    );
+    assert!(names.contains(&"docx.create".to_string()), "{names:?}");
+
+    let mut call_args = vec![
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "local_kb_retrieval.search",
+        "--tool-arg",
+        "query=green pool",
+    ];
+    call_args.extend(server);
+    let (called, _) = inspector(&call_args, &home);
+    assert_ne!(called["isError"], true, "{called}");
+    assert_eq!(
+        called["structuredContent"]["data"]["passages"][0]["path"], "docs/deploy.md",
+        "{called}"
+    );
+}
+
+#[test]
+fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
+    let home = Home::new("");
+    let ws = workspace();
+    let server = HttpServer::start(&home, ws.path(), "all", &[]);
+    let (list, _) = inspector(&[&server.url, "--method", "tools/list"], &home);
+    assert!(
+        tool_names(&list).contains(&"docx.read".to_string()),
+        "{list}"
+    );
+    let (called, _) = inspector(
+        &[
+            &server.url,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "terminal_exec.run",
+            "--tool-arg",
+            "command=cat keep.txt",
+        ],
+        &home,
+    );
+    assert_eq!(
+        called["structuredContent"]["data"]["steps"][0]["stdout"], "keep me",
+        "{called}"
+    );
+}
