@@ -323,3 +323,99 @@ async fn claude_runtime_gets_capstan_as_an_mcp_server() {
         .unwrap();
     assert!(status.contains("MCP: capstan"), "{status}");
 }
+
+/// Claude Code calls one of Capstan's capabilities through `capstan mcp` and the result
+/// comes back into Capstan's execution: the scripted model asks for the knowledge-base
+/// search tool Claude Code lists, Claude Code runs it on the real `capstan mcp` child,
+/// and the model's next request carries the passage, which becomes the task's output.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_calls_a_capstan_capability_over_mcp() {
+    let server = ScriptedServer::with_responder(|req| {
+        if let Some(result) = req.tool_results().first() {
+            return Reply::text([format!("From Capstan's search: {result}")]).with_usage(200, 40);
+        }
+        if !req.prompt_text().contains("# Task ") {
+            return Reply::text(["ok"]).with_usage(1, 1);
+        }
+        let names = req.tool_names();
+        match names.iter().find(|n| {
+            n.starts_with("mcp__capstan__")
+                && n.contains("local_kb_retrieval")
+                && n.contains("search")
+        }) {
+            Some(tool) => Reply::tool_call(
+                tool.clone(),
+                serde_json::json!({"query": "signing keys rotation"}),
+            )
+            .with_usage(150, 20),
+            None => Reply::text([format!("NO CAPSTAN TOOL among {names:?}")]).with_usage(1, 1),
+        }
+    })
+    .await
+    .unwrap();
+    let peer_home = tempfile::tempdir().unwrap();
+    let claude = common::npm_bin("claude", "claude");
+    // ENABLE_TOOL_SEARCH=false: Claude Code otherwise defers MCP tools behind its
+    // ToolSearch tool, and the scripted model would have to search for them first.
+    let home = Home::new(&format!(
+        "[agents.claude]\ncommand = {:?}\nmodel = \"claude-sonnet-4-5\"\nidle_timeout_secs = 120\n\
+         [agents.claude.env]\nHOME = {:?}\nXDG_CONFIG_HOME = {:?}\nANTHROPIC_BASE_URL = {:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\nCLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\"\nENABLE_TOOL_SEARCH = \"false\"\n",
+        claude.display().to_string(),
+        peer_home.path().display().to_string(),
+        peer_home.path().join("config").display().to_string(),
+        server.base_url()
+    ));
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("security.md"),
+        "# Key management\n\nThe signing keys rotate every 90 days with `make rotate-keys`; the old key stays valid for a week.\n",
+    )
+    .unwrap();
+    let tasks = write_tasks(
+        ws.path(),
+        "tasks:\n  - {id: keys, description: how often do the signing keys rotate?}\n",
+    );
+    let out = run(
+        &home,
+        ws.path(),
+        &["--json", "--runtime", "claude", &tasks],
+        "",
+    );
+    let lines = json_lines(&out);
+    assert!(
+        out.status.success(),
+        "{}\n{lines:#?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = lines.last().unwrap();
+    let output = result["tasks"][0]["output"].as_str().unwrap();
+    assert!(
+        output.starts_with("From Capstan's search:") && output.contains("90 days"),
+        "{output}"
+    );
+    // Claude Code reported the tool call and its result as it went.
+    let tool_use = lines
+        .iter()
+        .find(|l| l["type"] == "progress" && l["progress"] == "tool_use")
+        .expect("a tool_use progress event");
+    assert!(
+        tool_use["tool"]
+            .as_str()
+            .unwrap()
+            .starts_with("mcp__capstan__local_kb_retrieval"),
+        "{tool_use}"
+    );
+    let tool_result = lines
+        .iter()
+        .find(|l| l["type"] == "progress" && l["progress"] == "tool_result")
+        .expect("a tool_result progress event");
+    assert_eq!(tool_result["is_error"], false, "{tool_result}");
+    assert!(
+        tool_result["output"].as_str().unwrap().contains("90 days"),
+        "{tool_result}"
+    );
+    // Usage of both model turns, priced at Sonnet's $3/$15.
+    let m = &result["metadata"];
+    assert_eq!(m["total_tokens"]["input"], 350);
+    assert_eq!(m["total_tokens"]["output"], 60);
+}
