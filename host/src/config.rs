@@ -22,6 +22,8 @@ pub struct Config {
     /// `[policy]`: defaults for every workspace (a workspace's own profile, set
     /// with `capstan workspace add --profile`, wins over `profile` here).
     pub policy: capstan_policy::Policy,
+    /// `[agents]`: runtimes for `capstan agent run` (docs/AGENTS.md).
+    pub agents: Option<capstan_agents::AgentsConfig>,
     pub index: IndexSection,
 }
 

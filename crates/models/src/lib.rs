@@ -26,7 +26,7 @@ mod error;
 mod http;
 pub mod openai;
 pub mod pricing;
-mod sse;
+pub mod sse;
 mod types;
 
 #[cfg(feature = "scripted")]

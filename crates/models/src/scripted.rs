@@ -6,6 +6,9 @@
 //! `POST /v1/messages/count_tokens`). Streaming requests (`"stream": true`) get SSE;
 //! others get the non-streaming JSON object.
 //!
+//! Anthropic replies can end in a `tool_use` block ([`Reply::tool_call`]), so an agent
+//! such as Claude Code can be made to call a tool.
+//!
 //! Each request is answered by the next queued [`Reply`]; when the queue is empty, by the
 //! responder closure ([`ScriptedServer::set_responder`]); with neither, by a 400 saying
 //! the script ran out. Every request is recorded ([`ScriptedServer::requests`]).
@@ -69,6 +72,10 @@ pub struct Reply {
     /// tests), with `raw_content_type` (default `text/event-stream`).
     pub raw_body: Option<String>,
     pub raw_content_type: Option<String>,
+    /// Anthropic only: after the text, a `tool_use` block calling this tool
+    /// (`name`, JSON `input`), and `stop_reason: tool_use`. An agent (Claude Code)
+    /// then runs the tool and sends its `tool_result` in the next request.
+    pub tool_use: Option<(String, Value)>,
 }
 
 impl Reply {
@@ -132,6 +139,13 @@ impl Reply {
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
+    }
+    /// A reply that calls a tool (Anthropic wire only; see [`Reply::tool_use`]).
+    pub fn tool_call(name: impl Into<String>, input: Value) -> Self {
+        Self {
+            tool_use: Some((name.into(), input)),
+            ..Self::default()
+        }
     }
     pub fn error_message(mut self, message: impl Into<String>) -> Self {
         self.error_message = Some(message.into());
@@ -211,6 +225,46 @@ impl RecordedRequest {
             .map(|(_, t)| t)
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// Names of the tools the request offers (Anthropic and OpenAI shapes).
+    pub fn tool_names(&self) -> Vec<String> {
+        self.body
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                t.get("name")
+                    .or_else(|| t.pointer("/function/name"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .collect()
+    }
+
+    /// Text of every Anthropic `tool_result` block in the request, in order.
+    pub fn tool_results(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for m in self
+            .body
+            .get("messages")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for b in m
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if b.get("type").and_then(Value::as_str) == Some("tool_result") {
+                    out.push(b.get("content").map(content_text).unwrap_or_default());
+                }
+            }
+        }
+        out
     }
 
     pub fn last_user_text(&self) -> Option<String> {
@@ -657,7 +711,37 @@ fn anthropic_frames(reply: &Reply, model: &str, n: usize) -> VecDeque<Frame> {
         "content_block_stop",
         json!({"type": "content_block_stop", "index": 0}),
     ));
-    let stop = reply.stop_reason.as_deref().unwrap_or("end_turn");
+    if let Some((name, input)) = &reply.tool_use {
+        // As the API streams it: the block with an empty input, then the input JSON in
+        // pieces (`input_json_delta`), then the stop.
+        frames.push_back(ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1, "content_block": {
+                "type": "tool_use", "id": format!("toolu_scripted{n:020}"), "name": name, "input": {},
+            }}),
+        ));
+        let text = input.to_string();
+        let mid = text
+            .char_indices()
+            .nth(text.chars().count() / 2)
+            .map_or(0, |(i, _)| i);
+        for part in [&text[..mid], &text[mid..]] {
+            frames.push_back(ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": part}}),
+            ));
+        }
+        frames.push_back(ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ));
+    }
+    let default_stop = if reply.tool_use.is_some() {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
+    let stop = reply.stop_reason.as_deref().unwrap_or(default_stop);
     let mut delta =
         json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}});
     if let Some((_, output)) = reply.usage {
@@ -695,9 +779,14 @@ fn anthropic_message(reply: &Reply, model: &str, n: usize) -> Value {
         "role": "assistant",
         "model": model,
         "content": [{"type": "text", "text": reply.chunks.concat()}],
-        "stop_reason": reply.stop_reason.as_deref().unwrap_or("end_turn"),
+        "stop_reason": reply.stop_reason.as_deref().unwrap_or(if reply.tool_use.is_some() { "tool_use" } else { "end_turn" }),
         "stop_sequence": null,
     });
+    if let Some((name, input)) = &reply.tool_use
+        && let Some(content) = v["content"].as_array_mut()
+    {
+        content.push(json!({"type": "tool_use", "id": format!("toolu_scripted{n:020}"), "name": name, "input": input}));
+    }
     if let Some((input, output)) = reply.usage {
         v["usage"] = json!({
             "input_tokens": input,

@@ -10,7 +10,7 @@ use crate::ModelError;
 
 /// One dispatched event: the `event:` field (if any) and the joined `data:` lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     pub event: Option<String>,
     pub data: String,
 }
@@ -18,7 +18,7 @@ pub(crate) struct SseEvent {
 /// Incremental parser. Invariant: `line` never holds a line terminator, and never grows
 /// past `max_bytes` (that is a [`ModelError::Protocol`]).
 #[derive(Debug)]
-pub(crate) struct SseParser {
+pub struct SseParser {
     line: Vec<u8>,
     event: Option<String>,
     data: String,
@@ -30,7 +30,13 @@ pub(crate) struct SseParser {
 }
 
 /// Default cap on one line and on one event's data: far above any real chunk.
-pub(crate) const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
+pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
+
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl SseParser {
     pub fn new() -> Self {

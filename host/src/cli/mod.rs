@@ -1,5 +1,6 @@
 //! The `capstan` command line.
 
+mod agent;
 mod ask;
 mod chat;
 mod feed;
@@ -75,6 +76,9 @@ pub enum Command {
     Plugins(plugins::PluginsCommand),
     /// Run one task straight on a capability (for plugin authors and scripts).
     Invoke(invoke::InvokeArgs),
+    /// Delegate tasks to agent runtimes (Claude Code, OpenCode, Capstan's own model).
+    #[command(subcommand)]
+    Agent(agent::AgentCommand),
     /// Serve the workspace's capabilities as MCP tools (stdio, or streamable HTTP with --listen).
     Mcp(mcp::McpArgs),
     /// Serve frontends: HTTP + SSE API, AG-UI endpoint and web chat, or JSON-RPC on stdio.
@@ -130,6 +134,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugins(cmd) => plugins::run(&cli.global, cmd).await,
         Command::Invoke(args) => invoke::run(&cli.global, args).await,
+        Command::Agent(cmd) => agent::run(&cli.global, cmd).await,
         Command::Mcp(args) => mcp::run(&cli.global, args).await,
         Command::Serve(args) => serve::run(&cli.global, args).await,
         Command::Chat(args) => chat::run(&cli.global, args).await,

@@ -1,0 +1,112 @@
+//! `[agents]` in capstan.toml: how each runtime is reached, limits, prices.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Every field has a default, so no `[agents]` section at all works (with `claude` and
+/// `opencode serve` found on PATH / at their default address).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Most tasks running at once under `parallel` (a task file may lower or raise it).
+    pub max_parallel: usize,
+    /// Prompt size limit in (estimated) tokens; larger prompts are cut to fit, keeping
+    /// the role and the task whole (see [`crate::context`]).
+    pub context_tokens: u64,
+    /// Output tokens assumed for a step that has not run yet, to warn before a budget
+    /// would be exceeded.
+    pub expected_output_tokens: u64,
+    /// Default skills directory, relative to the workspace.
+    pub skills_dir: PathBuf,
+    pub claude: ClaudeConfig,
+    pub opencode: OpenCodeConfig,
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        Self {
+            max_parallel: 4,
+            context_tokens: 150_000,
+            expected_output_tokens: 2_000,
+            skills_dir: PathBuf::from(".capstan/skills"),
+            claude: ClaudeConfig::default(),
+            opencode: OpenCodeConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClaudeConfig {
+    /// The Claude Code executable (a name on PATH or a path).
+    pub command: String,
+    /// `--model` (else Claude Code's own default).
+    pub model: Option<String>,
+    /// Seconds without a line from Claude Code before it is considered hung and killed.
+    pub idle_timeout_secs: u64,
+    /// Give Claude Code Capstan's capabilities as MCP tools (`capstan mcp`).
+    pub mcp: bool,
+    /// `--permission-mode` for the headless run.
+    pub permission_mode: String,
+    /// Extra arguments, appended as given.
+    pub extra_args: Vec<String>,
+    /// Extra environment for the child (e.g. `ANTHROPIC_BASE_URL` for a gateway).
+    /// Values are passed as given: put no secret in a shared config file.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for ClaudeConfig {
+    fn default() -> Self {
+        Self {
+            command: "claude".into(),
+            model: None,
+            idle_timeout_secs: 300,
+            mcp: true,
+            permission_mode: "default".into(),
+            extra_args: Vec::new(),
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenCodeConfig {
+    /// Where `opencode serve` listens.
+    pub url: String,
+    /// Env var holding the server password (`OPENCODE_SERVER_PASSWORD` on the server
+    /// side): sent as HTTP basic auth with `username`.
+    pub password_env: Option<String>,
+    pub username: String,
+    /// Env var holding a bearer token, for a server behind an authenticating proxy.
+    pub api_key_env: Option<String>,
+    /// OpenCode provider id (e.g. `zhipuai`, `moonshotai`, or one defined in
+    /// opencode.json) and model id, passed with every prompt. Unset: the server's default.
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    /// OpenCode agent (`build`, `plan`, ...). Unset: the server's default.
+    pub agent: Option<String>,
+    /// Seconds without an event from the server before the step is abandoned.
+    pub idle_timeout_secs: u64,
+    /// When the server cannot be reached, run `opencode` tasks on Claude Code instead
+    /// (with a `runtime_fallback` event).
+    pub fallback_to_claude: bool,
+}
+
+impl Default for OpenCodeConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://127.0.0.1:4096".into(),
+            password_env: None,
+            username: "opencode".into(),
+            api_key_env: None,
+            provider: None,
+            model: None,
+            agent: None,
+            idle_timeout_secs: 300,
+            fallback_to_claude: true,
+        }
+    }
+}

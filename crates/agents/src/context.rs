@@ -1,0 +1,396 @@
+//! What an agent is told: its role, the task, the skills chosen for it, its
+//! prerequisites' outputs (and, under `multi`, the architect's design), and the files
+//! the task references, cut to fit the context limit.
+
+use std::path::{Path, PathBuf};
+
+use capstan_models::estimate_tokens;
+use serde::Serialize;
+
+use crate::AgentError;
+use crate::task::{TaskFile, TaskSpec};
+
+/// Roles every task file can use without defining them.
+pub const BUILTIN_ROLES: &[&str] = &["architect", "dev"];
+
+const ARCHITECT: &str = "You are the architect. Design how to carry out the task below: the \
+components, the files to change, the interfaces and the order of work. Do not write the \
+implementation; a developer will implement your design.";
+
+const DEV: &str = "You are the developer. Carry out the task below completely and report \
+what you did.{% if context %} Build on the context given (earlier agents' work and \
+prerequisite tasks' results).{% endif %}";
+
+/// The layout around the role prompt. Rendered by minijinja with: `role`, `role_prompt`,
+/// `task` (`id`, `description`, `depends_on`), `skills` (`name`, `body`), `context`
+/// (`label`, `text`) and `files` (`path`, `content`).
+const LAYOUT: &str = "{{ role_prompt }}
+
+# Task {{ task.id }}
+
+{{ task.description }}
+{% for s in skills %}
+# Skill: {{ s.name }}
+
+{{ s.body }}
+{% endfor %}{% for c in context %}
+# Context: {{ c.label }}
+
+{{ c.text }}
+{% endfor %}{% for f in files %}
+===== BEGIN FILE {{ f.path }} =====
+{{ f.content }}
+===== END FILE {{ f.path }} =====
+{% endfor %}";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Skill {
+    pub name: String,
+    pub body: String,
+}
+
+/// Output of an earlier agent or task, shown to the next one.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContextItem {
+    pub label: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileItem {
+    /// As the task gave it, relative to the workspace.
+    pub path: String,
+    pub content: String,
+}
+
+/// A prompt ready for a runtime.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    pub text: String,
+    /// `(original tokens, sections cut)` when the prompt was cut to fit.
+    pub truncated: Option<(u64, Vec<String>)>,
+}
+
+/// The role's prompt template and model: the task file's `roles` entry, else built in.
+pub fn role_template<'a>(
+    file: &'a TaskFile,
+    role: &str,
+) -> Result<(&'a str, Option<&'a str>), AgentError> {
+    if let Some(r) = file.roles.get(role) {
+        return Ok((r.prompt.as_str(), r.model.as_deref()));
+    }
+    match role {
+        "architect" => Ok((ARCHITECT, None)),
+        "dev" => Ok((DEV, None)),
+        other => Err(AgentError::TaskFile(format!(
+            "role `{other}` is not defined"
+        ))),
+    }
+}
+
+/// Skills for a task from the Markdown files in `dir`: those the task names (a missing
+/// one is an error), and those whose file name appears as a word in the description
+/// (`rust.md` for "fix the Rust build").
+pub fn select_skills(dir: &Path, task: &TaskSpec) -> Result<Vec<Skill>, AgentError> {
+    let mut available: Vec<(String, PathBuf)> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .filter_map(|p| Some((p.file_stem()?.to_str()?.to_string(), p)))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    available.sort();
+    for name in &task.skills {
+        if !available.iter().any(|(n, _)| n == name) {
+            return Err(AgentError::Context(format!(
+                "task `{}` asks for skill `{name}`, but there is no {}/{name}.md",
+                task.id,
+                dir.display()
+            )));
+        }
+    }
+    let words: Vec<String> = task
+        .description
+        .split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_')
+        .map(str::to_lowercase)
+        .collect();
+    let mut out = Vec::new();
+    for (name, path) in available {
+        let wanted = task.skills.contains(&name) || words.contains(&name.to_lowercase());
+        if !wanted {
+            continue;
+        }
+        let body = std::fs::read_to_string(&path).map_err(|e| {
+            AgentError::Context(format!("cannot read skill {}: {e}", path.display()))
+        })?;
+        out.push(Skill { name, body });
+    }
+    Ok(out)
+}
+
+/// Largest file put into a prompt whole; longer ones are cut (head and tail kept).
+const MAX_FILE_CHARS: usize = 200_000;
+
+/// The files a task references, read from inside the workspace only: absolute paths,
+/// `..` escapes and symlinks leading out are refused.
+pub fn load_files(workspace: &Path, task: &TaskSpec) -> Result<Vec<FileItem>, AgentError> {
+    let root = workspace
+        .canonicalize()
+        .map_err(|e| AgentError::Context(format!("workspace {}: {e}", workspace.display())))?;
+    let mut out = Vec::new();
+    for rel in &task.files {
+        let refuse = |why: String| {
+            AgentError::Context(format!("task `{}` references file `{rel}`: {why}", task.id))
+        };
+        if Path::new(rel).is_absolute() {
+            return Err(refuse("give a path relative to the workspace".into()));
+        }
+        let path = root
+            .join(rel)
+            .canonicalize()
+            .map_err(|e| refuse(format!("{e}")))?;
+        if !path.starts_with(&root) {
+            return Err(refuse(format!(
+                "it is outside the workspace {} (only workspace files can be injected)",
+                root.display()
+            )));
+        }
+        let bytes = std::fs::read(&path).map_err(|e| refuse(format!("{e}")))?;
+        let content =
+            String::from_utf8(bytes).map_err(|_| refuse("it is not UTF-8 text".into()))?;
+        out.push(FileItem {
+            path: rel.clone(),
+            content: cut_middle(&content, MAX_FILE_CHARS),
+        });
+    }
+    Ok(out)
+}
+
+/// Render a prompt and fit it into `limit_tokens`: the role and the task stay whole;
+/// files are cut first, then skills, then context (the prerequisites' and the
+/// architect's output, the most relevant part), each keeping its head and tail.
+pub fn render(
+    role: &str,
+    role_template: &str,
+    task: &TaskSpec,
+    skills: Vec<Skill>,
+    context: Vec<ContextItem>,
+    files: Vec<FileItem>,
+    limit_tokens: u64,
+) -> Result<Prompt, AgentError> {
+    let env = minijinja::Environment::new();
+    let tpl_err = |e: minijinja::Error| AgentError::Template {
+        role: role.to_string(),
+        message: format!("{e:#}"),
+    };
+    let render_with = |skills: &[Skill], context: &[ContextItem], files: &[FileItem]| {
+        let vars = minijinja::context! {
+            role => role,
+            task => minijinja::context! {
+                id => &task.id,
+                description => &task.description,
+                depends_on => &task.depends_on,
+            },
+            skills => skills,
+            context => context,
+            files => files,
+        };
+        let role_prompt = env.render_str(role_template, &vars).map_err(tpl_err)?;
+        let vars = minijinja::context! { role_prompt => role_prompt, ..vars };
+        env.render_str(LAYOUT, vars).map_err(tpl_err)
+    };
+    let full = render_with(&skills, &context, &files)?;
+    let original = estimate_tokens(&full);
+    if original <= limit_tokens {
+        return Ok(Prompt {
+            text: full,
+            truncated: None,
+        });
+    }
+    // Characters to remove, at the estimator's 4 chars per token, plus room for the
+    // cut markers.
+    let mut excess = full
+        .chars()
+        .count()
+        .saturating_sub(limit_tokens as usize * 4)
+        + 256;
+    let mut files = files;
+    let mut skills = skills;
+    let mut context = context;
+    let mut cut = Vec::new();
+    let mut shrink = |text: &mut String, label: String, excess: &mut usize| {
+        if *excess == 0 {
+            return;
+        }
+        let len = text.chars().count();
+        let keep = len.saturating_sub(*excess);
+        *excess = excess.saturating_sub(len - keep);
+        *text = cut_middle(text, keep);
+        cut.push(label);
+    };
+    for f in files.iter_mut().rev() {
+        shrink(&mut f.content, format!("file {}", f.path), &mut excess);
+    }
+    for s in skills.iter_mut().rev() {
+        shrink(&mut s.body, format!("skill {}", s.name), &mut excess);
+    }
+    for c in context.iter_mut() {
+        shrink(&mut c.text, format!("context {}", c.label), &mut excess);
+    }
+    Ok(Prompt {
+        text: render_with(&skills, &context, &files)?,
+        truncated: Some((original, cut)),
+    })
+}
+
+/// `text` cut to at most about `keep` characters: its head and tail with a marker
+/// saying how much was left out between them (the start of a document and its end are
+/// usually the parts that say what it is and what it concluded).
+pub fn cut_middle(text: &str, keep: usize) -> String {
+    let len = text.chars().count();
+    if len <= keep {
+        return text.to_string();
+    }
+    let head = keep * 2 / 3;
+    let tail = keep - head;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(len - tail).collect();
+    format!(
+        "{start}\n[... {} characters left out to fit the context limit ...]\n{end}",
+        len - head - tail
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(desc: &str) -> TaskSpec {
+        TaskFile::parse(&format!("tasks:\n  - {{id: t1, description: '{desc}'}}\n"))
+            .unwrap()
+            .tasks
+            .remove(0)
+    }
+
+    #[test]
+    fn renders_role_task_context_and_marked_files() {
+        let t = task("Add a health endpoint");
+        let p = render(
+            "dev",
+            DEV,
+            &t,
+            vec![Skill {
+                name: "rust".into(),
+                body: "Use anyhow.".into(),
+            }],
+            vec![ContextItem {
+                label: "architect's design".into(),
+                text: "Put it in api.rs".into(),
+            }],
+            vec![FileItem {
+                path: "src/api.rs".into(),
+                content: "fn main() {}".into(),
+            }],
+            10_000,
+        )
+        .unwrap();
+        assert!(p.truncated.is_none());
+        for part in [
+            "You are the developer",
+            "Build on the context",
+            "# Task t1",
+            "Add a health endpoint",
+            "# Skill: rust",
+            "Use anyhow.",
+            "# Context: architect's design",
+            "Put it in api.rs",
+            "===== BEGIN FILE src/api.rs =====\nfn main() {}\n===== END FILE src/api.rs =====",
+        ] {
+            assert!(p.text.contains(part), "{part} missing from:\n{}", p.text);
+        }
+    }
+
+    #[test]
+    fn over_the_limit_cuts_files_before_the_design() {
+        let t = task("Refactor the parser");
+        let design = format!("DESIGN-START {} DESIGN-END", "d".repeat(2_000));
+        let big = format!("FILE-START {} FILE-END", "x".repeat(40_000));
+        let p = render(
+            "dev",
+            DEV,
+            &t,
+            vec![],
+            vec![ContextItem {
+                label: "architect's design".into(),
+                text: design.clone(),
+            }],
+            vec![FileItem {
+                path: "big.rs".into(),
+                content: big,
+            }],
+            2_000,
+        )
+        .unwrap();
+        let (original, cut) = p.truncated.expect("cut");
+        assert!(original > 10_000);
+        assert_eq!(cut, ["file big.rs"]);
+        assert!(
+            estimate_tokens(&p.text) <= 2_000,
+            "{}",
+            estimate_tokens(&p.text)
+        );
+        // The task and the design survive whole; the file keeps its head and tail.
+        assert!(p.text.contains("Refactor the parser") && p.text.contains(&design));
+        assert!(p.text.contains("FILE-START") && p.text.contains("FILE-END"));
+        assert!(p.text.contains("characters left out"));
+    }
+
+    #[test]
+    fn files_outside_the_workspace_are_refused() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "s").unwrap();
+        std::fs::write(ws.path().join("ok.txt"), "fine").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(
+            outside.path().join("secret.txt"),
+            ws.path().join("link.txt"),
+        )
+        .unwrap();
+        let mut t = task("x");
+        t.files = vec!["ok.txt".into()];
+        assert_eq!(load_files(ws.path(), &t).unwrap()[0].content, "fine");
+        for bad in ["../x", "link.txt", "/etc/passwd"] {
+            t.files = vec![bad.into()];
+            assert!(load_files(ws.path(), &t).is_err(), "{bad}");
+        }
+        t.files = vec!["link.txt".into()];
+        let err = load_files(ws.path(), &t).unwrap_err().to_string();
+        assert!(err.contains("outside the workspace"), "{err}");
+    }
+
+    #[test]
+    fn skills_named_or_mentioned() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rust.md"), "RUST SKILL").unwrap();
+        std::fs::write(dir.path().join("sql.md"), "SQL SKILL").unwrap();
+        std::fs::write(dir.path().join("docker.md"), "DOCKER SKILL").unwrap();
+        let mut t = task("Fix the Rust build");
+        t.skills = vec!["sql".into()];
+        let names: Vec<String> = select_skills(dir.path(), &t)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["rust", "sql"]);
+        t.skills = vec!["nope".into()];
+        assert!(
+            select_skills(dir.path(), &t)
+                .unwrap_err()
+                .to_string()
+                .contains("nope.md")
+        );
+    }
+}

@@ -1,0 +1,538 @@
+//! Runs a task file: strategy, dependency graph, budget, timeout, results.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use capstan_models::{PriceTable, Usage, estimate_tokens};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio_util::sync::CancellationToken;
+
+use crate::budget::{Budget, BudgetGate, Check};
+use crate::context::{self, ContextItem, FileItem, Skill};
+use crate::event::{Emitter, EventKind, EventSink};
+use crate::result::{AgentStep, Metadata, TaskResult, TokenUsage};
+use crate::runner::{AgentJob, Runner, RunnerDeps, RunnerFactory};
+use crate::task::{TaskFile, TaskSpec};
+use crate::{AgentError, ExecutionResult, ExecutionStatus, RuntimeKind, Strategy, TaskStatus};
+
+/// How to run a task file. Command-line choices override the file's, which override
+/// the config's.
+pub struct ExecuteOptions {
+    pub strategy: Option<Strategy>,
+    /// Default runtime for tasks that name none (over the file's `runtime`).
+    pub runtime: Option<RuntimeKind>,
+    pub budget_usd: Option<f64>,
+    pub timeout: Option<Duration>,
+    pub max_parallel: Option<usize>,
+    /// Runtime to retry a failed step on, for tasks without their own `retry_runtime`.
+    pub retry_runtime: Option<RuntimeKind>,
+    pub prices: PriceTable,
+    pub gate: Arc<dyn BudgetGate>,
+    pub events: EventSink,
+    /// Cancels the whole execution (Ctrl-C); partial results are still returned.
+    pub cancel: CancellationToken,
+    pub deps: RunnerDeps,
+}
+
+/// A task's inputs, loaded before anything runs so a bad file path or skill name
+/// stops the execution up front.
+struct Prepared {
+    skills: Vec<Skill>,
+    files: Vec<FileItem>,
+    runtime: RuntimeKind,
+}
+
+struct Run<'a> {
+    file: &'a TaskFile,
+    opts: &'a ExecuteOptions,
+    strategy: Strategy,
+    factory: RunnerFactory,
+    budget: Budget,
+    events: Emitter,
+    cancel: CancellationToken,
+    timed_out: Arc<AtomicBool>,
+    prepared: Vec<Prepared>,
+}
+
+/// Run every task of `file` and collect the results. Errors only for problems found
+/// before the first step (bad file references, unknown skills, no runtime in MCP mode);
+/// everything after is reported in the result's statuses.
+pub async fn execute(file: &TaskFile, opts: ExecuteOptions) -> Result<ExecutionResult, AgentError> {
+    let started = Instant::now();
+    let execution_id = format!("exec_{}", uuid::Uuid::new_v4().simple());
+    let events = Emitter::new(execution_id.clone(), opts.events.clone());
+    let (strategy, strategy_reason) = match opts.strategy.or(file.strategy) {
+        Some(s) => (s, "given".to_string()),
+        None => file.auto_strategy(),
+    };
+    let factory = RunnerFactory::new(opts.deps.clone());
+    let skills_dir = opts.deps.workspace.join(
+        file.skills_dir
+            .as_ref()
+            .unwrap_or(&opts.deps.config.skills_dir),
+    );
+    let mut prepared = Vec::with_capacity(file.tasks.len());
+    for t in &file.tasks {
+        prepared.push(Prepared {
+            skills: context::select_skills(&skills_dir, t)?,
+            files: context::load_files(&opts.deps.workspace, t)?,
+            runtime: factory.resolve(t.runtime.or(opts.runtime).or(file.runtime))?,
+        });
+    }
+    let budget_usd = opts.budget_usd.or(file.budget_usd);
+    let run = Run {
+        file,
+        opts: &opts,
+        strategy,
+        factory,
+        budget: Budget::new(budget_usd, opts.prices.clone()),
+        events,
+        cancel: opts.cancel.child_token(),
+        timed_out: Arc::new(AtomicBool::new(false)),
+        prepared,
+    };
+    run.events.emit(EventKind::ExecutionStarted {
+        strategy,
+        strategy_reason,
+        tasks: file.tasks.len(),
+        budget_usd,
+    });
+    let timer = file
+        .timeout_secs
+        .map(Duration::from_secs)
+        .or(opts.timeout)
+        .map(|limit| {
+            let cancel = run.cancel.clone();
+            let flag = run.timed_out.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                flag.store(true, Ordering::SeqCst);
+                cancel.cancel();
+            })
+        });
+    let tasks = run.schedule().await;
+    if let Some(t) = timer {
+        t.abort();
+    }
+    let status = run.status(&tasks);
+    let mut agents: Vec<String> = Vec::new();
+    let mut runtimes: Vec<RuntimeKind> = Vec::new();
+    for s in tasks.iter().flat_map(|t| &t.steps) {
+        if !agents.contains(&s.agent) {
+            agents.push(s.agent.clone());
+        }
+        if !runtimes.contains(&s.runtime) {
+            runtimes.push(s.runtime);
+        }
+    }
+    let total_tokens = run.budget.tokens();
+    let total_cost = run.budget.spent_usd();
+    let cost_complete = run.budget.unpriced_models().is_empty();
+    let duration_ms = started.elapsed().as_millis() as u64;
+    run.events.emit(EventKind::ExecutionFinished {
+        status,
+        total_tokens,
+        total_cost_usd: total_cost,
+        cost_complete,
+        duration_ms,
+    });
+    Ok(ExecutionResult {
+        metadata: Metadata {
+            execution_id,
+            strategy,
+            agents,
+            runtimes,
+            duration_ms,
+            total_tokens,
+            total_cost,
+            cost_complete,
+            budget_usd,
+            status,
+        },
+        tasks,
+    })
+}
+
+impl Run<'_> {
+    /// Start every task whose prerequisites are done, up to the concurrency limit;
+    /// skip those whose prerequisites did not complete. Results in topological order.
+    async fn schedule(&self) -> Vec<TaskResult> {
+        let order = self
+            .file
+            .topological_order()
+            .expect("validated when the file was parsed");
+        let limit = match self.strategy {
+            Strategy::Parallel => self
+                .opts
+                .max_parallel
+                .or(self.file.max_parallel)
+                .unwrap_or(self.opts.deps.config.max_parallel)
+                .max(1),
+            Strategy::Single | Strategy::Multi => 1,
+        };
+        let mut pending: Vec<usize> = order.clone();
+        let mut done: HashMap<String, TaskResult> = HashMap::new();
+        let mut running = FuturesUnordered::new();
+        loop {
+            let mut i = 0;
+            while i < pending.len() {
+                let task = &self.file.tasks[pending[i]];
+                if !task.depends_on.iter().all(|d| done.contains_key(d)) {
+                    i += 1;
+                    continue;
+                }
+                if let Some(failed) = task
+                    .depends_on
+                    .iter()
+                    .find(|d| done[*d].status != TaskStatus::Completed)
+                {
+                    let r = self.skipped(task, failed);
+                    done.insert(task.id.clone(), r);
+                    pending.remove(i);
+                    i = 0; // a skip can make later tasks decidable
+                    continue;
+                }
+                if self.cancel.is_cancelled() || running.len() >= limit {
+                    i += 1;
+                    continue;
+                }
+                let inputs: Vec<ContextItem> = task
+                    .depends_on
+                    .iter()
+                    .map(|d| ContextItem {
+                        label: format!("result of prerequisite task `{d}`"),
+                        text: done[d].output.clone(),
+                    })
+                    .collect();
+                running.push(self.run_task(pending[i], inputs));
+                pending.remove(i);
+            }
+            match running.next().await {
+                Some(r) => {
+                    done.insert(r.task_id.clone(), r);
+                }
+                None => break,
+            }
+        }
+        let never = if self.timed_out.load(Ordering::SeqCst) {
+            TaskStatus::Timeout
+        } else {
+            TaskStatus::Cancelled
+        };
+        for i in pending {
+            let t = &self.file.tasks[i];
+            self.events.emit(EventKind::TaskFinished {
+                task: t.id.clone(),
+                status: never,
+            });
+            done.insert(
+                t.id.clone(),
+                empty_result(
+                    t,
+                    never,
+                    Some("not started: the execution was stopped".into()),
+                ),
+            );
+        }
+        order
+            .iter()
+            .filter_map(|&i| done.remove(&self.file.tasks[i].id))
+            .collect()
+    }
+
+    fn skipped(&self, task: &TaskSpec, failed: &str) -> TaskResult {
+        let status = TaskStatus::SkippedDependencyFailed;
+        self.events.emit(EventKind::TaskSkipped {
+            task: task.id.clone(),
+            status,
+            failed_dependency: failed.to_string(),
+        });
+        empty_result(
+            task,
+            status,
+            Some(format!("prerequisite task `{failed}` did not complete")),
+        )
+    }
+
+    fn stopped_status(&self) -> TaskStatus {
+        if self.timed_out.load(Ordering::SeqCst) {
+            TaskStatus::Timeout
+        } else {
+            TaskStatus::Cancelled
+        }
+    }
+
+    /// One task: one agent (single, parallel) or architect then dev (multi), each
+    /// agent seeing the prerequisites' outputs and the agents before it.
+    async fn run_task(&self, index: usize, mut context: Vec<ContextItem>) -> TaskResult {
+        let task = &self.file.tasks[index];
+        let prep = &self.prepared[index];
+        self.events.emit(EventKind::TaskStarted {
+            task: task.id.clone(),
+        });
+        let role = task.role.clone().unwrap_or_else(|| "dev".into());
+        let agents: Vec<String> = match self.strategy {
+            Strategy::Multi => vec!["architect".into(), role],
+            Strategy::Single | Strategy::Parallel => vec![role],
+        };
+        let mut steps: Vec<AgentStep> = Vec::new();
+        let mut status = TaskStatus::Completed;
+        let mut error = None;
+        for agent in &agents {
+            if self.cancel.is_cancelled() {
+                status = self.stopped_status();
+                error = Some(format!("stopped before agent `{agent}` started"));
+                break;
+            }
+            match self
+                .run_agent(task, prep, agent, &context, &mut steps)
+                .await
+            {
+                Ok(step_output) => context.push(ContextItem {
+                    label: format!("{agent}'s output for this task"),
+                    text: step_output,
+                }),
+                Err((s, e)) => {
+                    status = s;
+                    error = e;
+                    break;
+                }
+            }
+        }
+        let mut token_usage = TokenUsage::default();
+        let mut cost = Some(0.0);
+        for s in &steps {
+            token_usage.merge(&s.token_usage);
+            cost = cost.zip(s.cost).map(|(a, b)| a + b);
+        }
+        self.events.emit(EventKind::TaskFinished {
+            task: task.id.clone(),
+            status,
+        });
+        TaskResult {
+            task_id: task.id.clone(),
+            status,
+            output: steps.last().map(|s| s.output.clone()).unwrap_or_default(),
+            token_usage,
+            cost,
+            depends_on: task.depends_on.clone(),
+            steps,
+            error,
+        }
+    }
+
+    /// One agent of a task, retried once on the retry runtime if its runtime fails.
+    /// `Ok(output)` when it completed; `Err((status, error))` otherwise.
+    async fn run_agent(
+        &self,
+        task: &TaskSpec,
+        prep: &Prepared,
+        agent: &str,
+        context: &[ContextItem],
+        steps: &mut Vec<AgentStep>,
+    ) -> Result<String, (TaskStatus, Option<String>)> {
+        let fail = |e: AgentError| (TaskStatus::Failed, Some(e.to_string()));
+        let (template, role_model) = context::role_template(self.file, agent).map_err(fail)?;
+        let prompt = context::render(
+            agent,
+            template,
+            task,
+            prep.skills.clone(),
+            context.to_vec(),
+            prep.files.clone(),
+            self.opts.deps.config.context_tokens,
+        )
+        .map_err(fail)?;
+        if let Some((original_tokens, cut)) = prompt.truncated.clone() {
+            self.events.emit(EventKind::ContextTruncated {
+                task: task.id.clone(),
+                agent: agent.to_string(),
+                original_tokens,
+                limit_tokens: self.opts.deps.config.context_tokens,
+                cut,
+            });
+        }
+        let job = AgentJob {
+            task_id: task.id.clone(),
+            agent: agent.to_string(),
+            prompt: prompt.text,
+            model: task.model.clone().or(role_model.map(str::to_string)),
+            workspace: self.opts.deps.workspace.clone(),
+        };
+        let runner = self
+            .factory
+            .get(prep.runtime, &self.events)
+            .await
+            .map_err(fail)?;
+        self.check_budget(&job, runner.as_ref()).await?;
+        let step = self.run_step(runner.as_ref(), &job).await;
+        let retry_on = task.retry_runtime.or(self.opts.retry_runtime);
+        let step = match retry_on {
+            Some(other) if step.status == TaskStatus::Failed && other != runner.runtime() => {
+                self.events.emit(EventKind::RuntimeRetry {
+                    task: task.id.clone(),
+                    agent: agent.to_string(),
+                    from: runner.runtime(),
+                    to: other,
+                    error: step.error.clone().unwrap_or_default(),
+                });
+                steps.push(step);
+                let retry = self.factory.get(other, &self.events).await.map_err(fail)?;
+                self.check_budget(&job, retry.as_ref()).await?;
+                self.run_step(retry.as_ref(), &job).await
+            }
+            _ => step,
+        };
+        let result = match step.status {
+            TaskStatus::Completed => Ok(step.output.clone()),
+            s => Err((s, step.error.clone())),
+        };
+        steps.push(step);
+        result
+    }
+
+    /// Warn before a step that would take spending over the budget; on "stop", cancel
+    /// the execution.
+    async fn check_budget(
+        &self,
+        job: &AgentJob,
+        runner: &dyn Runner,
+    ) -> Result<(), (TaskStatus, Option<String>)> {
+        let model = job.model.clone().or_else(|| runner.default_model());
+        let projected = Usage {
+            input_tokens: estimate_tokens(&job.prompt),
+            output_tokens: self.opts.deps.config.expected_output_tokens,
+            estimated: true,
+        };
+        let next = self
+            .budget
+            .price(model.as_deref(), &projected)
+            .unwrap_or(0.0);
+        let mut warned = false;
+        let check = self
+            .budget
+            .check(
+                next,
+                &job.task_id,
+                &job.agent,
+                self.opts.gate.as_ref(),
+                |w| {
+                    warned = true;
+                    self.events.emit(EventKind::BudgetWarning {
+                        spent_usd: w.spent_usd,
+                        next_step_usd: w.next_step_usd,
+                        budget_usd: w.budget_usd,
+                        task: w.task.clone(),
+                        agent: w.agent.clone(),
+                    });
+                },
+            )
+            .await;
+        if warned {
+            self.events.emit(EventKind::BudgetDecision {
+                proceed: check != Check::Cancel,
+            });
+        }
+        if check == Check::Cancel {
+            self.cancel.cancel();
+            return Err((
+                TaskStatus::Cancelled,
+                Some(format!(
+                    "cancelled at the budget warning before agent `{}` (spent ${:.4} of ${:.4})",
+                    job.agent,
+                    self.budget.spent_usd(),
+                    self.budget.limit_usd().unwrap_or_default()
+                )),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn run_step(&self, runner: &dyn Runner, job: &AgentJob) -> AgentStep {
+        let runtime = runner.runtime();
+        let started = Instant::now();
+        self.events.emit(EventKind::AgentStarted {
+            task: job.task_id.clone(),
+            agent: job.agent.clone(),
+            runtime,
+            model: job.model.clone().or_else(|| runner.default_model()),
+        });
+        let progress = |p| {
+            self.events.emit(EventKind::Progress {
+                task: job.task_id.clone(),
+                agent: job.agent.clone(),
+                runtime,
+                progress: p,
+            })
+        };
+        let out = runner.run(job, &progress, self.cancel.clone()).await;
+        let model = out
+            .model
+            .clone()
+            .or_else(|| job.model.clone())
+            .or_else(|| runner.default_model());
+        let cost = self.budget.price(model.as_deref(), &out.usage);
+        self.budget.record(model.as_deref(), &out.usage, cost);
+        let status = match out.status {
+            TaskStatus::Cancelled => self.stopped_status(),
+            s => s,
+        };
+        let token_usage = TokenUsage::from(out.usage);
+        self.events.emit(EventKind::AgentFinished {
+            task: job.task_id.clone(),
+            agent: job.agent.clone(),
+            runtime,
+            status,
+            usage: token_usage,
+            cost_usd: cost,
+            error: out.error.clone(),
+        });
+        AgentStep {
+            agent: job.agent.clone(),
+            runtime,
+            model,
+            status,
+            output: out.output,
+            token_usage,
+            cost,
+            error: out.error,
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+
+    fn status(&self, tasks: &[TaskResult]) -> ExecutionStatus {
+        if self.timed_out.load(Ordering::SeqCst) {
+            return ExecutionStatus::Timeout;
+        }
+        if self.cancel.is_cancelled() {
+            return ExecutionStatus::Cancelled;
+        }
+        let completed = tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Completed)
+            .count();
+        if completed == tasks.len() {
+            ExecutionStatus::Completed
+        } else if completed == 0 {
+            ExecutionStatus::Failed
+        } else {
+            ExecutionStatus::Partial
+        }
+    }
+}
+
+fn empty_result(task: &TaskSpec, status: TaskStatus, error: Option<String>) -> TaskResult {
+    TaskResult {
+        task_id: task.id.clone(),
+        status,
+        output: String::new(),
+        token_usage: TokenUsage::default(),
+        cost: Some(0.0),
+        depends_on: task.depends_on.clone(),
+        steps: Vec::new(),
+        error,
+    }
+}
