@@ -251,11 +251,7 @@ impl Runner for ClaudeRunner {
         progress: ProgressFn<'_>,
         cancel: CancellationToken,
     ) -> RunOutput {
-        let estimate_usage = |output: &str| Usage {
-            input_tokens: capstan_models::estimate_tokens(&job.prompt),
-            output_tokens: capstan_models::estimate_tokens(output),
-            estimated: true,
-        };
+        let estimate_usage = |output: &str| job.estimated_usage(output);
         let mcp = match self.mcp_config(&job.workspace) {
             Ok(m) => m,
             Err(e) => {

@@ -31,6 +31,18 @@ pub struct AgentJob {
     pub workspace: PathBuf,
 }
 
+impl AgentJob {
+    /// Usage estimated from the prompt and `output`, marked as estimated: for runtimes
+    /// that report none (or failed before reporting).
+    pub fn estimated_usage(&self, output: &str) -> Usage {
+        Usage {
+            input_tokens: capstan_models::estimate_tokens(&self.prompt),
+            output_tokens: capstan_models::estimate_tokens(output),
+            estimated: true,
+        }
+    }
+}
+
 /// What a runtime produced. Failures keep what was produced before them.
 #[derive(Debug, Clone)]
 pub struct RunOutput {

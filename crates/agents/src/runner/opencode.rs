@@ -251,11 +251,7 @@ impl Runner for OpenCodeRunner {
         progress: ProgressFn<'_>,
         cancel: CancellationToken,
     ) -> RunOutput {
-        let estimate = |out: &str| Usage {
-            input_tokens: capstan_models::estimate_tokens(&job.prompt),
-            output_tokens: capstan_models::estimate_tokens(out),
-            estimated: true,
-        };
+        let estimate = |out: &str| job.estimated_usage(out);
         let model = job.model.clone().or(self.config.model.clone());
         let fail = |out: String, e: String| {
             RunOutput::failed(out.clone(), estimate(&out), model.clone(), e)
