@@ -154,28 +154,6 @@ impl HttpServer {
         Self { child, url }
     }
 
-    /// `capstan serve --port 0`, whose router mounts the same endpoint at `/mcp`.
-    fn serve(home: &Home, ws: &Path, approve: &str) -> Self {
-        let mut child = home
-            .capstan()
-            .args(["serve", "--port", "0", "--approve", approve, "--workspace"])
-            .arg(ws)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"));
-        let url = format!("{base}/mcp");
-        Self { child, url }
-    }
-
     async fn connect(&self, client: Client) -> Session {
         client
             .serve(StreamableHttpClientTransport::from_uri(self.url.as_str()))
@@ -287,9 +265,14 @@ async fn stdio_lists_and_calls_every_bundled_capability() {
 async fn capstan_serve_mounts_the_same_tools_at_mcp() {
     let home = Home::new("");
     let ws = workspace();
-    let server = HttpServer::serve(&home, ws.path(), "all");
+    let ws_arg = ws.path().to_str().unwrap();
+    let server = common::server::Server::start(&home, &["--approve", "all", "--workspace", ws_arg]);
     let client = Client::default();
-    let session = server.connect(client.clone()).await;
+    let session = client
+        .clone()
+        .serve(StreamableHttpClientTransport::from_uri(server.url("/mcp")))
+        .await
+        .expect("MCP handshake with capstan serve's /mcp");
     lists_and_calls_every_bundled_capability(&session, &client, ws.path()).await;
     session.cancel().await.unwrap();
 }
