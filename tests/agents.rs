@@ -270,6 +270,24 @@ fn the_cli_runtime_without_a_model_names_the_fix() {
     );
 }
 
+/// `[agents.claude]` for the real Claude Code CLI on a scripted Anthropic server, with
+/// its home (and so its settings and credentials) in `peer_home`.
+fn claude_config(
+    model: &str,
+    idle_secs: u64,
+    peer_home: &std::path::Path,
+    base_url: &str,
+    extra_env: &str,
+) -> String {
+    format!(
+        "[agents.claude]\ncommand = {:?}\nmodel = {model:?}\nidle_timeout_secs = {idle_secs}\n\
+         [agents.claude.env]\nHOME = {:?}\nXDG_CONFIG_HOME = {:?}\nANTHROPIC_BASE_URL = {base_url:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\nCLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\"\n{extra_env}",
+        common::npm_bin("claude", "claude").display().to_string(),
+        peer_home.display().to_string(),
+        peer_home.join("config").display().to_string(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn claude_runtime_gets_capstan_as_an_mcp_server() {
     let server = ScriptedServer::with_responder(|req| {
@@ -282,14 +300,12 @@ async fn claude_runtime_gets_capstan_as_an_mcp_server() {
     .await
     .unwrap();
     let peer_home = tempfile::tempdir().unwrap();
-    let claude = common::npm_bin("claude", "claude");
-    let home = Home::new(&format!(
-        "[agents.claude]\ncommand = {:?}\nmodel = \"claude-haiku-4-5\"\nidle_timeout_secs = 60\n\
-         [agents.claude.env]\nHOME = {:?}\nXDG_CONFIG_HOME = {:?}\nANTHROPIC_BASE_URL = {:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\nCLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\"\n",
-        claude.display().to_string(),
-        peer_home.path().display().to_string(),
-        peer_home.path().join("config").display().to_string(),
-        server.base_url()
+    let home = Home::new(&claude_config(
+        "claude-haiku-4-5",
+        60,
+        peer_home.path(),
+        &server.base_url(),
+        "",
     ));
     let ws = tempfile::tempdir().unwrap();
     let tasks = write_tasks(ws.path(), "tasks:\n  - {id: c, description: say hello}\n");
@@ -354,16 +370,14 @@ async fn claude_code_calls_a_capstan_capability_over_mcp() {
     .await
     .unwrap();
     let peer_home = tempfile::tempdir().unwrap();
-    let claude = common::npm_bin("claude", "claude");
     // ENABLE_TOOL_SEARCH=false: Claude Code otherwise defers MCP tools behind its
     // ToolSearch tool, and the scripted model would have to search for them first.
-    let home = Home::new(&format!(
-        "[agents.claude]\ncommand = {:?}\nmodel = \"claude-sonnet-4-5\"\nidle_timeout_secs = 120\n\
-         [agents.claude.env]\nHOME = {:?}\nXDG_CONFIG_HOME = {:?}\nANTHROPIC_BASE_URL = {:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\nCLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\"\nENABLE_TOOL_SEARCH = \"false\"\n",
-        claude.display().to_string(),
-        peer_home.path().display().to_string(),
-        peer_home.path().join("config").display().to_string(),
-        server.base_url()
+    let home = Home::new(&claude_config(
+        "claude-sonnet-4-5",
+        120,
+        peer_home.path(),
+        &server.base_url(),
+        "ENABLE_TOOL_SEARCH = \"false\"\n",
     ));
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(

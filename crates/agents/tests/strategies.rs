@@ -12,7 +12,7 @@ use capstan_agents::{
     AgentsConfig, ExecutionStatus, FixedGate, RuntimeKind, Strategy, TaskFile, TaskStatus, execute,
 };
 use capstan_models::scripted::{Reply, ScriptedServer};
-use common::{Events, cli_model, deps, options};
+use common::{Events, cli_model, cli_options, deps, options};
 
 fn workspace() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
@@ -37,14 +37,7 @@ tasks:
     )
     .unwrap();
     let events = Events::default();
-    let opts = options(
-        deps(
-            ws.path(),
-            AgentsConfig::default(),
-            Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-        ),
-        &events,
-    );
+    let opts = cli_options(ws.path(), &server.openai_base_url(), &events);
     let r = execute(&file, opts).await.unwrap();
 
     let prompt = server.requests()[0].prompt_text();
@@ -103,14 +96,7 @@ async fn usage_the_provider_does_not_report_is_estimated_and_marked() {
     let events = Events::default();
     let r = execute(
         &file,
-        options(
-            deps(
-                ws.path(),
-                AgentsConfig::default(),
-                Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-            ),
-            &events,
-        ),
+        cli_options(ws.path(), &server.openai_base_url(), &events),
     )
     .await
     .unwrap();
@@ -140,14 +126,7 @@ async fn multi_runs_architect_then_dev_with_the_design_in_the_devs_context() {
     let events = Events::default();
     let r = execute(
         &file,
-        options(
-            deps(
-                ws.path(),
-                AgentsConfig::default(),
-                Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-            ),
-            &events,
-        ),
+        cli_options(ws.path(), &server.openai_base_url(), &events),
     )
     .await
     .unwrap();
@@ -181,14 +160,7 @@ async fn no_strategy_and_a_complex_task_selects_multi() {
     let events = Events::default();
     let r = execute(
         &file,
-        options(
-            deps(
-                ws.path(),
-                AgentsConfig::default(),
-                Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-            ),
-            &events,
-        ),
+        cli_options(ws.path(), &server.openai_base_url(), &events),
     )
     .await
     .unwrap();
@@ -232,14 +204,7 @@ async fn parallel_overlaps_independent_tasks_and_feeds_outputs_to_dependents() {
     let events = Events::default();
     let r = execute(
         &file,
-        options(
-            deps(
-                ws.path(),
-                AgentsConfig::default(),
-                Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-            ),
-            &events,
-        ),
+        cli_options(ws.path(), &server.openai_base_url(), &events),
     )
     .await
     .unwrap();
@@ -284,14 +249,7 @@ async fn max_parallel_one_runs_independent_tasks_one_after_the_other() {
     let events = Events::default();
     execute(
         &file,
-        options(
-            deps(
-                ws.path(),
-                AgentsConfig::default(),
-                Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-            ),
-            &events,
-        ),
+        cli_options(ws.path(), &server.openai_base_url(), &events),
     )
     .await
     .unwrap();
@@ -320,14 +278,7 @@ async fn dependents_of_a_failed_task_are_skipped_and_the_rest_completes() {
     let events = Events::default();
     let r = execute(
         &file,
-        options(
-            deps(
-                ws.path(),
-                AgentsConfig::default(),
-                Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-            ),
-            &events,
-        ),
+        cli_options(ws.path(), &server.openai_base_url(), &events),
     )
     .await
     .unwrap();
@@ -382,14 +333,7 @@ async fn budget_warns_before_it_would_be_exceeded_and_the_user_can_cancel() {
             .unwrap();
     let ws = workspace();
     let events = Events::default();
-    let mut opts = options(
-        deps(
-            ws.path(),
-            AgentsConfig::default(),
-            Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-        ),
-        &events,
-    );
+    let mut opts = cli_options(ws.path(), &server.openai_base_url(), &events);
     // The first step costs 100k * 2.5/1M + 1k * 10/1M = $0.26; the second, projected
     // at 2000 output tokens, would take the total past $0.27.
     opts.budget_usd = Some(0.27);
@@ -440,14 +384,7 @@ async fn budget_warning_approved_continues_and_the_total_is_reported() {
             .unwrap();
     let ws = workspace();
     let events = Events::default();
-    let mut opts = options(
-        deps(
-            ws.path(),
-            AgentsConfig::default(),
-            Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-        ),
-        &events,
-    );
+    let mut opts = cli_options(ws.path(), &server.openai_base_url(), &events);
     opts.budget_usd = Some(0.27);
     opts.gate = Arc::new(FixedGate(true));
     let r = execute(&budget_file(), opts).await.unwrap();
@@ -492,14 +429,7 @@ async fn timeout_stops_the_execution_and_returns_partial_results() {
     )
     .unwrap();
     let events = Events::default();
-    let mut opts = options(
-        deps(
-            ws.path(),
-            AgentsConfig::default(),
-            Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-        ),
-        &events,
-    );
+    let mut opts = cli_options(ws.path(), &server.openai_base_url(), &events);
     opts.timeout = Some(Duration::from_secs(2));
     let r = execute(&file, opts).await.unwrap();
     assert_eq!(r.metadata.status, ExecutionStatus::Timeout);
@@ -545,14 +475,7 @@ async fn skills_and_workspace_files_are_injected_with_marked_paths() {
     let events = Events::default();
     execute(
         &file,
-        options(
-            deps(
-                ws.path(),
-                AgentsConfig::default(),
-                Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-            ),
-            &events,
-        ),
+        cli_options(ws.path(), &server.openai_base_url(), &events),
     )
     .await
     .unwrap();
@@ -628,14 +551,7 @@ async fn files_outside_the_workspace_stop_the_execution_before_any_step() {
     let events = Events::default();
     let err = execute(
         &file,
-        options(
-            deps(
-                ws.path(),
-                AgentsConfig::default(),
-                Some(cli_model(&server.openai_base_url(), "gpt-4o")),
-            ),
-            &events,
-        ),
+        cli_options(ws.path(), &server.openai_base_url(), &events),
     )
     .await
     .unwrap_err()

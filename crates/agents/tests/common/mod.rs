@@ -91,6 +91,19 @@ pub fn options(deps: RunnerDeps, events: &Events) -> ExecuteOptions {
     }
 }
 
+/// Options for the `cli` runtime on a scripted OpenAI-compatible server (model
+/// `gpt-4o`, so the price table applies), default agents config.
+pub fn cli_options(workspace: &Path, base_url: &str, events: &Events) -> ExecuteOptions {
+    options(
+        deps(
+            workspace,
+            AgentsConfig::default(),
+            Some(cli_model(base_url, "gpt-4o")),
+        ),
+        events,
+    )
+}
+
 /// An executable from a pinned npm group under tests/npm (installed by `bash tests/run`).
 pub fn npm_bin(group: &str, bin: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
