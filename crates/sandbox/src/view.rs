@@ -104,6 +104,19 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<(), String> {
     .map_err(|e| format!("mounting the new root: {e}"))?;
     let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
 
+    // The private /tmp first: read paths and the workspace may lie under the
+    // host's /tmp, and their mount points then go on top of it.
+    let tmp = inside(Path::new(TMP));
+    mkdir_p(&tmp)?;
+    mount(
+        Some("tmpfs"),
+        &tmp,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&format!("mode=1777,size={}", spec.tmp_bytes.max(4096))),
+    )
+    .map_err(|e| format!("mounting the private /tmp: {e}"))?;
+
     for dir in SYSTEM {
         let host = Path::new(dir);
         match std::fs::symlink_metadata(host) {
@@ -134,16 +147,6 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<(), String> {
     mask_secrets(root)?;
     make_dev(&inside(Path::new("/dev")))?;
 
-    let tmp = inside(Path::new(TMP));
-    mkdir_p(&tmp)?;
-    mount(
-        Some("tmpfs"),
-        &tmp,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some(&format!("mode=1777,size={}", spec.tmp_bytes.max(4096))),
-    )
-    .map_err(|e| format!("mounting the private /tmp: {e}"))?;
     let home = inside(Path::new(HOME));
     std::fs::create_dir(&home).map_err(|e| io(&home, e))?;
     std::os::unix::fs::chown(&home, Some(spec.owner.0), Some(spec.owner.1))
