@@ -178,7 +178,7 @@ fn launch(ctrl: Ctrl) -> Result<i32, Report> {
         // We supervise ourselves; orphans of the task are reparented to us.
         nix::sys::prctl::set_child_subreaper(true)
             .map_err(|e| failed(format!("subreaper: {e}")))
-            .map(|()| supervise(&config, ctrl, &Namespaces::default(), None))
+            .map(|()| supervise(&config, ctrl, &Namespaces::default(), None, None))
     };
     // Every process of the task is gone: report what the kernel counted, then
     // leave no cgroup behind, even if the caller died meanwhile.
@@ -243,16 +243,22 @@ fn confined(config: &LaunchConfig, ctrl: Ctrl) -> Result<i32, Report> {
                         network: config.network,
                         workspace_mount: workspace_mount.as_ref(),
                         owner: command_ids,
+                        write_quota: config.limits.workspace_write_quota,
+                        scratch: &config.task_dir,
+                        user_ns: ns.user,
                     })
                 });
             drop(workspace_mount);
-            if let Err(e) = view {
-                ctrl.send(&failed(format!(
-                    "cannot build the command's filesystem view: {e}"
-                )));
-                std::process::exit(1);
-            }
-            let code = supervise(config, ctrl, &ns, Some(life_r));
+            let quota = match view {
+                Ok(q) => q,
+                Err(e) => {
+                    ctrl.send(&failed(format!(
+                        "cannot build the command's filesystem view: {e}"
+                    )));
+                    std::process::exit(1);
+                }
+            };
+            let code = supervise(config, ctrl, &ns, Some(life_r), quota.as_ref());
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
@@ -347,7 +353,13 @@ fn ignore_termination_signals() {
 
 /// Forks the command and supervises it until it and all its descendants are
 /// gone. Returns the supervisor's own exit code.
-fn supervise(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces, lifeline: Option<OwnedFd>) -> i32 {
+fn supervise(
+    config: &LaunchConfig,
+    ctrl: Ctrl,
+    ns: &Namespaces,
+    lifeline: Option<OwnedFd>,
+    quota: Option<&crate::quota::Quota>,
+) -> i32 {
     let pid1 = ns.pid;
     // Signals are read from a signalfd in the poll loop, not by handlers.
     let mut mask = SigSet::empty();
@@ -495,6 +507,25 @@ fn supervise(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces, lifeline: Optio
         reap_all_descendants();
     }
     let tmp_full = config.confine && filesystem_full(Path::new(crate::view::TMP));
+    let quota_full = quota.is_some_and(|q| {
+        // Nothing may write the upper layer while it is replayed.
+        reap_all_children();
+        let full = q.full();
+        let done = q.copy_back();
+        if !done.errors.is_empty() {
+            ctrl.warn(format!(
+                "some of the command's writes could not be copied back to the workspace: {}",
+                done.errors.join("; ")
+            ));
+        }
+        if !done.skipped.is_empty() {
+            ctrl.warn(format!(
+                "fifos, sockets and device nodes are not copied back to the workspace: {}",
+                done.skipped.join(", ")
+            ));
+        }
+        full
+    });
     // As PID 1, exiting makes the kernel kill and reap the rest of the namespace;
     // the launcher's waitpid returns only after that.
     if let Some(status) = main_status {
@@ -507,7 +538,25 @@ fn supervise(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces, lifeline: Optio
             },
         });
     }
+    if quota_full {
+        ctrl.send(&Report::LimitHit {
+            limit: LimitHit::WorkspaceQuota {
+                limit_bytes: config.limits.workspace_write_quota.unwrap_or(0),
+            },
+        });
+    }
     0
+}
+
+/// As PID 1 after `kill(-1, SIGKILL)`: waits until every other process of the
+/// namespace has been reaped.
+fn reap_all_children() {
+    loop {
+        match nix::sys::wait::waitpid(Pid::from_raw(-1), None) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return, // ECHILD
+        }
+    }
 }
 
 /// Whether the filesystem at `path` has no block left: a size-limited tmpfs

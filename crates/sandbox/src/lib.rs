@@ -72,6 +72,7 @@ mod identity;
 mod landlock;
 mod launcher;
 mod output;
+mod quota;
 mod seccomp;
 mod view;
 
@@ -159,12 +160,21 @@ pub struct Limits {
     pub max_memory: Option<u64>,
     /// Size of the private `/tmp` (a tmpfs), in bytes. Sandbox required only.
     pub tmp_size: u64,
+    /// Bytes the command may write to the workspace in total (sandbox
+    /// required only): the full size of every file it creates or changes. The
+    /// workspace is an overlay whose upper layer is a tmpfs of this size,
+    /// copied back when the task ends; past it writes fail with `ENOSPC` and
+    /// the outcome says [`LimitHit::WorkspaceQuota`]. `None`: the workspace is
+    /// bound directly and writes reach it at once.
+    pub workspace_write_quota: Option<u64>,
 }
 
 /// Default of [`Limits::max_memory`]: 2 GiB.
 pub const DEFAULT_MEMORY: u64 = 2 << 30;
 /// Default of [`Limits::tmp_size`]: 512 MiB.
 pub const DEFAULT_TMP_SIZE: u64 = 512 << 20;
+/// Default of [`Limits::workspace_write_quota`]: 1 GiB.
+pub const DEFAULT_WRITE_QUOTA: u64 = 1 << 30;
 
 /// A limit the command ran into. Closed set: the host maps every one to the
 /// `resource-limit` failure reason.
@@ -179,6 +189,12 @@ pub enum LimitHit {
     },
     /// The private `/tmp` was full ([`Limits::tmp_size`]).
     Tmp {
+        /// The limit, in bytes.
+        limit_bytes: u64,
+    },
+    /// The command wrote its whole workspace quota
+    /// ([`Limits::workspace_write_quota`]).
+    WorkspaceQuota {
         /// The limit, in bytes.
         limit_bytes: u64,
     },
@@ -197,6 +213,12 @@ impl std::fmt::Display for LimitHit {
             LimitHit::Tmp { limit_bytes } => write!(
                 f,
                 "the command filled its private /tmp ({} MiB; raise [sandbox] tmp_mb in capstan.toml)",
+                mib(*limit_bytes)
+            ),
+            LimitHit::WorkspaceQuota { limit_bytes } => write!(
+                f,
+                "the command wrote its whole {} MiB workspace write quota; further writes failed \
+                 (raise [sandbox] write_quota_mb in capstan.toml)",
                 mib(*limit_bytes)
             ),
         }
@@ -241,6 +263,7 @@ impl Default for Limits {
             max_cpu_seconds: None,
             max_memory: Some(DEFAULT_MEMORY),
             tmp_size: DEFAULT_TMP_SIZE,
+            workspace_write_quota: Some(DEFAULT_WRITE_QUOTA),
         }
     }
 }
@@ -653,7 +676,7 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
 }
 
 /// Subdirectories [`prepare`] may create in the per-task directory.
-const TASK_SUBDIRS: &[&str] = &["root", "home", "tmp"];
+const TASK_SUBDIRS: &[&str] = &["root", "quota", "lower", "home", "tmp"];
 
 /// An extra read path: absolute, existing, canonical, and not `/` (which would
 /// hand the whole host back).
@@ -818,7 +841,9 @@ async fn supervise(
         // every process, SIGKILL after the grace period. It notices EOF on its
         // control socket.
         let _ = write_half.shutdown().await;
-        let hard = tokio::time::sleep(KILL_GRACE + Duration::from_secs(2));
+        // Beyond the grace period, init copies the workspace quota's upper
+        // layer back (up to the quota's size), hence the generous bound.
+        let hard = tokio::time::sleep(KILL_GRACE + Duration::from_secs(20));
         tokio::select! {
             status = child.wait() => { status?; }
             _ = hard => {

@@ -86,10 +86,19 @@ pub(crate) struct ViewSpec<'a> {
     pub workspace_mount: Option<&'a OwnedFd>,
     /// Owner of `/tmp/home` (the command's uid and gid).
     pub owner: (u32, u32),
+    /// Write quota of the workspace in bytes (see [`crate::quota`]); `None`:
+    /// the workspace is bound directly.
+    pub write_quota: Option<u64>,
+    /// Host directory (outside the new root) for the quota's tmpfs and, as
+    /// root, the id-mapped lower layer.
+    pub scratch: &'a Path,
+    /// Building inside a user namespace (Capstan not run as root).
+    pub user_ns: bool,
 }
 
 /// Builds the view and makes it this process's root. See the module docs.
-pub(crate) fn build(spec: &ViewSpec) -> Result<(), String> {
+/// Returns the quota overlay to copy back when the task is over, if any.
+pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, String> {
     // Keep every change below from propagating back to the host's namespace.
     mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .map_err(|e| format!("making the mount namespace private: {e}"))?;
@@ -166,17 +175,44 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<(), String> {
     .map_err(|e| format!("mounting a private /proc: {e}"))?;
 
     let ws = inside(spec.workspace);
-    match spec.workspace_mount {
-        Some(fd) => {
+    let quota = match (spec.write_quota, spec.workspace_mount) {
+        (None, Some(fd)) => {
             mkdir_p(&ws)?;
             crate::identity::attach(fd, &ws)?;
+            None
         }
-        None => bind(spec.workspace, &ws, false)?,
-    }
+        (None, None) => {
+            bind(spec.workspace, &ws, false)?;
+            None
+        }
+        (Some(bytes), fd) => {
+            // The lower layer: the id-mapped workspace (root) or the
+            // workspace itself.
+            let lower = match fd {
+                Some(fd) => {
+                    let lower = spec.scratch.join("lower");
+                    mkdir_p(&lower)?;
+                    crate::identity::attach(fd, &lower)?;
+                    lower
+                }
+                None => spec.workspace.to_path_buf(),
+            };
+            mkdir_p(&ws)?;
+            Some(crate::quota::mount(
+                spec.workspace,
+                &lower,
+                &spec.scratch.join("quota"),
+                &ws,
+                bytes,
+                spec.user_ns,
+            )?)
+        }
+    };
 
     let writable = [ws.as_path(), tmp.as_path(), proc_dir.as_path()];
     read_only_except(root, &writable)?;
-    enter(root)
+    enter(root)?;
+    Ok(quota)
 }
 
 /// Bind-mounts `host` (a directory or a file) at `target`, creating the mount
@@ -336,7 +372,7 @@ fn enter(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn mount(
+pub(crate) fn mount(
     source: Option<&str>,
     target: impl AsRef<Path>,
     fstype: Option<&str>,
