@@ -578,12 +578,25 @@ const ESCAPES: &[(&str, &str)] = &[
     ("nohup", "nohup sleep {m} >/dev/null 2>&1 & sleep 1000"),
 ];
 
-/// Polls until a process with `marker` in its command line runs on the host.
-/// Panics after a minute: without that evidence a "no survivors" check would
-/// pass without testing anything.
+/// Host processes that are the marker's `sleep` itself (not a shell whose
+/// command line merely mentions it).
+fn sleeping(marker: &str) -> Vec<i32> {
+    survivors(marker)
+        .into_iter()
+        .filter(|pid| {
+            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let argv: Vec<&[u8]> = argv.split(|b| *b == 0).collect();
+            argv.len() >= 2 && argv[0].ends_with(b"sleep") && argv[1] == marker.as_bytes()
+        })
+        .collect()
+}
+
+/// Polls until the marker's `sleep` runs on the host. Panics after a minute:
+/// without that evidence a "no survivors" check would pass without testing
+/// anything.
 async fn wait_for_marker(marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while survivors(marker).is_empty() {
+    while sleeping(marker).is_empty() {
         assert!(
             Instant::now() < deadline,
             "the process with marker {marker} never started"
@@ -721,7 +734,7 @@ async fn dropping_the_run_future_kills_the_task_and_cleans_up() {
 /// overlay's `upperdir=<task dir>/quota/upper`, read from that process's
 /// mountinfo.
 fn task_dir_of(marker: &str) -> Option<PathBuf> {
-    let pid = *survivors(marker).first()?;
+    let pid = *sleeping(marker).first()?;
     let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok()?;
     let start = mountinfo.find("upperdir=")? + "upperdir=".len();
     let rest = &mountinfo[start..];
