@@ -117,6 +117,10 @@ impl App {
     ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
         let mut config = Config::load(&dirs.user_config_file())?;
+        config.sandbox.check(
+            &[dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+            home_dir().as_deref(),
+        )?;
         if model.is_some() {
             config.model = model;
         }
@@ -206,6 +210,13 @@ impl App {
             files.push(ws.join("capstan.toml"));
         }
         files
+    }
+
+    /// The sandbox settings (`[sandbox]`) of commands in a workspace.
+    pub fn sandbox_for(&self, workspace: Option<&Path>) -> crate::config::SandboxSettings {
+        self.config
+            .sandbox
+            .settings_for(workspace, home_dir().as_deref())
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile
@@ -357,7 +368,10 @@ impl App {
             .map(|w| self.policy_for(w))
             .unwrap_or_else(|| self.config.policy.clone());
         let services = HostServices {
-            exec: Some(Arc::new(Exec::new(policy, self.broker.clone()))),
+            exec: Some(Arc::new(
+                Exec::new(policy, self.broker.clone())
+                    .with_sandbox(self.sandbox_for(workspace.as_deref())),
+            )),
             index: Some(self.indexes.clone()),
             approval: Some(self.broker.clone()),
             model: None,
@@ -456,4 +470,9 @@ pub fn roll_summary(previous: &str, question: &str, answer: &str) -> String {
         s = s[start..].to_string();
     }
     s
+}
+
+/// The user's home directory, for `~/` in `[sandbox] read`.
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from)
 }

@@ -69,6 +69,10 @@ pub(crate) struct LaunchConfig {
     pub cgroup: TaskCgroup,
     /// Mechanisms to treat as missing (a test hook that can only refuse runs).
     pub unavailable: Vec<Mechanism>,
+    /// Bench only: the whole host read-only instead of the allowlist view.
+    #[cfg(feature = "bench-whole-host")]
+    #[serde(default)]
+    pub whole_host_view: bool,
 }
 
 /// One line (JSON) sent back to `run` over the control socket.
@@ -235,18 +239,22 @@ fn confined(config: &LaunchConfig, ctrl: Ctrl) -> Result<i32, Report> {
             let view = nix::sched::unshare(CloneFlags::CLONE_NEWNS)
                 .map_err(|e| format!("no mount namespace: {e}"))
                 .and_then(|()| {
-                    crate::view::build(&crate::view::ViewSpec {
-                        new_root: &config.task_dir.join("root"),
-                        workspace: &config.workspace,
-                        read: &config.read,
-                        tmp_bytes: config.limits.tmp_size,
-                        network: config.network,
-                        workspace_mount: workspace_mount.as_ref(),
-                        owner: command_ids,
-                        write_quota: config.limits.workspace_write_quota,
-                        scratch: &config.task_dir,
-                        user_ns: ns.user,
-                    })
+                    #[cfg(feature = "bench-whole-host")]
+                    if config.whole_host_view {
+                        return crate::view::build_whole_host(&view_spec(
+                            config,
+                            workspace_mount.as_ref(),
+                            command_ids,
+                            ns.user,
+                        ))
+                        .map(|()| None);
+                    }
+                    crate::view::build(&view_spec(
+                        config,
+                        workspace_mount.as_ref(),
+                        command_ids,
+                        ns.user,
+                    ))
                 });
             drop(workspace_mount);
             let quota = match view {
@@ -271,6 +279,25 @@ fn confined(config: &LaunchConfig, ctrl: Ctrl) -> Result<i32, Report> {
             drop(life_w);
             Ok(0)
         }
+    }
+}
+
+fn view_spec<'a>(
+    config: &'a LaunchConfig,
+    workspace_mount: Option<&'a OwnedFd>,
+    owner: (u32, u32),
+    user_ns: bool,
+) -> crate::view::ViewSpec<'a> {
+    crate::view::ViewSpec {
+        task_dir: &config.task_dir,
+        workspace: &config.workspace,
+        read: &config.read,
+        tmp_bytes: config.limits.tmp_size,
+        network: config.network,
+        workspace_mount,
+        owner,
+        write_quota: config.limits.workspace_write_quota,
+        user_ns,
     }
 }
 
@@ -559,10 +586,11 @@ fn reap_all_children() {
     }
 }
 
-/// Whether the filesystem at `path` has no block left: a size-limited tmpfs
-/// the command filled (and so met its limit).
+/// Whether the filesystem at `path` has no block or inode left: a
+/// size-limited tmpfs the command filled (and so met its limit).
 fn filesystem_full(path: &Path) -> bool {
-    nix::sys::statvfs::statvfs(path).is_ok_and(|st| st.blocks_available() == 0)
+    nix::sys::statvfs::statvfs(path)
+        .is_ok_and(|st| st.blocks_available() == 0 || st.files_available() == 0)
 }
 
 /// Subreaper mode: kills and reaps until we have no children. Because we are a

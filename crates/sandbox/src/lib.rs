@@ -301,6 +301,9 @@ pub struct ExecSpec {
     /// its view at the same path. Each must exist; `/` is refused. Secrets of
     /// `/etc` stay masked even when listed.
     pub read: Vec<PathBuf>,
+    /// Bench only: the whole host read-only instead of the allowlist view.
+    #[cfg(feature = "bench-whole-host")]
+    pub whole_host_view: bool,
 }
 
 impl ExecSpec {
@@ -319,6 +322,8 @@ impl ExecSpec {
             mode: SandboxMode::Required,
             limits: Limits::default(),
             read: Vec::new(),
+            #[cfg(feature = "bench-whole-host")]
+            whole_host_view: false,
         }
     }
 }
@@ -665,6 +670,8 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         cgroup: cgroup.clone(),
         read,
         unavailable: unavailable_mechanisms(),
+        #[cfg(feature = "bench-whole-host")]
+        whole_host_view: spec.whole_host_view,
     };
     Ok(Prepared {
         config,

@@ -10,7 +10,8 @@
 //! workspace, read-only to the overlay; upper: the quota tmpfs), so every byte
 //! it creates or changes lands in the tmpfs first. What it counts: the full
 //! size of every file the command creates or modifies (a modified file is
-//! copied up whole), plus directory entries.
+//! copied up whole; holes of sparse files stay holes), and every file,
+//! directory or link at least 1 KiB (the tmpfs has one inode per KiB).
 //!
 //! Copy-back: once every process of the task is gone, init (outside Landlock
 //! and seccomp, still holding descriptors of the upper layer and of the real
@@ -77,7 +78,13 @@ pub(crate) fn mount(
         scratch,
         Some("tmpfs"),
         libc::MS_NOSUID | libc::MS_NODEV,
-        Some(&format!("mode=0700,size={}", bytes.max(4096))),
+        // Every file or directory costs an inode: at least 1 KiB of the quota
+        // each, so a flood of empty files is bounded too.
+        Some(&format!(
+            "mode=0700,size={},nr_inodes={}",
+            bytes.max(4096),
+            (bytes / 1024).max(64)
+        )),
     )
     .map_err(|e| format!("mounting the write quota tmpfs: {e}"))?;
     let (upper, work) = (scratch.join("upper"), scratch.join("work"));
@@ -137,9 +144,11 @@ fn escape(p: &Path) -> String {
 }
 
 impl Quota {
-    /// The upper layer has no block left: the command met its quota.
+    /// The upper layer has no block or no inode left: the command met its
+    /// quota.
     pub(crate) fn full(&self) -> bool {
-        nix::sys::statvfs::fstatvfs(&self.upper).is_ok_and(|st| st.blocks_available() == 0)
+        nix::sys::statvfs::fstatvfs(&self.upper)
+            .is_ok_and(|st| st.blocks_available() == 0 || st.files_available() == 0)
     }
 
     /// Replays the upper layer onto the real workspace. Call only when no
@@ -223,10 +232,10 @@ impl Quota {
                         | OFlag::O_CLOEXEC,
                     mode,
                 )?;
-                let (mut src, mut dst) = (std::fs::File::from(src), std::fs::File::from(dst));
-                let copied = std::io::copy(&mut src, &mut dst)
+                let (src, dst) = (std::fs::File::from(src), std::fs::File::from(dst));
+                let copied = copy_sparse(&src, &dst, st.st_size as u64)
                     .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
-                    .and_then(|_| nix::sys::stat::fchmod(&dst, mode))
+                    .and_then(|()| nix::sys::stat::fchmod(&dst, mode))
                     .and_then(|()| {
                         let times = [
                             nix::sys::time::TimeSpec::new(st.st_atime, st.st_atime_nsec),
@@ -289,6 +298,43 @@ impl Quota {
         };
         n > 0 && buf[0] == b'y'
     }
+}
+
+/// Copies the data of `src` into `dst` and leaves the holes as holes: a
+/// sparse file takes almost nothing of the quota's tmpfs, and must not turn
+/// into its full apparent size on the host's disk.
+fn copy_sparse(src: &std::fs::File, dst: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut offset = 0i64;
+    loop {
+        // SAFETY: lseek on an fd we own.
+        let data = unsafe { libc::lseek(src.as_raw_fd(), offset, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // no data past `offset`
+            }
+            return Err(e);
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(src.as_raw_fd(), data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut at = data as u64;
+        while at < hole as u64 {
+            let want = buf.len().min((hole as u64 - at) as usize);
+            let n = src.read_at(&mut buf[..want], at)?;
+            if n == 0 {
+                break;
+            }
+            dst.write_all_at(&buf[..n], at)?;
+            at += n as u64;
+        }
+        offset = hole;
+    }
+    dst.set_len(len)
 }
 
 /// Removes a file, symlink or whole directory tree named `name` in `dir`,

@@ -71,8 +71,10 @@ pub(crate) const TMP: &str = "/tmp";
 
 /// What the view is built from.
 pub(crate) struct ViewSpec<'a> {
-    /// Empty directory on the host where the new root is assembled.
-    pub new_root: &'a Path,
+    /// The task's host directory (outside the new root): the new root is
+    /// assembled in its `root`, the quota's tmpfs mounted on its `quota` and,
+    /// as root, the id-mapped lower layer on its `lower`.
+    pub task_dir: &'a Path,
     pub workspace: &'a Path,
     /// Extra read-only paths (absolute, canonical, existing).
     pub read: &'a [PathBuf],
@@ -89,9 +91,6 @@ pub(crate) struct ViewSpec<'a> {
     /// Write quota of the workspace in bytes (see [`crate::quota`]); `None`:
     /// the workspace is bound directly.
     pub write_quota: Option<u64>,
-    /// Host directory (outside the new root) for the quota's tmpfs and, as
-    /// root, the id-mapped lower layer.
-    pub scratch: &'a Path,
     /// Building inside a user namespace (Capstan not run as root).
     pub user_ns: bool,
 }
@@ -102,7 +101,8 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
     // Keep every change below from propagating back to the host's namespace.
     mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .map_err(|e| format!("making the mount namespace private: {e}"))?;
-    let root = spec.new_root;
+    let new_root = spec.task_dir.join("root");
+    let root = new_root.as_path();
     mount(
         Some("tmpfs"),
         root,
@@ -122,7 +122,11 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
         &tmp,
         Some("tmpfs"),
         libc::MS_NOSUID | libc::MS_NODEV,
-        Some(&format!("mode=1777,size={}", spec.tmp_bytes.max(4096))),
+        Some(&format!(
+            "mode=1777,size={},nr_inodes={}",
+            spec.tmp_bytes.max(4096),
+            (spec.tmp_bytes / 1024).max(64)
+        )),
     )
     .map_err(|e| format!("mounting the private /tmp: {e}"))?;
 
@@ -190,7 +194,7 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
             // workspace itself.
             let lower = match fd {
                 Some(fd) => {
-                    let lower = spec.scratch.join("lower");
+                    let lower = spec.task_dir.join("lower");
                     mkdir_p(&lower)?;
                     crate::identity::attach(fd, &lower)?;
                     lower
@@ -201,7 +205,7 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
             Some(crate::quota::mount(
                 spec.workspace,
                 &lower,
-                &spec.scratch.join("quota"),
+                &spec.task_dir.join("quota"),
                 &ws,
                 bytes,
                 spec.user_ns,
@@ -213,6 +217,28 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
     read_only_except(root, &writable)?;
     enter(root)?;
     Ok(quota)
+}
+
+/// Bench only (feature `bench-whole-host`): the filesystem before the
+/// allowlist, to measure what the allowlist costs. The whole host read-only,
+/// the workspace read-write, a private /proc. Never used by Capstan.
+#[cfg(feature = "bench-whole-host")]
+pub(crate) fn build_whole_host(spec: &ViewSpec) -> Result<(), String> {
+    mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .map_err(|e| format!("making the mount namespace private: {e}"))?;
+    match spec.workspace_mount {
+        Some(fd) => crate::identity::attach(fd, spec.workspace)?,
+        None => bind(spec.workspace, spec.workspace, false)?,
+    }
+    read_only_except(Path::new("/"), &[spec.workspace])?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )
+    .map_err(|e| format!("mounting a private /proc: {e}"))
 }
 
 /// Bind-mounts `host` (a directory or a file) at `target`, creating the mount

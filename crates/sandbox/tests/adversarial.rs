@@ -1435,3 +1435,36 @@ async fn the_quota_overlay_copies_every_change_back() {
         .collect();
     assert!(!names.iter().any(|n| n.starts_with(".capstan-copy")), "{names:?}");
 }
+
+/// A sparse file costs the quota only its data, and reaches the host's disk
+/// as sparse: the quota cannot be outgrown through holes.
+#[tokio::test]
+async fn sparse_files_stay_sparse_through_the_quota() {
+    use std::os::unix::fs::MetadataExt;
+    let f = Fixture::new();
+    let mut spec = f.spec("truncate -s 3G sparse && printf end >> sparse && echo ok");
+    spec.limits.workspace_write_quota = Some(8 << 20);
+    let out = run(spec, CancellationToken::new()).await.unwrap();
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    let meta = std::fs::metadata(f.ws.join("sparse")).unwrap();
+    assert_eq!(meta.len(), (3 << 30) + 3);
+    assert!(meta.blocks() * 512 < 1 << 20, "{} bytes on disk", meta.blocks() * 512);
+}
+
+/// Many empty files are bounded by the quota too (one inode per KiB).
+#[tokio::test]
+async fn a_flood_of_empty_files_hits_the_quota() {
+    let f = Fixture::new();
+    let mut spec = f.spec("mkdir d && cd d && for i in $(seq 1 5000); do : > f$i || exit 1; done");
+    spec.limits.workspace_write_quota = Some(1 << 20);
+    let out = run(spec, CancellationToken::new()).await.unwrap();
+    assert!(failed(&out), "{out:?}");
+    assert!(out.stderr.contains("No space left"), "{out:?}");
+    assert_eq!(
+        out.limit_hit,
+        Some(LimitHit::WorkspaceQuota { limit_bytes: 1 << 20 }),
+        "{out:?}"
+    );
+    let made = std::fs::read_dir(f.ws.join("d")).unwrap().count();
+    assert!(made < 1100, "{made} files reached the workspace");
+}

@@ -117,10 +117,10 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         .map(|w| app.policy_for(w))
         .unwrap_or_else(|| app.config.policy.clone());
     let services = HostServices {
-        exec: Some(Arc::new(crate::services::exec::Exec::new(
-            policy,
-            app.broker.clone(),
-        ))),
+        exec: Some(Arc::new(
+            crate::services::exec::Exec::new(policy, app.broker.clone())
+                .with_sandbox(app.sandbox_for(workspace.as_deref())),
+        )),
         index: Some(app.indexes.clone()),
         approval: Some(app.broker.clone()),
         model: None,

@@ -154,10 +154,10 @@ impl McpHost {
             .map(|w| self.app.policy_for(w))
             .unwrap_or_else(|| self.app.config.policy.clone());
         HostServices {
-            exec: Some(Arc::new(crate::services::exec::Exec::new(
-                policy,
-                self.app.broker.clone(),
-            ))),
+            exec: Some(Arc::new(
+                crate::services::exec::Exec::new(policy, self.app.broker.clone())
+                    .with_sandbox(self.app.sandbox_for(self.workspace.as_deref())),
+            )),
             index: Some(self.app.indexes.clone()),
             approval: Some(self.app.broker.clone()),
             model: None,
