@@ -236,7 +236,12 @@ fn planted_repo(ws: &Path) {
     )
     .unwrap();
     std::fs::create_dir_all(ws.join("hooks")).unwrap();
-    for hook in ["pre-commit", "post-commit", "post-checkout", "post-index-change"] {
+    for hook in [
+        "pre-commit",
+        "post-commit",
+        "post-checkout",
+        "post-index-change",
+    ] {
         let path = ws.join("hooks").join(hook);
         std::fs::write(&path, format!("#!/bin/sh\n'{}' hook\n", plant.display())).unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -251,29 +256,92 @@ fn planted_repo(ws: &Path) {
 fn planted_keys(plant: &str, ws: &Path) -> Vec<(&'static str, String)> {
     let inc = ws.join("inc.cfg");
     vec![
-        ("core.fsmonitor", format!("[core]\n\tfsmonitor = {plant} fsmonitor\n")),
-        ("diff.external", format!("[diff]\n\texternal = {plant} external\n")),
+        (
+            "core.fsmonitor",
+            format!("[core]\n\tfsmonitor = {plant} fsmonitor\n"),
+        ),
+        (
+            "diff.external",
+            format!("[diff]\n\texternal = {plant} external\n"),
+        ),
         ("core.pager", format!("[core]\n\tpager = {plant} pager\n")),
         ("pager.log", format!("[pager]\n\tlog = {plant} pagerlog\n")),
-        ("core.sshcommand", format!("[core]\n\tsshCommand = {plant} ssh\n")),
-        ("core.hookspath", format!("[core]\n\thooksPath = {}\n", ws.join("hooks").display())),
-        ("filter.x.clean", format!("[filter \"x\"]\n\tclean = {plant} clean\n")),
-        ("filter.x.smudge", format!("[filter \"x\"]\n\tsmudge = {plant} smudge\n")),
-        ("filter.x.process", format!("[filter \"x\"]\n\tprocess = {plant} process\n")),
-        ("diff.x.textconv", format!("[diff \"x\"]\n\ttextconv = {plant} textconv\n")),
-        ("diff.x.command", format!("[diff \"x\"]\n\tcommand = {plant} diffcommand\n")),
-        ("merge.x.driver", format!("[merge \"x\"]\n\tdriver = {plant} merge\n")),
-        ("credential.helper", format!("[credential]\n\thelper = !{plant} credential\n")),
-        ("include.path", format!("[include]\n\tpath = {}\n", inc.display())),
-        ("includeif.gitdir:/.path", format!("[includeIf \"gitdir:/\"]\n\tpath = {}\n", inc.display())),
-        ("core.editor", format!("[core]\n\teditor = {plant} editor\n")),
-        ("sequence.editor", format!("[sequence]\n\teditor = {plant} seqeditor\n")),
-        ("gpg.program", format!("[gpg]\n\tprogram = {plant} gpg\n[log]\n\tshowSignature = true\n")),
-        ("core.askpass", format!("[core]\n\taskPass = {plant} askpass\n")),
+        (
+            "core.sshcommand",
+            format!("[core]\n\tsshCommand = {plant} ssh\n"),
+        ),
+        (
+            "core.hookspath",
+            format!("[core]\n\thooksPath = {}\n", ws.join("hooks").display()),
+        ),
+        (
+            "filter.x.clean",
+            format!("[filter \"x\"]\n\tclean = {plant} clean\n"),
+        ),
+        (
+            "filter.x.smudge",
+            format!("[filter \"x\"]\n\tsmudge = {plant} smudge\n"),
+        ),
+        (
+            "filter.x.process",
+            format!("[filter \"x\"]\n\tprocess = {plant} process\n"),
+        ),
+        (
+            "diff.x.textconv",
+            format!("[diff \"x\"]\n\ttextconv = {plant} textconv\n"),
+        ),
+        (
+            "diff.x.command",
+            format!("[diff \"x\"]\n\tcommand = {plant} diffcommand\n"),
+        ),
+        (
+            "merge.x.driver",
+            format!("[merge \"x\"]\n\tdriver = {plant} merge\n"),
+        ),
+        (
+            "credential.helper",
+            format!("[credential]\n\thelper = !{plant} credential\n"),
+        ),
+        (
+            "include.path",
+            format!("[include]\n\tpath = {}\n", inc.display()),
+        ),
+        (
+            "includeif.gitdir:/.path",
+            format!("[includeIf \"gitdir:/\"]\n\tpath = {}\n", inc.display()),
+        ),
+        (
+            "core.editor",
+            format!("[core]\n\teditor = {plant} editor\n"),
+        ),
+        (
+            "sequence.editor",
+            format!("[sequence]\n\teditor = {plant} seqeditor\n"),
+        ),
+        (
+            "gpg.program",
+            format!("[gpg]\n\tprogram = {plant} gpg\n[log]\n\tshowSignature = true\n"),
+        ),
+        (
+            "core.askpass",
+            format!("[core]\n\taskPass = {plant} askpass\n"),
+        ),
         ("alias.st", format!("[alias]\n\tst = !{plant} alias\n")),
-        ("core.gitproxy", format!("[core]\n\tgitProxy = {plant} proxy\n")),
-        ("interactive.difffilter", format!("[interactive]\n\tdiffFilter = {plant} difffilter\n")),
-        ("remote.origin.uploadpack", format!("[remote \"origin\"]\n\turl = {}\n\tuploadpack = {plant} uploadpack\n", ws.display())),
+        (
+            "core.gitproxy",
+            format!("[core]\n\tgitProxy = {plant} proxy\n"),
+        ),
+        (
+            "interactive.difffilter",
+            format!("[interactive]\n\tdiffFilter = {plant} difffilter\n"),
+        ),
+        (
+            "remote.origin.uploadpack",
+            format!(
+                "[remote \"origin\"]\n\turl = {}\n\tuploadpack = {plant} uploadpack\n",
+                ws.display()
+            ),
+        ),
     ]
 }
 
@@ -281,7 +349,10 @@ const BASE_CONFIG: &str =
     "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
 
 fn assert_nothing_ran(ws: &Path, what: &str) {
-    assert!(ws.join("canary.txt").exists(), "{what}: the canary was deleted");
+    assert!(
+        ws.join("canary.txt").exists(),
+        "{what}: the canary was deleted"
+    );
     let markers: Vec<String> = std::fs::read_dir(ws)
         .unwrap()
         .filter_map(|e| e.ok())
@@ -309,9 +380,17 @@ fn git_asks_when_the_repository_config_names_a_program_and_runs_nothing_planted(
     .unwrap();
     // Clean: read-only git runs without asking, inside the sandbox.
     let run = invoke(&home, &ws, "none", json!({"command": "git status --short"}));
-    assert!(run.of_type("approval.requested").is_empty(), "{:?}", run.events);
+    assert!(
+        run.of_type("approval.requested").is_empty(),
+        "{:?}",
+        run.events
+    );
     let step = run.of_type("terminal.step");
-    assert_eq!(step[0]["exit_code"], 0, "git must run in the sandbox: {:?}", run.events);
+    assert_eq!(
+        step[0]["exit_code"], 0,
+        "git must run in the sandbox: {:?}",
+        run.events
+    );
     assert!(
         step[0]["output_tail"].as_str().unwrap().contains("a.txt"),
         "{step:?}"
@@ -321,7 +400,12 @@ fn git_asks_when_the_repository_config_names_a_program_and_runs_nothing_planted(
         for cmd in ["git status", "git diff", "git log -p"] {
             let run = invoke(&home, &ws, "none", json!({"command": cmd}));
             let what = format!("{key} / {cmd}");
-            assert_eq!(run.result()["reason"], "denied", "{what}: {:?}", run.result());
+            assert_eq!(
+                run.result()["reason"],
+                "denied",
+                "{what}: {:?}",
+                run.result()
+            );
             let asked = run.of_type("approval.requested");
             assert_eq!(asked.len(), 1, "{what}: {:?}", run.events);
             assert_eq!(asked[0]["risk"], "unknown", "{what}");
@@ -341,7 +425,10 @@ fn git_asks_when_the_repository_config_names_a_program_and_runs_nothing_planted(
     .unwrap();
     let run = invoke(&home, &ws, "none", json!({"command": "git status"}));
     let reasons = run.of_type("approval.requested")[0]["reasons"].to_string();
-    assert!(reasons.contains("`core.fsmonitor` (in store/config)"), "{reasons}");
+    assert!(
+        reasons.contains("`core.fsmonitor` (in store/config)"),
+        "{reasons}"
+    );
     assert_nothing_ran(&ws, "gitdir file");
 }
 
@@ -425,7 +512,8 @@ async fn a_plugin_asking_for_a_stricter_risk_makes_the_command_ask() {
         ),
     };
     let exec = |profile| {
-        let broker = ApprovalBroker::new(ApproveMode::None, std::time::Duration::from_secs(5), None);
+        let broker =
+            ApprovalBroker::new(ApproveMode::None, std::time::Duration::from_secs(5), None);
         Exec::new(
             Policy {
                 profile,

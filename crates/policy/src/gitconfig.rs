@@ -71,7 +71,11 @@ impl RepoFacts {
                 continue;
             }
             if seen.len() >= MAX_FILES {
-                facts.push("too many included configuration files to vet", &file, workspace);
+                facts.push(
+                    "too many included configuration files to vet",
+                    &file,
+                    workspace,
+                );
                 break;
             }
             seen.push(file.clone());
@@ -118,7 +122,9 @@ fn discover(workspace: &Path, cwd: &Path, facts: &mut RepoFacts) -> Option<PathB
                 }
             };
         }
-        if dir.join("HEAD").is_file() && dir.join("objects").is_dir() && dir.join("config").is_file()
+        if dir.join("HEAD").is_file()
+            && dir.join("objects").is_dir()
+            && dir.join("config").is_file()
         {
             return Some(dir);
         }

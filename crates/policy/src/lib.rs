@@ -84,9 +84,9 @@
 //! more than 48 brackets deep, is refused as unknown before parsing.
 
 mod display;
+pub mod gitconfig;
 mod parse;
 mod policy;
-pub mod gitconfig;
 mod protect;
 mod risk;
 mod table;

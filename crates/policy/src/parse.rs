@@ -567,7 +567,10 @@ impl Analyzer {
             self.arith_use(text);
         }
         for name in &scan.assigned {
-            self.taint(name, format!("`${{{name}:=...}}` assigns it a run-time value"));
+            self.taint(
+                name,
+                format!("`${{{name}:=...}}` assigns it a run-time value"),
+            );
             self.assigns_name(name, "a `${...:=...}` expansion");
         }
         scan.args
@@ -674,10 +677,7 @@ impl Analyzer {
             .iter()
             .find(|v| v.dynamic && !vars::numeric_value(&v.text))
         {
-            self.taint(
-                name,
-                format!("it is assigned `{}`", display::clip(&v.text)),
-            );
+            self.taint(name, format!("it is assigned `{}`", display::clip(&v.text)));
         }
         if table::dangerous_env_var(name) {
             self.finding(
@@ -1038,7 +1038,8 @@ impl Analyzer {
                     let (var, _) = vars::name_and_subscript(&a.text);
                     let var = var.to_owned();
                     if integer {
-                        self.integers.push((var.clone(), format!("{name} -i {var}")));
+                        self.integers
+                            .push((var.clone(), format!("{name} -i {var}")));
                     }
                     let how = format!("`{name} -n` makes it refer to another variable");
                     self.name_operand(a, name, nameref.then_some(&how));
@@ -1063,7 +1064,11 @@ impl Analyzer {
                 }
             }
             "test" | "[" => {
-                if let Some(a) = args.iter().position(|a| a.text == "-v").and_then(|i| args.get(i + 1)) {
+                if let Some(a) = args
+                    .iter()
+                    .position(|a| a.text == "-v")
+                    .and_then(|i| args.get(i + 1))
+                {
                     let (_, sub) = vars::name_and_subscript(&a.text);
                     if let Some(sub) = sub {
                         self.arith_use(sub);
@@ -1136,7 +1141,7 @@ mod tests {
         assert!(parse_program(&deep).is_err());
         let subst = format!("{}true{}", "$(echo ".repeat(40), ")".repeat(40));
         // Within limits: must parse and analyse without overflowing.
-        let a = analyze_shell(&subst);
+        let a = analyze_shell(&subst, &Context::default());
         assert!(!a.commands.is_empty());
     }
 }

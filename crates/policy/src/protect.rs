@@ -149,7 +149,12 @@ mod tests {
         ] {
             assert!(protected_path(p), "{p}");
         }
-        for p in ["src/main.rs", "git/config", "capstan.toml.bak", "docs/envrc"] {
+        for p in [
+            "src/main.rs",
+            "git/config",
+            "capstan.toml.bak",
+            "docs/envrc",
+        ] {
             assert!(!protected_path(p), "{p}");
         }
     }

@@ -364,7 +364,9 @@ pub(crate) fn classify(argv: &[Arg]) -> Vec<Effect> {
         }
     };
     dispatch(&mut c, &name);
-    if c.own_risk() == Risk::Write {
+    // Unknown too: `sed -i` with a run-time argument is unknown, and an
+    // allow rule for `sed` must still not cover a write to `.git/config`.
+    if matches!(c.own_risk(), Risk::Write | Risk::Unknown) {
         protected_writes(&mut c, &name);
     }
     c.out
@@ -374,11 +376,56 @@ pub(crate) fn classify(argv: &[Arg]) -> Vec<Effect> {
 /// only known at run time (`cp x "$D"`, `xargs sed -i`, `find -exec chmod`)
 /// may be a protected file.
 const FILE_WRITERS: &[&str] = &[
-    "touch", "mkdir", "cp", "mv", "install", "ln", "chmod", "chown", "chgrp", "truncate", "patch",
-    "mkfifo", "split", "csplit", "sponge", "rename", "tee", "sed", "dd", "tar", "bsdtar", "unzip",
-    "rsync", "zip", "gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "unzstd", "lz4",
-    "sort", "uniq", "xxd", "iconv", "history", "find", "tree", "file", "prettier", "black", "ruff",
-    "gofmt", "rustfmt", "clang-format", "cloc", "ptx", "less",
+    "touch",
+    "mkdir",
+    "cp",
+    "mv",
+    "install",
+    "ln",
+    "chmod",
+    "chown",
+    "chgrp",
+    "truncate",
+    "patch",
+    "mkfifo",
+    "split",
+    "csplit",
+    "sponge",
+    "rename",
+    "tee",
+    "sed",
+    "dd",
+    "tar",
+    "bsdtar",
+    "unzip",
+    "rsync",
+    "zip",
+    "gzip",
+    "gunzip",
+    "bzip2",
+    "bunzip2",
+    "xz",
+    "unxz",
+    "zstd",
+    "unzstd",
+    "lz4",
+    "sort",
+    "uniq",
+    "xxd",
+    "iconv",
+    "history",
+    "find",
+    "tree",
+    "file",
+    "prettier",
+    "black",
+    "ruff",
+    "gofmt",
+    "rustfmt",
+    "clang-format",
+    "cloc",
+    "ptx",
+    "less",
 ];
 
 /// A write aimed at a protected location (see `protect.rs`) is worth more
@@ -1199,16 +1246,19 @@ fn wrap_env(c: &mut Cmd<'_>) {
         }
     };
     let own = &c.args[..i];
-    let unsets_dangerous = own.windows(2).any(|w| {
-        (w[0].text == "-u" || w[0].text == "--unset") && dangerous_env_var(&w[1].text)
-    }) || own.iter().any(|a| {
-        a.text
-            .strip_prefix("--unset=")
-            .or_else(|| a.text.strip_prefix("-u").filter(|v| !v.is_empty()))
-            .is_some_and(dangerous_env_var)
-    });
+    let unsets_dangerous = own
+        .windows(2)
+        .any(|w| (w[0].text == "-u" || w[0].text == "--unset") && dangerous_env_var(&w[1].text))
+        || own.iter().any(|a| {
+            a.text
+                .strip_prefix("--unset=")
+                .or_else(|| a.text.strip_prefix("-u").filter(|v| !v.is_empty()))
+                .is_some_and(dangerous_env_var)
+        });
     if has_flag(own, &["-i", "--ignore-environment"]) || has_short(own, 'i') || unsets_dangerous {
-        c.unknown("clears or unsets environment variables, dropping the host's safety settings for git");
+        c.unknown(
+            "clears or unsets environment variables, dropping the host's safety settings for git",
+        );
     }
     while i < c.args.len() {
         let a = &c.args[i];
@@ -2681,10 +2731,9 @@ fn npm(c: &mut Cmd<'_>) {
     match sub.text.as_str() {
         "ls" | "list" | "ll" | "la" | "help" | "root" | "bin" | "prefix" | "explain" | "why"
         | "query" | "fund" | "get" => c.read_only(),
-        "view" | "info" | "show" | "v" => c.risk(
-            Risk::Network,
-            "asks the package registry about a package",
-        ),
+        "view" | "info" | "show" | "v" => {
+            c.risk(Risk::Network, "asks the package registry about a package")
+        }
         "config" | "c" => {
             if surely_flag(args, &["get", "list", "ls"]) {
                 c.read_only()
@@ -2730,10 +2779,7 @@ fn yarn(c: &mut Cmd<'_>, name: &str) {
     }
     match sub.text.as_str() {
         "list" | "ls" | "why" | "help" | "bin" | "root" | "licenses" | "config" => c.read_only(),
-        "info" | "view" => c.risk(
-            Risk::Network,
-            "asks the package registry about a package",
-        ),
+        "info" | "view" => c.risk(Risk::Network, "asks the package registry about a package"),
         "install" | "i" | "add" | "upgrade" | "up" | "update" | "publish" | "login"
         | "outdated" | "audit" | "fetch" | "import" => c.network(),
         "remove" | "rm" | "uninstall" | "un" | "prune" => c.risk(Risk::Delete, "removes packages"),
@@ -2757,10 +2803,9 @@ fn pip(c: &mut Cmd<'_>) {
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
-        "list" if has_flag(c.args, &["-o", "--outdated", "-u", "--uptodate"]) => c.risk(
-            Risk::Network,
-            "asks the package index for newer versions",
-        ),
+        "list" if has_flag(c.args, &["-o", "--outdated", "-u", "--uptodate"]) => {
+            c.risk(Risk::Network, "asks the package index for newer versions")
+        }
         "list" | "show" | "freeze" | "check" | "help" | "debug" | "inspect" | "hash" => {
             c.read_only()
         }
@@ -2779,8 +2824,8 @@ fn uv(c: &mut Cmd<'_>) {
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
         "version" | "help" => c.read_only(),
-        "pip" | "tree" | "add" | "sync" | "lock" | "tool" | "python" | "venv" | "init" | "remove"
-        | "export" | "publish" | "build" => c.network(),
+        "pip" | "tree" | "add" | "sync" | "lock" | "tool" | "python" | "venv" | "init"
+        | "remove" | "export" | "publish" | "build" => c.network(),
         "run" => c.unknown("runs arbitrary code"),
         _ => c.unknown("is not a known uv subcommand"),
     }
@@ -2794,10 +2839,7 @@ fn go(c: &mut Cmd<'_>) {
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
         "version" | "help" => c.read_only(),
-        "doc" | "list" => c.risk(
-            Risk::Network,
-            "may download modules to resolve packages",
-        ),
+        "doc" | "list" => c.risk(Risk::Network, "may download modules to resolve packages"),
         "env" => {
             if has_flag(c.args, &["-w", "-u"]) {
                 c.risk(Risk::Write, "changes go configuration")
@@ -2883,7 +2925,10 @@ fn package_manager(c: &mut Cmd<'_>, name: &str) {
                 "dnf" | "yum" | "zypper" | "snap" | "brew" | "port" | "poetry"
             ) =>
         {
-            c.risk(Risk::Network, "may refresh package metadata from the network")
+            c.risk(
+                Risk::Network,
+                "may refresh package metadata from the network",
+            )
         }
         "list" | "info" | "show" | "policy" | "config" | "--version" | "version" | "help"
         | "env" | "which" => c.read_only(),

@@ -356,9 +356,9 @@ const CASES: &[(&str, Risk, &str)] = &[
     ("declare -i x; read -r x < p.txt", Unknown, "integer"),
     ("typeset -i x; read -r x < p.txt", Unknown, "integer"),
     ("read -r v < p.txt; declare -i x=$v", Unknown, "integer"),
-    ("f() { local -i y=$1; }; f "$(cat p.txt)"", Unknown, "integer"),
+    ("f() { local -i y=$1; }; f \"$(cat p.txt)\"", Unknown, "integer"),
     ("read -r v < p.txt; let x=v", Unknown, "evaluates `v`"),
-    ("read -r v < p.txt; let "x=$v"", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; let \"x=$v\"", Unknown, "evaluates `v`"),
     ("read -r v < p.txt; (( x = v + 1 ))", Unknown, "evaluates `v`"),
     ("read -r v < p.txt; echo ${a[v]}", Unknown, "evaluates `v`"),
     ("read -r v < p.txt; echo ${a[$v]}", Unknown, "evaluates `v`"),
@@ -367,9 +367,12 @@ const CASES: &[(&str, Risk, &str)] = &[
     ("read -r v < p.txt; [[ v -gt 1 ]]", Unknown, "evaluates `v`"),
     ("read -r v < p.txt; a[$v]=1", Unknown, "evaluates `v`"),
     ("read -r v < p.txt; b=([$v]=1)", Unknown, "evaluates `v`"),
-    ("read -r v < p.txt; printf -v "b[$v]" x", Unknown, "only known at run time"),
-    ("read -r v < p.txt; read -r "b[$v]" < /dev/null", Unknown, "only known at run time"),
-    ("read -r v < p.txt; test -v "b[$v]"", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; printf -v \"b[$v]\" x", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; printf -v \"$v\" x", Unknown, "only known at run time"),
+    ("read -r v < p.txt; read -r \"b[$v]\" < /dev/null", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; read -r \"$v\" < /dev/null", Unknown, "only known at run time"),
+    ("read -r v < p.txt; unset \"$v\"", Unknown, "only known at run time"),
+    ("read -r v < p.txt; test -v \"b[$v]\"", Unknown, "evaluates `v`"),
     ("read -r v < p.txt; echo ${!v}", Unknown, "evaluates `v`"),
     ("read -r v < p.txt; declare -n r=$v; echo $r", Unknown, "refer to a variable named at run time"),
     ("read -r v < p.txt; x=$v; echo $((x))", Unknown, "evaluates `x`"),
@@ -390,8 +393,8 @@ const CASES: &[(&str, Risk, &str)] = &[
     ("n=5; echo $((n * 2))", ReadOnly, ""),
     ("i=0; i=$((i + 1)); echo $((i))", ReadOnly, ""),
     ("[[ $# -eq 0 ]] && echo none", ReadOnly, ""),
-    ("while read -r line; do echo "$line"; done < f.txt", ReadOnly, ""),
-    ("x=$(wc -l < f); echo "$x"", ReadOnly, ""),
+    ("while read -r line; do echo \"$line\"; done < f.txt", ReadOnly, ""),
+    ("x=$(wc -l < f); echo \"$x\"", ReadOnly, ""),
     ("declare -i n=3; echo $((n))", ReadOnly, ""),
     // --- nothing may undo the host's git settings (GIT_CONFIG_COUNT, ...)
     ("unset GIT_CONFIG_COUNT; git status", Unknown, "GIT_CONFIG_COUNT"),
@@ -631,10 +634,16 @@ fn allow_rules_cover_only_what_they_match() {
 fn protected_writes_ask_in_every_profile_and_name_the_file() {
     let cases = [
         ("echo '[core] fsmonitor = x' >> .git/config", ".git/config"),
-        ("cp evil.sh .git/hooks/post-checkout", ".git/hooks/post-checkout"),
+        (
+            "cp evil.sh .git/hooks/post-checkout",
+            ".git/hooks/post-checkout",
+        ),
         ("git config --file .git/config core.pager cat", "git config"),
         ("echo 'rm -rf ~' > .envrc", ".envrc"),
-        ("mkdir -p .capstan && cp p.toml .capstan/policy.toml", ".capstan/policy.toml"),
+        (
+            "mkdir -p .capstan && cp p.toml .capstan/policy.toml",
+            ".capstan/policy.toml",
+        ),
         ("printf '[[plugin]]' | tee -a capstan.toml", "capstan.toml"),
         ("cp x .npmrc", ".npmrc"),
         ("cp x .gitattributes", ".gitattributes"),
@@ -652,7 +661,11 @@ fn protected_writes_ask_in_every_profile_and_name_the_file() {
         ..Policy::default()
     };
     for (cmd, file) in cases {
-        for p in [&generous, &policy(Profile::Trusted), &policy(Profile::Cautious)] {
+        for p in [
+            &generous,
+            &policy(Profile::Trusted),
+            &policy(Profile::Cautious),
+        ] {
             let e = p.evaluate_shell(cmd);
             assert_eq!(e.verdict, Verdict::Ask, "{cmd} under {:?}", p.profile);
             assert!(
@@ -669,7 +682,10 @@ fn protected_writes_ask_in_every_profile_and_name_the_file() {
     };
     assert!(is_deny(&verdict(&deny, "cp x .git/config")));
     // An ordinary write is still auto-run by `trusted` and the allow rules.
-    assert_eq!(verdict(&generous, "cp a b && echo x > notes.txt"), Verdict::Allow);
+    assert_eq!(
+        verdict(&generous, "cp a b && echo x > notes.txt"),
+        Verdict::Allow
+    );
     assert_eq!(verdict(&generous, "cp a .gitignore"), Verdict::Allow);
 }
 
@@ -711,12 +727,19 @@ fn git_is_unknown_when_the_repository_config_runs_programs() {
             allow: vec!["git".into()],
             ..Policy::default()
         };
-        assert_eq!(p.evaluate_shell_in(cmd, &ctx).verdict, Verdict::Ask, "{cmd}");
+        assert_eq!(
+            p.evaluate_shell_in(cmd, &ctx).verdict,
+            Verdict::Ask,
+            "{cmd}"
+        );
     }
     // Commands other than git are unaffected.
     assert_eq!(classify_shell_in("ls -la", &ctx).risk, ReadOnly);
     // A clean repository changes nothing.
-    assert_eq!(classify_shell_in("git status", &Context::default()).risk, ReadOnly);
+    assert_eq!(
+        classify_shell_in("git status", &Context::default()).risk,
+        ReadOnly
+    );
 }
 
 #[test]
@@ -728,13 +751,23 @@ fn writes_from_a_protected_directory_are_protected() {
     let p = policy(Profile::Trusted);
     let e = p.evaluate_shell_in("echo x > config", &ctx);
     assert_eq!(e.verdict, Verdict::Ask);
-    assert!(e.explanation.iter().any(|x| x.contains("`.git`")), "{:?}", e.explanation);
-    assert_eq!(p.evaluate_shell_in("cat config", &ctx).verdict, Verdict::Allow);
+    assert!(
+        e.explanation.iter().any(|x| x.contains("`.git`")),
+        "{:?}",
+        e.explanation
+    );
+    assert_eq!(
+        p.evaluate_shell_in("cat config", &ctx).verdict,
+        Verdict::Allow
+    );
     let sub = Context {
         cwd: "src".into(),
         repo: RepoFacts::default(),
     };
-    assert_eq!(p.evaluate_shell_in("echo x > config", &sub).verdict, Verdict::Allow);
+    assert_eq!(
+        p.evaluate_shell_in("echo x > config", &sub).verdict,
+        Verdict::Allow
+    );
 }
 
 /// The host's scan of a real repository: keys in `.git/config`, in a file
@@ -751,7 +784,11 @@ fn repo_facts_scan_finds_planted_keys() {
         "[core]\n\tbare = false\n[include]\n\tpath = extra.cfg\n[remote \"origin\"]\n\turl = x\n",
     )
     .unwrap();
-    std::fs::write(git.join("extra.cfg"), "[diff \"ev\"]\n\ttextconv = ./x.sh\n").unwrap();
+    std::fs::write(
+        git.join("extra.cfg"),
+        "[diff \"ev\"]\n\ttextconv = ./x.sh\n",
+    )
+    .unwrap();
     std::fs::write(
         git.join("modules/sub/config"),
         "[filter \"f\"]\n\tclean = ./c.sh\n",
@@ -764,14 +801,24 @@ fn repo_facts_scan_finds_planted_keys() {
         .map(|h| (h.key.as_str(), h.file.as_str()))
         .collect();
     assert!(keys.contains(&("include.path", ".git/config")), "{keys:?}");
-    assert!(keys.contains(&("diff.ev.textconv", ".git/extra.cfg")), "{keys:?}");
-    assert!(keys.contains(&("filter.f.clean", ".git/modules/sub/config")), "{keys:?}");
+    assert!(
+        keys.contains(&("diff.ev.textconv", ".git/extra.cfg")),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&("filter.f.clean", ".git/modules/sub/config")),
+        "{keys:?}"
+    );
 
     // A worktree-style `.git` file points elsewhere; its config is read.
     let wt = tempfile::tempdir().unwrap();
     let wt_root = wt.path().canonicalize().unwrap();
     std::fs::create_dir_all(wt_root.join("real")).unwrap();
-    std::fs::write(wt_root.join("real/config"), "[core]\n  sshCommand = ./s.sh\n").unwrap();
+    std::fs::write(
+        wt_root.join("real/config"),
+        "[core]\n  sshCommand = ./s.sh\n",
+    )
+    .unwrap();
     std::fs::write(wt_root.join(".git"), "gitdir: real\n").unwrap();
     let facts = RepoFacts::scan(&wt_root, &wt_root);
     assert_eq!(facts.hazards[0].key, "core.sshcommand");
@@ -780,8 +827,14 @@ fn repo_facts_scan_finds_planted_keys() {
     // is looked at.
     std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
     std::fs::remove_dir_all(git.join("modules")).unwrap();
-    assert_eq!(RepoFacts::scan(&root, &root.join("src")), RepoFacts::default());
-    assert_eq!(RepoFacts::scan(&root.join("src"), &root.join("src")), RepoFacts::default());
+    assert_eq!(
+        RepoFacts::scan(&root, &root.join("src")),
+        RepoFacts::default()
+    );
+    assert_eq!(
+        RepoFacts::scan(&root.join("src"), &root.join("src")),
+        RepoFacts::default()
+    );
 }
 
 #[test]
@@ -856,11 +909,13 @@ fn hostile_inputs_do_not_crash() {
     assert!(classify_shell(braces).risk >= ReadOnly);
     let many = "true;".repeat(5000);
     assert_eq!(classify_shell(&many).risk, Unknown);
+    // `sh -c sh -c ... ls`: the first `sh -c` runs the script `sh`, which
+    // reads commands from its (unknown) standard input.
     let nested = "sh -c ".repeat(50) + "ls";
     let c = classify_shell(&nested);
     assert_eq!(c.risk, Unknown);
     assert!(
-        c.reasons.iter().any(|r| r.contains("nested too deeply")),
+        c.reasons.iter().any(|r| r.contains("standard input")),
         "{:?}",
         c.reasons
     );

@@ -380,7 +380,10 @@ mod tests {
         // `cat` is read_only; the plugin says network: cautious now asks.
         let (v, why) = apply_plugin_floor(Verdict::Allow, ReadOnly, Network, Profile::Cautious);
         assert_eq!(v, Verdict::Ask);
-        assert_eq!(why.as_deref(), Some("the plugin asked to treat this as `network`"));
+        assert_eq!(
+            why.as_deref(),
+            Some("the plugin asked to treat this as `network`")
+        );
         // Within what the profile auto-runs: nothing changes.
         let (v, why) = apply_plugin_floor(Verdict::Allow, ReadOnly, Write, Profile::Trusted);
         assert_eq!((v, why), (Verdict::Allow, None));
@@ -400,7 +403,12 @@ mod tests {
     fn allowed_variables_cannot_undo_the_git_settings() {
         assert!(allowed_git_var("GIT_AUTHOR_NAME"));
         assert!(allowed_git_var("RUST_LOG"));
-        for name in ["GIT_CONFIG_PARAMETERS", "GIT_EXTERNAL_DIFF", "GIT_CONFIG_COUNT", "GIT_DIR"] {
+        for name in [
+            "GIT_CONFIG_PARAMETERS",
+            "GIT_EXTERNAL_DIFF",
+            "GIT_CONFIG_COUNT",
+            "GIT_DIR",
+        ] {
             assert!(!allowed_git_var(name), "{name}");
         }
         let env = git_safety_env(Path::new("/w/ws"));
