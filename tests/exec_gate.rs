@@ -1,7 +1,7 @@
 //! terminal_exec through the real binary: the host's classifier, the policy and
 //! approval gate, and the OS sandbox, end to end. The exhaustive adversarial
 //! suites live beside the code they attack: crates/policy/tests/classifier.rs
-//! (265 classifier cases) and crates/sandbox/tests/adversarial.rs (sandbox
+//! (385 classifier cases) and crates/sandbox/tests/adversarial.rs (sandbox
 //! escapes, network, secrets, process lifetimes, floods).
 
 mod common;
