@@ -583,3 +583,52 @@ async fn a_plugin_asking_for_a_stricter_risk_makes_the_command_ask() {
     assert!(matches!(err, wit::ExecError::Denied(_)), "{err:?}");
     assert!(ws.path().join("keep.txt").exists());
 }
+
+/// Writes to the files that configure code tools run on their own ask even
+/// under `trusted` with allow rules that cover the commands, the approval
+/// names the file, and without approval nothing is written.
+#[test]
+fn protected_files_ask_even_under_trusted_and_nothing_is_written() {
+    let home = Home::new(
+        "[policy]\nprofile = \"trusted\"\nallow = [\"echo\", \"tee\", \"cp\", \"mkdir\"]\n",
+    );
+    let ws = workspace();
+    std::fs::create_dir_all(ws.path().join(".git/hooks")).unwrap();
+    // An ordinary write runs unasked under these rules.
+    let run = invoke(
+        &home,
+        ws.path(),
+        "none",
+        json!({"command": "echo x > notes.txt"}),
+    );
+    assert!(
+        run.of_type("approval.requested").is_empty(),
+        "{:?}",
+        run.events
+    );
+    assert!(ws.path().join("notes.txt").exists());
+    for (cmd, file) in [
+        ("echo '[core] fsmonitor = x' >> .git/config", ".git/config"),
+        ("cp keep.txt .git/hooks/pre-commit", ".git/hooks/pre-commit"),
+        ("echo 'rm -rf ~' > .envrc", ".envrc"),
+        (
+            "mkdir -p .capstan && cp keep.txt .capstan/x.toml",
+            ".capstan/x.toml",
+        ),
+        ("echo '[[plugin]]' | tee -a capstan.toml", "capstan.toml"),
+    ] {
+        let run = invoke(&home, ws.path(), "none", json!({"command": cmd}));
+        assert_eq!(
+            run.result()["reason"],
+            "denied",
+            "{cmd}: {:?}",
+            run.result()
+        );
+        let asked = run.of_type("approval.requested");
+        assert_eq!(asked.len(), 1, "{cmd}");
+        let reasons = asked[0]["reasons"].to_string();
+        assert!(reasons.contains(file), "{cmd}: {reasons}");
+        assert!(run.of_type("terminal.step").is_empty(), "{cmd}");
+        assert!(!ws.path().join(file).exists(), "{cmd} wrote {file}");
+    }
+}

@@ -404,9 +404,10 @@ impl Policy {
             }
         }
         if !c.protected.is_empty() {
-            let mut explanation = vec![format!(
+            let mut explanation = vec![
                 "the command writes a protected location, which every profile asks about (even `trusted`, whatever the allow rules say)"
-            )];
+                    .to_owned(),
+            ];
             explanation.extend(c.protected.iter().cloned());
             return (Verdict::Ask, explanation);
         }

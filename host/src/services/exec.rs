@@ -86,6 +86,10 @@ const GIT_CONFIG_OVERRIDES: &[(&str, &str)] = &[
     ("log.showSignature", "false"),
     ("protocol.ext.allow", "never"),
     ("safe.bareRepository", "explicit"),
+    // The sandbox may run commands as another uid than the workspace's
+    // owner; ownership is not what keeps repository config from running
+    // code here (the overrides above and the host's scan are).
+    ("safe.directory", "*"),
 ];
 
 /// Environment variables set for every command, after the workspace's
