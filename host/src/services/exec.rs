@@ -317,7 +317,7 @@ impl ExecService for Exec {
                     )));
                 }
             },
-            Verdict::Allow => {}
+            Verdict::Allow => self.broker.record_policy_allow(scope, &ask),
         }
 
         let timeout = req
