@@ -23,9 +23,12 @@ use crate::services::approval::{ApprovalBroker, ApproveMode};
 use crate::services::exec::Exec;
 use crate::services::index::Indexes;
 use crate::services::{HostServices, RunContext};
+use crate::workspace_gate::WorkspaceGate;
 
 pub struct App {
     pub dirs: Dirs,
+    /// Which folders may be workspaces (crate::workspace_gate).
+    pub gate: WorkspaceGate,
     pub config: Config,
     pub store: Arc<Store>,
     pub runtime: Arc<Runtime>,
@@ -133,7 +136,7 @@ impl App {
         }
         let runtime = Arc::new(Runtime::new(
             dirs.component_cache(),
-            vec![dirs.config.clone(), dirs.data.clone()],
+            vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
         )?);
         let indexes = Arc::new(Indexes::new(
             dirs.data.join("indexes"),
@@ -147,6 +150,7 @@ impl App {
         let model = crate::host_model::build(&config)?;
         let events = Arc::new(EventWriter::new(store.clone()));
         Ok(Self {
+            gate: WorkspaceGate::for_dirs(&dirs),
             dirs,
             config,
             store,
@@ -276,8 +280,12 @@ impl App {
                 self.store.create_session(&title, None)?
             }
         };
+        // The gate again, whoever resolved the path: a frontend's check and
+        // this one see the same rules (and a session's remembered folder is
+        // checked too).
         let workspace = match &req.workspace {
             Some(root) => {
+                let root = &self.gate.check(root)?;
                 let ws = match self.store.get_workspace_by_root(root)? {
                     Some(ws) => ws,
                     None => {
@@ -294,7 +302,10 @@ impl App {
                 Some(ws.root_path)
             }
             None => match &session.workspace_id {
-                Some(id) => self.store.get_workspace_by_id(id)?.map(|w| w.root_path),
+                Some(id) => match self.store.get_workspace_by_id(id)? {
+                    Some(w) => Some(self.gate.check(&w.root_path)?),
+                    None => None,
+                },
                 None => None,
             },
         };

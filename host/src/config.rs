@@ -25,6 +25,36 @@ pub struct Config {
     /// `[agents]`: runtimes for `capstan agent run` (docs/AGENTS.md).
     pub agents: Option<capstan_agents::AgentsConfig>,
     pub index: IndexSection,
+    pub server: ServerSection,
+}
+
+/// `[server]`: the doors of `capstan serve` and `capstan mcp --listen`
+/// (docs/ARCHITECTURE.md, security model). Flags add to the lists and
+/// override the caps.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSection {
+    /// Extra names the server answers to in `Host` (`name` or `name:port`),
+    /// besides its bound address and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// Extra origins whose pages may call the server (`https://app.example.com`).
+    pub allowed_origins: Vec<String>,
+    /// Event streams (SSE, AG-UI) open at once, over all runs.
+    pub max_streams: usize,
+    /// Event streams open at once on one run.
+    pub max_streams_per_run: usize,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        let limits = crate::server::runs::StreamLimits::default();
+        Self {
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_streams: limits.total,
+            max_streams_per_run: limits.per_run,
+        }
+    }
 }
 
 /// `[index]`: how workspace search indexes are built.
