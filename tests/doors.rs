@@ -91,7 +91,11 @@ fn expect_refusal(visitor: Visitor, what: &str, status: u16, message: &str) {
 }
 
 /// Reads SSE `data:` payloads until an event of type `t`.
-async fn until(body: &mut futures::stream::BoxStream<'static, Vec<u8>>, buf: &mut String, t: &str) -> Value {
+async fn until(
+    body: &mut futures::stream::BoxStream<'static, Vec<u8>>,
+    buf: &mut String,
+    t: &str,
+) -> Value {
     loop {
         while let Some(end) = buf.find("\n\n") {
             let block: String = buf.drain(..end + 2).collect();
@@ -169,7 +173,11 @@ async fn serve_refuses_foreign_hosts_foreign_origins_and_missing_tokens_on_every
     let approval = waiting.approval_id.clone();
     use reqwest::Method;
     let routes: Vec<(Method, String, Option<Value>)> = vec![
-        (Method::POST, "/v1/runs".into(), Some(json!({"message": "hi"}))),
+        (
+            Method::POST,
+            "/v1/runs".into(),
+            Some(json!({"message": "hi"})),
+        ),
         (Method::GET, "/v1/sessions".into(), None),
         (Method::GET, "/v1/workspaces".into(), None),
         (Method::GET, format!("/v1/runs/{run}/events"), None),
@@ -181,18 +189,29 @@ async fn serve_refuses_foreign_hosts_foreign_origins_and_missing_tokens_on_every
         (
             Method::POST,
             "/agui".into(),
-            Some(json!({"threadId": "t", "runId": "r", "messages": [{"id": "m", "role": "user", "content": "hi"}]})),
+            Some(
+                json!({"threadId": "t", "runId": "r", "messages": [{"id": "m", "role": "user", "content": "hi"}]}),
+            ),
         ),
         (Method::GET, "/openapi.json".into(), None),
     ];
-    for visitor in [Visitor::RebindingHost, Visitor::ForeignOrigin, Visitor::NoToken] {
+    for visitor in [
+        Visitor::RebindingHost,
+        Visitor::ForeignOrigin,
+        Visitor::NoToken,
+    ] {
         for (method, path, body) in &routes {
             let mut req = request(&server.base, &token, visitor, method.clone(), path);
             if let Some(b) = body {
                 req = req.json(b);
             }
             let (status, message) = refused(req.send().await.unwrap()).await;
-            expect_refusal(visitor, &format!("{visitor:?} {method} {path}"), status, &message);
+            expect_refusal(
+                visitor,
+                &format!("{visitor:?} {method} {path}"),
+                status,
+                &message,
+            );
         }
         let resp = mcp_post(request(&server.base, &token, visitor, Method::POST, "/mcp"))
             .send()
@@ -204,9 +223,13 @@ async fn serve_refuses_foreign_hosts_foreign_origins_and_missing_tokens_on_every
     // The static page holds no data and needs no token, but a rebound name
     // or a foreign origin gets nothing at all.
     for visitor in [Visitor::RebindingHost, Visitor::ForeignOrigin] {
-        let (status, message) =
-            refused(request(&server.base, &token, visitor, Method::GET, "/").send().await.unwrap())
-                .await;
+        let (status, message) = refused(
+            request(&server.base, &token, visitor, Method::GET, "/")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         expect_refusal(visitor, "GET /", status, &message);
     }
     // Nobody but the owner answered the approval: the run still waits.
@@ -234,27 +257,51 @@ async fn serve_refuses_foreign_hosts_foreign_origins_and_missing_tokens_on_every
 
     // The owner, with its token, same origin: every route answers.
     let own_origin = server.base.clone();
-    let resp = request(&server.base, &token, Visitor::Owner, Method::GET, "/v1/sessions")
-        .header("Origin", &own_origin)
-        .send()
-        .await
-        .unwrap();
+    let resp = request(
+        &server.base,
+        &token,
+        Visitor::Owner,
+        Method::GET,
+        "/v1/sessions",
+    )
+    .header("Origin", &own_origin)
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 200);
-    let resp = request(&server.base, &token, Visitor::Owner, Method::GET, "/v1/sessions")
-        .header("Host", format!("localhost:{}", port(&server.base)))
-        .send()
-        .await
-        .unwrap();
+    let resp = request(
+        &server.base,
+        &token,
+        Visitor::Owner,
+        Method::GET,
+        "/v1/sessions",
+    )
+    .header("Host", format!("localhost:{}", port(&server.base)))
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 200, "localhost:PORT is this server too");
-    let resp = mcp_post(request(&server.base, &token, Visitor::Owner, Method::POST, "/mcp"))
-        .send()
-        .await
-        .unwrap();
+    let resp = mcp_post(request(
+        &server.base,
+        &token,
+        Visitor::Owner,
+        Method::POST,
+        "/mcp",
+    ))
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 200);
-    let resp = request(&server.base, &token, Visitor::Owner, Method::GET, &format!("/v1/runs/{run}/events"))
-        .send()
-        .await
-        .unwrap();
+    let resp = request(
+        &server.base,
+        &token,
+        Visitor::Owner,
+        Method::GET,
+        &format!("/v1/runs/{run}/events"),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 200);
     drop(resp);
     let resp = request(
@@ -285,8 +332,14 @@ async fn serve_answers_a_configured_name_and_origin_only() {
     let server = Server::start(&home, &["--allow-host", "other.lan:1234"]);
     let token = server.token.clone().unwrap();
     let get = |host: &str, origin: Option<&str>| {
-        let mut req = request(&server.base, &token, Visitor::Owner, reqwest::Method::GET, "/v1/sessions")
-            .header("Host", host.to_string());
+        let mut req = request(
+            &server.base,
+            &token,
+            Visitor::Owner,
+            reqwest::Method::GET,
+            "/v1/sessions",
+        )
+        .header("Host", host.to_string());
         if let Some(o) = origin {
             req = req.header("Origin", o.to_string());
         }
@@ -297,12 +350,18 @@ async fn serve_answers_a_configured_name_and_origin_only() {
     assert_eq!(get("other.lan:80", None).await.unwrap().status(), 421);
     let own = format!("127.0.0.1:{}", port(&server.base));
     assert_eq!(
-        get(&own, Some("https://app.example.com")).await.unwrap().status(),
+        get(&own, Some("https://app.example.com"))
+            .await
+            .unwrap()
+            .status(),
         200
     );
     assert_eq!(get(&own, Some("null")).await.unwrap().status(), 403);
     assert_eq!(
-        get(&own, Some("http://localhost:1")).await.unwrap().status(),
+        get(&own, Some("http://localhost:1"))
+            .await
+            .unwrap()
+            .status(),
         403
     );
 }
@@ -318,7 +377,14 @@ impl McpListen {
     fn start(home: &Home, ws: &Path) -> Self {
         let mut child = home
             .capstan()
-            .args(["mcp", "--listen", "127.0.0.1:0", "--approve", "all", "--workspace"])
+            .args([
+                "mcp",
+                "--listen",
+                "127.0.0.1:0",
+                "--approve",
+                "all",
+                "--workspace",
+            ])
             .arg(ws)
             .env_remove("CAPSTAN_MCP_TOKEN")
             .stdout(Stdio::piped())
@@ -364,7 +430,11 @@ async fn mcp_listen_refuses_foreign_hosts_foreign_origins_and_missing_tokens() {
     let base = mcp.url.trim_end_matches("/mcp").to_string();
     assert_eq!(mcp.token.len(), 64);
     let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"terminal_exec.run","arguments":{"command":"rm canary.txt"}}}"#;
-    for visitor in [Visitor::RebindingHost, Visitor::ForeignOrigin, Visitor::NoToken] {
+    for visitor in [
+        Visitor::RebindingHost,
+        Visitor::ForeignOrigin,
+        Visitor::NoToken,
+    ] {
         for body in [MCP_INIT, call] {
             let resp = request(&base, &mcp.token, visitor, reqwest::Method::POST, "/mcp")
                 .header("Content-Type", "application/json")
@@ -374,14 +444,25 @@ async fn mcp_listen_refuses_foreign_hosts_foreign_origins_and_missing_tokens() {
                 .await
                 .unwrap();
             let (status, message) = refused(resp).await;
-            expect_refusal(visitor, &format!("mcp --listen {visitor:?}"), status, &message);
+            expect_refusal(
+                visitor,
+                &format!("mcp --listen {visitor:?}"),
+                status,
+                &message,
+            );
         }
     }
     assert!(ws.path().join("canary.txt").exists(), "no refused call ran");
-    let resp = mcp_post(request(&base, &mcp.token, Visitor::Owner, reqwest::Method::POST, "/mcp"))
-        .send()
-        .await
-        .unwrap();
+    let resp = mcp_post(request(
+        &base,
+        &mcp.token,
+        Visitor::Owner,
+        reqwest::Method::POST,
+        "/mcp",
+    ))
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 200);
 }
 
@@ -391,7 +472,11 @@ async fn http_workspaces_are_registered_folders_only_and_never_system_home_or_ca
     // The server's $HOME is a folder of this test, so "$HOME" can be tried.
     let user_home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    std::fs::write(project.path().join("notes.md"), "# Secret plans\n\nrotate keys\n").unwrap();
+    std::fs::write(
+        project.path().join("notes.md"),
+        "# Secret plans\n\nrotate keys\n",
+    )
+    .unwrap();
     std::fs::create_dir_all(project.path().join("x")).unwrap();
     let outside = project.path().join("x/../outside");
     std::fs::create_dir_all(project.path().join("outside")).unwrap();
@@ -410,7 +495,11 @@ async fn http_workspaces_are_registered_folders_only_and_never_system_home_or_ca
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let base = line.trim().strip_prefix("listening on ").unwrap().to_string();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
     let http = reqwest::Client::new();
     let post = |path: &str, body: Value| {
         http.post(format!("{base}{path}"))
@@ -419,13 +508,19 @@ async fn http_workspaces_are_registered_folders_only_and_never_system_home_or_ca
             .send()
     };
     let cases: Vec<(String, &str)> = vec![
-        (project.path().display().to_string(), "capstan workspace add"),
+        (
+            project.path().display().to_string(),
+            "capstan workspace add",
+        ),
         (outside.display().to_string(), "capstan workspace add"),
         ("/etc".into(), "system directory"),
         ("/".into(), "filesystem root"),
         (user_home.path().display().to_string(), "home directory"),
         (home.path().display().to_string(), "Capstan's own directory"),
-        (home.path().join("cache").display().to_string(), "Capstan's own directory"),
+        (
+            home.path().join("cache").display().to_string(),
+            "Capstan's own directory",
+        ),
         (
             registered.path().join("etc-link").display().to_string(),
             "system directory",
@@ -455,7 +550,9 @@ async fn http_workspaces_are_registered_folders_only_and_never_system_home_or_ca
     .await;
     assert_eq!(status, 403, "{message}");
     // The registered folder is usable.
-    let resp = post("/v1/workspaces", json!({"path": registered.path()})).await.unwrap();
+    let resp = post("/v1/workspaces", json!({"path": registered.path()}))
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     let _ = child.kill();
     let _ = child.wait();
@@ -495,7 +592,16 @@ fn every_cli_entry_point_refuses_capstan_home_and_its_subdirs() {
         let dir_s = dir.to_str().unwrap();
         let input = json!({"command": "touch planted.txt"}).to_string();
         let invocations: Vec<Vec<&str>> = vec![
-            vec!["invoke", "terminal_exec", "--approve", "all", "--input", &input, "--workspace", dir_s],
+            vec![
+                "invoke",
+                "terminal_exec",
+                "--approve",
+                "all",
+                "--input",
+                &input,
+                "--workspace",
+                dir_s,
+            ],
             vec!["ask", "--workspace", dir_s, "what is here?"],
             vec!["index", "--workspace", dir_s],
             vec!["search", "--workspace", dir_s, "anything"],
@@ -524,7 +630,13 @@ fn every_cli_entry_point_refuses_capstan_home_and_its_subdirs() {
         std::fs::read(home.path().join("config/capstan.toml")).unwrap(),
         config_before
     );
-    assert!(!home.path().join("data/indexes").exists() || std::fs::read_dir(home.path().join("data/indexes")).unwrap().next().is_none());
+    assert!(
+        !home.path().join("data/indexes").exists()
+            || std::fs::read_dir(home.path().join("data/indexes"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
 }
 
 /// Issue 13's chain, replayed by a page that rebound its name to the server:
@@ -554,7 +666,10 @@ async fn the_rebinding_chain_is_refused_at_every_step() {
     let page = |method: reqwest::Method, path: &str| {
         http.request(method, server.url(path))
             .header("Host", evil_host.clone())
-            .header("Origin", format!("http://evil.example:{}", port(&server.base)))
+            .header(
+                "Origin",
+                format!("http://evil.example:{}", port(&server.base)),
+            )
     };
     use reqwest::Method;
     let steps: Vec<(&str, reqwest::RequestBuilder)> = vec![
@@ -622,7 +737,11 @@ async fn the_rebinding_chain_is_refused_at_every_step() {
         .json()
         .await
         .unwrap();
-    assert_eq!(info["open_approvals"], json!([waiting.approval_id]), "{info}");
+    assert_eq!(
+        info["open_approvals"],
+        json!([waiting.approval_id]),
+        "{info}"
+    );
     assert_eq!(std::fs::read(&config).unwrap(), config_before);
     // A run now would load the config; it starts no program.
     let mut next = server
@@ -645,7 +764,11 @@ async fn the_rebinding_chain_is_refused_at_every_step() {
         .json()
         .await
         .unwrap();
-    assert_eq!(runs["runs"].as_array().unwrap().len(), 2, "only the owner's runs: {runs}");
+    assert_eq!(
+        runs["runs"].as_array().unwrap().len(),
+        2,
+        "only the owner's runs: {runs}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -601,7 +601,13 @@ async fn http_refuses_garbage_and_wrong_tokens_and_keeps_serving() {
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
     let denied = post(init, Some("wrong")).await.unwrap();
     assert_eq!(denied.status(), 401);
-    assert!(denied.text().await.unwrap().contains("bearer token is wrong"));
+    assert!(
+        denied
+            .text()
+            .await
+            .unwrap()
+            .contains("bearer token is wrong")
+    );
     let denied = post(init, None).await.unwrap();
     assert_eq!(denied.status(), 401);
 

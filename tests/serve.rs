@@ -548,7 +548,12 @@ async fn a_token_guards_the_api_and_non_loopback_binds_need_one() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let resp = bare.post(server.url("/agui")).json(&json!({})).send().await.unwrap();
+    let resp = bare
+        .post(server.url("/agui"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 401);
     for path in ["/v1/health", "/openapi.json", "/v1/workspaces"] {
         let resp = bare.get(server.url(path)).send().await.unwrap();
@@ -560,7 +565,11 @@ async fn a_token_guards_the_api_and_non_loopback_binds_need_one() {
     assert!(resp.headers().get("set-cookie").is_none());
     assert!(resp.text().await.unwrap().contains("Capstan"));
     // A token chosen by the user is not printed.
-    assert!(server.chat_url.ends_with("?token=<your token>"), "{}", server.chat_url);
+    assert!(
+        server.chat_url.ends_with("?token=<your token>"),
+        "{}",
+        server.chat_url
+    );
 
     // --no-token on loopback: served, with a warning; Host and Origin still hold.
     let open = Server::start(&home, &["--no-token"]);

@@ -51,7 +51,11 @@ fn the_web_chat_streams_approves_traces_and_cancels() {
     assert!(errors.is_empty(), "errors in the page: {errors:?}");
 
     let auth = &s["auth"];
-    assert_eq!(auth["url"], server.url("/"), "the token left the address bar");
+    assert_eq!(
+        auth["url"],
+        server.url("/"),
+        "the token left the address bar"
+    );
     let port = server.base.rsplit(':').next().unwrap();
     assert_eq!(
         auth["cookies"],

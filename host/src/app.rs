@@ -269,6 +269,13 @@ impl App {
     /// turn. A server learns the run id here, before any event flows, so it
     /// can register the run (and its cancel token) first.
     pub async fn prepare(&self, req: &AskRequest) -> Result<PreparedRun> {
+        // The gate again, whoever resolved the path (a frontend's check and
+        // this one see the same rules), before anything is written.
+        let asked = req
+            .workspace
+            .as_deref()
+            .map(|root| self.gate.check(root))
+            .transpose()?;
         // The session, and the workspace it remembers.
         let session = match &req.session_id {
             Some(id) => self
@@ -280,12 +287,9 @@ impl App {
                 self.store.create_session(&title, None)?
             }
         };
-        // The gate again, whoever resolved the path: a frontend's check and
-        // this one see the same rules (and a session's remembered folder is
-        // checked too).
-        let workspace = match &req.workspace {
+        // A session's remembered folder passes the gate too.
+        let workspace = match &asked {
             Some(root) => {
-                let root = &self.gate.check(root)?;
                 let ws = match self.store.get_workspace_by_root(root)? {
                     Some(ws) => ws,
                     None => {

@@ -44,9 +44,7 @@ pub enum Caller {
 /// Why a folder cannot be a workspace; the message says what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    #[error(
-        "workspace {given} cannot be used ({error}); pass the path of an existing directory"
-    )]
+    #[error("workspace {given} cannot be used ({error}); pass the path of an existing directory")]
     Missing { given: String, error: String },
     #[error("workspace {0} is not a directory; pass the path of a directory")]
     NotADirectory(String),
@@ -299,8 +297,14 @@ mod tests {
             .check_for(project.path(), Caller::Remote, |_| false)
             .unwrap_err();
         assert!(err.to_string().contains("capstan workspace add"), "{err}");
-        assert!(g.check_for(project.path(), Caller::Remote, |_| true).is_ok());
-        assert!(g.check_for(project.path(), Caller::Local, |_| false).is_ok());
+        assert!(
+            g.check_for(project.path(), Caller::Remote, |_| true)
+                .is_ok()
+        );
+        assert!(
+            g.check_for(project.path(), Caller::Local, |_| false)
+                .is_ok()
+        );
     }
 
     #[test]

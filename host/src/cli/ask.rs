@@ -84,7 +84,11 @@ pub fn approve_mode(explicit: Option<ApproveMode>) -> ApproveMode {
 }
 
 pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
-    let workspace = args.workspace.as_deref().map(|d| workspace_root(global, d)).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let mode = approve_mode(args.approve);
     let app = App::open_with_model(global.dirs()?, mode, args.model_override()?).await?;
     let (feed, asks) = Feed::new(args.json, app.broker.clone());

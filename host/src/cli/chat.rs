@@ -56,7 +56,11 @@ struct Chat {
 }
 
 pub async fn run(global: &GlobalArgs, args: ChatArgs) -> Result<ExitCode> {
-    let workspace = args.workspace.as_deref().map(|d| workspace_root(global, d)).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
     if let Some(id) = &args.session
         && app.store.get_session(id)?.is_none()
@@ -208,7 +212,11 @@ impl Chat {
             if !self.stdin_open {
                 for ask in waiting.drain(..) {
                     eprintln!("(end of input: denied)");
-                    let _ = self.app.broker.decide(&ask.approval_id, Decision::Denied, crate::services::approval::Via::Terminal);
+                    let _ = self.app.broker.decide(
+                        &ask.approval_id,
+                        Decision::Denied,
+                        crate::services::approval::Via::Terminal,
+                    );
                 }
             }
             tokio::select! {
@@ -247,7 +255,11 @@ impl Chat {
         match parse_decision(line) {
             Some(decision) => {
                 if let Some(ask) = waiting.pop_front() {
-                    let _ = self.app.broker.decide(&ask.approval_id, decision, crate::services::approval::Via::Terminal);
+                    let _ = self.app.broker.decide(
+                        &ask.approval_id,
+                        decision,
+                        crate::services::approval::Via::Terminal,
+                    );
                 }
             }
             None => {

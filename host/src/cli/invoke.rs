@@ -89,7 +89,11 @@ impl EventSink for PrintSink {
 pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
     let input: serde_json::Value = serde_json::from_str(&args.input)
         .with_context(|| format!("--input is not valid JSON: {}", args.input))?;
-    let workspace = args.workspace.as_deref().map(|d| workspace_root(global, d)).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let app = App::open(global.dirs()?, approve_mode(args.approve)).await?;
     let registry = app.registry(workspace.as_deref()).await;
     for problem in registry.problems() {

@@ -101,7 +101,10 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
             ));
             let router = http_router(host, shutdown.clone())
                 .layer(middleware::from_fn_with_state(doors.clone(), guard::token))
-                .layer(middleware::from_fn_with_state(doors, guard::host_and_origin));
+                .layer(middleware::from_fn_with_state(
+                    doors,
+                    guard::host_and_origin,
+                ));
             // The first line on stdout says where to connect (port 0 picks one).
             println!("capstan mcp: listening on http://{bound}/mcp");
             match &token {

@@ -102,7 +102,9 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
     }
     let server = &app.config.server;
     let limits = StreamLimits {
-        per_run: args.max_streams_per_run.unwrap_or(server.max_streams_per_run),
+        per_run: args
+            .max_streams_per_run
+            .unwrap_or(server.max_streams_per_run),
         total: args.max_streams.unwrap_or(server.max_streams),
     };
     if args.stdio {

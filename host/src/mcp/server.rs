@@ -375,7 +375,11 @@ impl Forwarder {
                 action: label,
                 is_command: action == "exec",
             });
-            let _ = broker.decide(&id, capstan_store::Decision::Denied, crate::services::approval::Via::McpClient);
+            let _ = broker.decide(
+                &id,
+                capstan_store::Decision::Denied,
+                crate::services::approval::Via::McpClient,
+            );
             return;
         }
         let peer = self.peer.clone();
@@ -427,7 +431,8 @@ impl Forwarder {
                     capstan_store::Decision::Denied
                 }
             };
-            if let Err(e) = broker.decide(&id, decision, crate::services::approval::Via::McpClient) {
+            if let Err(e) = broker.decide(&id, decision, crate::services::approval::Via::McpClient)
+            {
                 tracing::debug!("approval {id} was settled before the client answered: {e}");
             }
         });

@@ -199,7 +199,9 @@ impl Doors {
                  NAME in `[server] allowed_hosts` in capstan.toml); a web page that rebinds a \
                  name to this address is refused here",
                 self.bound,
-                given.map(|h| format!("{h:?}")).unwrap_or_else(|| "(none)".into()),
+                given
+                    .map(|h| format!("{h:?}"))
+                    .unwrap_or_else(|| "(none)".into()),
                 self.program
             ),
         )
@@ -305,7 +307,11 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Middleware for every route: Host and Origin.
-pub async fn host_and_origin(State(doors): State<Arc<Doors>>, req: Request, next: Next) -> Response {
+pub async fn host_and_origin(
+    State(doors): State<Arc<Doors>>,
+    req: Request,
+    next: Next,
+) -> Response {
     match doors.check_host_and_origin(req.headers()) {
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
@@ -397,9 +403,15 @@ mod tests {
         let d = doors();
         let mut h = HeaderMap::new();
         assert!(d.credential(&h).is_err());
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t0k"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer t0k"),
+        );
         assert_eq!(d.credential(&h).unwrap(), Via::HttpToken);
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer nope"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer nope"),
+        );
         assert!(d.credential(&h).is_err());
         let mut h = HeaderMap::new();
         h.insert(
@@ -407,7 +419,10 @@ mod tests {
             HeaderValue::from_static("a=b; capstan_token_7878=t0k"),
         );
         assert_eq!(d.credential(&h).unwrap(), Via::HttpCookie);
-        h.insert(header::COOKIE, HeaderValue::from_static("capstan_token_7879=t0k"));
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("capstan_token_7879=t0k"),
+        );
         assert!(d.credential(&h).is_err());
         assert!(d.cookie_for("t0k").is_some() && d.cookie_for("t0").is_none());
     }

@@ -64,13 +64,14 @@ pub fn router(state: AppState, extra: Vec<Router>) -> Router {
         .route("/openapi.json", get(http::openapi))
         .route("/agui", post(agui::run))
         .with_state(state.clone());
-    let protected = extra
-        .into_iter()
-        .fold(api, Router::merge)
-        .route_layer(middleware::from_fn_with_state(
-            state.doors.clone(),
-            guard::token,
-        ));
+    let protected =
+        extra
+            .into_iter()
+            .fold(api, Router::merge)
+            .route_layer(middleware::from_fn_with_state(
+                state.doors.clone(),
+                guard::token,
+            ));
     let public = Router::new()
         .route("/", get(web::index))
         .route("/assets/{file}", get(web::asset))

@@ -87,11 +87,13 @@ impl Subscription {
             let next = rx.recv().await?;
             Some((next, Some(rx)))
         });
-        futures::stream::iter(self.backlog).chain(live).map(move |env| {
-            // The slot lives exactly as long as the stream does.
-            let _held = &slot;
-            env
-        })
+        futures::stream::iter(self.backlog)
+            .chain(live)
+            .map(move |env| {
+                // The slot lives exactly as long as the stream does.
+                let _held = &slot;
+                env
+            })
     }
 }
 
@@ -314,12 +316,14 @@ impl RunManager {
             session_id: req.session_id,
             workspace,
         };
-        let prepared = self.app.prepare(&ask).await.map_err(|e| {
-            match e.downcast_ref::<Refusal>() {
-                Some(refusal) => ApiError::from(refusal.clone()),
-                None => ApiError::internal(format!("{e:#}")),
-            }
-        })?;
+        let prepared =
+            self.app
+                .prepare(&ask)
+                .await
+                .map_err(|e| match e.downcast_ref::<Refusal>() {
+                    Some(refusal) => ApiError::from(refusal.clone()),
+                    None => ApiError::internal(format!("{e:#}")),
+                })?;
         // A new session is reserved now that it has an id.
         let session_guard = match session_guard {
             Some(g) => g,
@@ -509,12 +513,15 @@ impl RunManager {
                  approved-for-session, denied or aborted",
             ));
         }
-        self.app.broker.decide(approval_id, decision, via).map_err(|_| {
-            ApiError::not_found(format!(
-                "no open approval `{approval_id}`: it was already decided, it expired, or its \
+        self.app
+            .broker
+            .decide(approval_id, decision, via)
+            .map_err(|_| {
+                ApiError::not_found(format!(
+                    "no open approval `{approval_id}`: it was already decided, it expired, or its \
                  run ended"
-            ))
-        })
+                ))
+            })
     }
 
     /// The session an AG-UI thread maps to (made on first use).
