@@ -124,10 +124,12 @@ async fn stdio(home: &Home, ws: &Path, approve: &str, client: Client) -> Session
         .expect("MCP handshake over stdio")
 }
 
-/// `capstan mcp --listen 127.0.0.1:0`, and the URL it prints.
+/// `capstan mcp --listen 127.0.0.1:0`, the URL it prints and the token it
+/// made (printed on stderr) or was given.
 struct HttpServer {
     child: std::process::Child,
     url: String,
+    token: String,
 }
 
 impl HttpServer {
@@ -138,8 +140,9 @@ impl HttpServer {
             .args(extra)
             .arg("--workspace")
             .arg(ws)
+            .env_remove("CAPSTAN_MCP_TOKEN")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -151,12 +154,34 @@ impl HttpServer {
             .strip_prefix("capstan mcp: listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
             .to_string();
-        Self { child, url }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                if let Some(t) = line.strip_prefix("capstan mcp: token ") {
+                    let _ = tx.send(t.trim().to_string());
+                }
+            }
+        });
+        let token = match extra.iter().position(|a| *a == "--token") {
+            Some(i) => extra[i + 1].to_string(),
+            None => rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("capstan mcp --listen printed no token on stderr"),
+        };
+        Self { child, url, token }
     }
 
     async fn connect(&self, client: Client) -> Session {
+        let mut config =
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                self.url.as_str(),
+            );
+        config.auth_header = Some(self.token.clone());
         client
-            .serve(StreamableHttpClientTransport::from_uri(self.url.as_str()))
+            .serve(StreamableHttpClientTransport::from_config(config))
             .await
             .expect("MCP handshake over streamable HTTP")
     }
@@ -268,9 +293,14 @@ async fn capstan_serve_mounts_the_same_tools_at_mcp() {
     let ws_arg = ws.path().to_str().unwrap();
     let server = common::server::Server::start(&home, &["--approve", "all", "--workspace", ws_arg]);
     let client = Client::default();
+    let mut config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            server.url("/mcp"),
+        );
+    config.auth_header = server.token.clone();
     let session = client
         .clone()
-        .serve(StreamableHttpClientTransport::from_uri(server.url("/mcp")))
+        .serve(StreamableHttpClientTransport::from_config(config))
         .await
         .expect("MCP handshake with capstan serve's /mcp");
     lists_and_calls_every_bundled_capability(&session, &client, ws.path()).await;
@@ -571,7 +601,13 @@ async fn http_refuses_garbage_and_wrong_tokens_and_keeps_serving() {
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
     let denied = post(init, Some("wrong")).await.unwrap();
     assert_eq!(denied.status(), 401);
-    assert!(denied.text().await.unwrap().contains("bearer token"));
+    assert!(
+        denied
+            .text()
+            .await
+            .unwrap()
+            .contains("bearer token is wrong")
+    );
     let denied = post(init, None).await.unwrap();
     assert_eq!(denied.status(), 401);
 
@@ -605,14 +641,14 @@ fn listening_beyond_loopback_needs_a_token() {
     let home = Home::new("");
     let out = home
         .capstan()
-        .args(["mcp", "--listen", "0.0.0.0:0"])
+        .args(["mcp", "--listen", "0.0.0.0:0", "--no-token"])
         .env_remove("CAPSTAN_MCP_TOKEN")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("without a bearer token"), "{err}");
-    assert!(err.contains("--token"), "{err}");
+    assert!(err.contains("without a token"), "{err}");
+    assert!(err.contains("--no-token"), "{err}");
 }
 
 // ---- External MCP servers as capabilities ----
@@ -959,7 +995,11 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
     warm_component_cache(&home);
     let ws = workspace();
     let server = HttpServer::start(&home, ws.path(), "all", &[]);
-    let (list, _) = inspector(&[&server.url, "--method", "tools/list"], &home);
+    let auth = format!("Authorization: Bearer {}", server.token);
+    let (list, _) = inspector(
+        &[&server.url, "--header", &auth, "--method", "tools/list"],
+        &home,
+    );
     assert!(
         tool_names(&list).contains(&"docx.read".to_string()),
         "{list}"
@@ -967,6 +1007,8 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
     let (called, _) = inspector(
         &[
             &server.url,
+            "--header",
+            &auth,
             "--method",
             "tools/call",
             "--tool-name",

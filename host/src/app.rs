@@ -23,9 +23,12 @@ use crate::services::approval::{ApprovalBroker, ApproveMode};
 use crate::services::exec::Exec;
 use crate::services::index::Indexes;
 use crate::services::{HostServices, RunContext};
+use crate::workspace_gate::WorkspaceGate;
 
 pub struct App {
     pub dirs: Dirs,
+    /// Which folders may be workspaces (crate::workspace_gate).
+    pub gate: WorkspaceGate,
     pub config: Config,
     pub store: Arc<Store>,
     pub runtime: Arc<Runtime>,
@@ -139,7 +142,7 @@ impl App {
         }
         let runtime = Arc::new(Runtime::new(
             dirs.component_cache(),
-            vec![dirs.config.clone(), dirs.data.clone()],
+            vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
         )?);
         let indexes = Arc::new(Indexes::new(
             dirs.data.join("indexes"),
@@ -153,6 +156,7 @@ impl App {
         let model = crate::host_model::build(&config)?;
         let events = Arc::new(EventWriter::new(store.clone()));
         Ok(Self {
+            gate: WorkspaceGate::for_dirs(&dirs),
             dirs,
             config,
             store,
@@ -269,6 +273,13 @@ impl App {
     /// turn. A server learns the run id here, before any event flows, so it
     /// can register the run (and its cancel token) first.
     pub async fn prepare(&self, req: &AskRequest) -> Result<PreparedRun> {
+        // The gate again, whoever resolved the path (a frontend's check and
+        // this one see the same rules), before anything is written.
+        let asked = req
+            .workspace
+            .as_deref()
+            .map(|root| self.gate.check(root))
+            .transpose()?;
         // The session, and the workspace it remembers.
         let session = match &req.session_id {
             Some(id) => self
@@ -280,7 +291,8 @@ impl App {
                 self.store.create_session(&title, None)?
             }
         };
-        let workspace = match &req.workspace {
+        // A session's remembered folder passes the gate too.
+        let workspace = match &asked {
             Some(root) => {
                 let ws = match self.store.get_workspace_by_root(root)? {
                     Some(ws) => ws,
@@ -298,7 +310,10 @@ impl App {
                 Some(ws.root_path)
             }
             None => match &session.workspace_id {
-                Some(id) => self.store.get_workspace_by_id(id)?.map(|w| w.root_path),
+                Some(id) => match self.store.get_workspace_by_id(id)? {
+                    Some(w) => Some(self.gate.check(&w.root_path)?),
+                    None => None,
+                },
                 None => None,
             },
         };

@@ -28,6 +28,7 @@ pub struct Config {
     pub index: IndexSection,
     /// `[sandbox]`: limits and extra read paths of sandboxed commands.
     pub sandbox: SandboxSection,
+    pub server: ServerSection,
 }
 
 /// `[sandbox]`: what every sandboxed command gets (docs/ARCHITECTURE.md,
@@ -148,6 +149,34 @@ fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
     match (p.strip_prefix("~"), home) {
         (Ok(rest), Some(h)) => h.join(rest),
         _ => p.to_path_buf(),
+    }
+
+/// `[server]`: the doors of `capstan serve` and `capstan mcp --listen`
+/// (docs/ARCHITECTURE.md, security model). Flags add to the lists and
+/// override the caps.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSection {
+    /// Extra names the server answers to in `Host` (`name` or `name:port`),
+    /// besides its bound address and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// Extra origins whose pages may call the server (`https://app.example.com`).
+    pub allowed_origins: Vec<String>,
+    /// Event streams (SSE, AG-UI) open at once, over all runs.
+    pub max_streams: usize,
+    /// Event streams open at once on one run.
+    pub max_streams_per_run: usize,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        let limits = crate::server::runs::StreamLimits::default();
+        Self {
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_streams: limits.total,
+            max_streams_per_run: limits.per_run,
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`protocol`]: the event and task types every layer speaks;
 //! - [`dirs`]: where Capstan keeps config, data and cache;
 //! - [`term`]: the one door to the terminal (untrusted text made inert).
+//! - [`workspace_gate`]: which folders may be a workspace, for every entry point.
 
 pub mod app;
 pub mod bundled;
@@ -28,3 +29,4 @@ pub mod runtime;
 pub mod server;
 pub mod services;
 pub mod term;
+pub mod workspace_gate;

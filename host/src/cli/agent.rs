@@ -127,7 +127,7 @@ pub async fn run(global: &GlobalArgs, cmd: AgentCommand) -> Result<ExitCode> {
 
 async fn run_tasks(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode> {
     let file = TaskFile::load(&args.tasks)?;
-    let workspace = workspace_root(&args.workspace)?;
+    let workspace = workspace_root(global, &args.workspace)?;
     let dirs = global.dirs()?;
     let config = Config::load(&dirs.user_config_file())?;
     let mut prices = PriceTable::defaults();

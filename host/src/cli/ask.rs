@@ -86,7 +86,11 @@ pub fn approve_mode(explicit: Option<ApproveMode>) -> (ApproveMode, ApproveSourc
 }
 
 pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
-    let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let (mode, source) = approve_mode(args.approve);
     let app = App::open_with_model(global.dirs()?, mode, args.model_override()?).await?;
     let (feed, asks) = Feed::new(args.json, source, Outcomes::PlanTasks, app.broker.clone());

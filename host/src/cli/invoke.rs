@@ -47,7 +47,11 @@ pub struct InvokeArgs {
 pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
     let input: serde_json::Value = serde_json::from_str(&args.input)
         .with_context(|| format!("--input is not valid JSON: {}", args.input))?;
-    let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let approve = approve_mode(args.approve);
     let app = App::open(global.dirs()?, approve.0).await?;
     let registry = app.registry(workspace.as_deref()).await;

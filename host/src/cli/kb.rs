@@ -69,7 +69,7 @@ async fn kb_task(
     input: serde_json::Value,
     sink: Arc<dyn EventSink>,
 ) -> Result<crate::protocol::TaskOutcome> {
-    let root = workspace_root(&workspace)?;
+    let root = workspace_root(global, &workspace)?;
     let app = App::open(global.dirs()?, ApproveMode::None).await?;
     let registry = app.registry(Some(&root)).await;
     let services = HostServices {

@@ -14,13 +14,14 @@ mod workspace;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::dirs::{DirOverrides, Dirs};
 use crate::registry::{ManifestSources, Registry};
 use crate::runtime::Runtime;
 use crate::{errln, outln};
+use crate::workspace_gate::WorkspaceGate;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -172,18 +173,11 @@ impl GlobalArgs {
     }
 }
 
-/// A workspace given on the command line, checked and made canonical.
-pub fn workspace_root(dir: &Path) -> Result<PathBuf> {
-    let root = dir.canonicalize().with_context(|| {
-        format!(
-            "workspace {} does not exist; pass an existing directory to --workspace",
-            dir.display()
-        )
-    })?;
-    if !root.is_dir() {
-        bail!("workspace {} is not a directory", root.display());
-    }
-    Ok(root)
+/// A workspace given on the command line, made canonical and passed through
+/// the workspace gate (crate::workspace_gate): never Capstan's own dirs, `/`,
+/// the home dir or a system dir.
+pub fn workspace_root(global: &GlobalArgs, dir: &Path) -> Result<PathBuf> {
+    Ok(WorkspaceGate::for_dirs(&global.dirs()?).check(dir)?)
 }
 
 /// The runtime and registry for one command: bundled plugins and the user's
@@ -195,7 +189,7 @@ pub async fn load(
     let dirs = global.dirs()?;
     let runtime = Runtime::new(
         dirs.component_cache(),
-        vec![dirs.config.clone(), dirs.data.clone()],
+        vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
     )?;
     let registry = Registry::load(
         &runtime,

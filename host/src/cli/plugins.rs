@@ -33,7 +33,10 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         PluginsCommand::List { workspace, json } => (workspace, json, false),
         PluginsCommand::Check { workspace } => (workspace, false, true),
     };
-    let workspace = workspace.as_deref().map(workspace_root).transpose()?;
+    let workspace = workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let (_, _, registry) = load(global, workspace.as_deref()).await?;
 
     if json_out {

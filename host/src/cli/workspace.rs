@@ -45,7 +45,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
     let store = Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?;
     match cmd {
         WorkspaceCommand::Add { dir, name, profile } => {
-            let root = workspace_root(&dir)?;
+            let root = workspace_root(global, &dir)?;
             let profile: Profile = profile.parse().map_err(anyhow::Error::msg)?;
             let name = name.unwrap_or_else(|| {
                 root.file_name()

@@ -39,6 +39,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use crate::manifest::{HostService, PluginSpec, WorkspaceAccess};
 use crate::protocol::{FailureReason, TaskFailure, TaskOutcome, TaskRequest, TaskSuccess};
 use crate::services::{RunContext, TaskScope};
+use crate::workspace_gate::WorkspaceGate;
 pub use cache::ComponentCache;
 use state::{Interrupt, Limiter, TaskState};
 
@@ -143,9 +144,10 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<TaskState>,
     cache: ComponentCache,
-    /// Directories a workspace must not contain (cache, data, config): a plugin
-    /// that could write them could rewrite compiled code or its own grants.
-    protected: Vec<PathBuf>,
+    /// The workspace gate, checked again before every task: a plugin that
+    /// could write Capstan's cache, data or config could rewrite compiled code
+    /// or its own grants, whatever entry point bound the workspace.
+    gate: WorkspaceGate,
     _ticker: EpochTicker,
 }
 
@@ -197,7 +199,7 @@ impl Runtime {
             engine,
             linker,
             cache,
-            protected,
+            gate: WorkspaceGate::new(protected),
         })
     }
 
@@ -455,9 +457,9 @@ impl Runtime {
         } else {
             granted
         };
-        if access != WorkspaceAccess::None
-            && let Some(root) = &run.workspace
-        {
+        // Checked whatever the plugin's own access: a plugin with no file
+        // access may still run commands there through the exec service.
+        if let Some(root) = &run.workspace {
             self.check_workspace(root)?;
         }
         if run.cancel.is_cancelled() {
@@ -514,23 +516,11 @@ impl Runtime {
         }
     }
 
-    /// A workspace must not contain Capstan's own state.
+    /// The workspace gate's never-rules (crate::workspace_gate), as a task failure.
     fn check_workspace(&self, root: &Path) -> Result<(), TaskFailure> {
-        for dir in &self.protected {
-            let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
-            if dir.starts_with(root) {
-                return Err(TaskFailure::new(
-                    FailureReason::Denied,
-                    format!(
-                        "workspace {} contains Capstan's own directory {}; a plugin must never see it. \
-                         Choose another workspace or move the directory (CAPSTAN_HOME)",
-                        root.display(),
-                        dir.display()
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        self.gate
+            .check_canonical(root)
+            .map_err(|refusal| TaskFailure::new(FailureReason::Denied, refusal.to_string()))
     }
 }
 
