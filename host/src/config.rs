@@ -150,6 +150,7 @@ fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
         (Ok(rest), Some(h)) => h.join(rest),
         _ => p.to_path_buf(),
     }
+}
 
 /// `[server]`: the doors of `capstan serve` and `capstan mcp --listen`
 /// (docs/ARCHITECTURE.md, security model). Flags add to the lists and
