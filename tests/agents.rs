@@ -447,10 +447,14 @@ fn a_fresh_install_stops_before_any_task_with_one_line_saying_what_to_configure(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_whose_claude_runtime_is_missing_falls_back_to_its_retry_runtime() {
-    let server = ScriptedServer::with_responder(|_| Reply::text(["reviewed on cli"]).with_usage(10, 5))
-        .await
-        .unwrap();
-    let home = home_with_model(&server, "[agents.claude]\ncommand = \"/nonexistent/claude\"\n");
+    let server =
+        ScriptedServer::with_responder(|_| Reply::text(["reviewed on cli"]).with_usage(10, 5))
+            .await
+            .unwrap();
+    let home = home_with_model(
+        &server,
+        "[agents.claude]\ncommand = \"/nonexistent/claude\"\n",
+    );
     let ws = tempfile::tempdir().unwrap();
     let tasks = write_tasks(
         ws.path(),
@@ -476,7 +480,14 @@ async fn a_task_whose_claude_runtime_is_missing_falls_back_to_its_retry_runtime(
         .expect("a runtime.fallback event");
     assert_eq!(
         (&fallback["task"], &fallback["from"], &fallback["to"]),
-        (&Value::from("review"), &Value::from("claude"), &Value::from("cli"))
+        (
+            &Value::from("review"),
+            &Value::from("claude"),
+            &Value::from("cli")
+        )
     );
-    assert_eq!(lines.last().unwrap()["metadata"]["runtimes"], serde_json::json!(["cli"]));
+    assert_eq!(
+        lines.last().unwrap()["metadata"]["runtimes"],
+        serde_json::json!(["cli"])
+    );
 }

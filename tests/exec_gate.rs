@@ -232,7 +232,15 @@ fn a_plugin_cannot_hide_a_failed_command_behind_a_success() {
     let run = |input: Value| {
         let out = home
             .capstan()
-            .args(["invoke", "fault", "--json", "--approve", "all", "-o", "exec"])
+            .args([
+                "invoke",
+                "fault",
+                "--json",
+                "--approve",
+                "all",
+                "-o",
+                "exec",
+            ])
             .arg("--workspace")
             .arg(ws.path())
             .args(["--input", &input.to_string()])

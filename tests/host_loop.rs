@@ -473,7 +473,10 @@ async fn a_command_that_exits_non_zero_fails_its_task_and_the_answer_says_why() 
         text.contains("exited 127") && text.contains("not found"),
         "{text}"
     );
-    assert_in_order(&events, &["task.failed", "response.completed", "run.failed"]);
+    assert_in_order(
+        &events,
+        &["task.failed", "response.completed", "run.failed"],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -491,7 +494,12 @@ async fn continue_on_error_completes_its_task_and_a_failing_task_skips_its_depen
     server.set_responder(|_| Reply::text(["t2 failed."]).with_usage(10, 5));
     let h = Harness::new(&scripted_config(&server, "openai"), ApproveMode::All).await;
     let (out, events) = h.ask("check the handbook", Some(&ws), None).await;
-    assert_eq!(out.outcome.reason, Some(FailureReason::Failed), "{:?}", out.outcome);
+    assert_eq!(
+        out.outcome.reason,
+        Some(FailureReason::Failed),
+        "{:?}",
+        out.outcome
+    );
     let completed: Vec<String> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -506,11 +514,7 @@ async fn continue_on_error_completes_its_task_and_a_failing_task_skips_its_depen
     let failed = failed_tasks(&events);
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0].0, "t2");
-    assert!(
-        failed[0].2.contains("exited 3: failing"),
-        "{}",
-        failed[0].2
-    );
+    assert!(failed[0].2.contains("exited 3: failing"), "{}", failed[0].2);
     let skipped: Vec<(String, String)> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -521,7 +525,10 @@ async fn continue_on_error_completes_its_task_and_a_failing_task_skips_its_depen
     assert_eq!(skipped, [("t3".into(), "skipped_dependency_failed".into())]);
     // The finalization prompt carried the reason and the command's output.
     let last = server.requests().last().unwrap().prompt_text();
-    assert!(last.contains("exited 3") && last.contains("failing"), "{last}");
+    assert!(
+        last.contains("exited 3") && last.contains("failing"),
+        "{last}"
+    );
     assert_eq!(types(&events).last().unwrap(), "run.failed");
 }
 

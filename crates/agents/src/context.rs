@@ -213,8 +213,7 @@ pub fn render(
     limit_tokens: u64,
 ) -> Result<Prompt, AgentError> {
     let full = render_parts(role, role_template, task, &skills, &context, &files)?;
-    let Some((original, over)) = overflow_of(&full, &skills, &context, &files, limit_tokens)
-    else {
+    let Some((original, over)) = overflow_of(&full, &skills, &context, &files, limit_tokens) else {
         return Ok(Prompt {
             text: full,
             truncated: None,

@@ -38,9 +38,7 @@ pub enum EventKind {
         budget_usd: Option<f64>,
     },
     #[serde(rename = "task.started")]
-    TaskStarted {
-        task: String,
-    },
+    TaskStarted { task: String },
     /// One agent of a task starts on a runtime.
     #[serde(rename = "agent.started")]
     AgentStarted {
@@ -110,10 +108,7 @@ pub enum EventKind {
         reason: String,
     },
     #[serde(rename = "task.finished")]
-    TaskFinished {
-        task: String,
-        status: TaskStatus,
-    },
+    TaskFinished { task: String, status: TaskStatus },
     /// A task did not run because a prerequisite did not complete.
     #[serde(rename = "task.skipped")]
     TaskSkipped {
@@ -132,9 +127,7 @@ pub enum EventKind {
         agent: String,
     },
     #[serde(rename = "budget.decision")]
-    BudgetDecision {
-        proceed: bool,
-    },
+    BudgetDecision { proceed: bool },
     #[serde(rename = "execution.finished")]
     ExecutionFinished {
         status: ExecutionStatus,

@@ -441,8 +441,8 @@ impl Run<'_> {
         }
         // Whatever is still over the limit (a summary that came out too long, a
         // failed summary) is cut.
-        let prompt = context::render(agent, template, task, skills, earlier, files, limit)
-            .map_err(fail)?;
+        let prompt =
+            context::render(agent, template, task, skills, earlier, files, limit).map_err(fail)?;
         if let Some((original_tokens, cut)) = prompt.truncated.clone() {
             self.events.emit(EventKind::ContextTruncated {
                 task: task.id.clone(),

@@ -675,7 +675,11 @@ async fn a_runtime_that_cannot_start_stops_the_execution_before_any_task() {
         err.contains("task c: Claude Code (`/nonexistent/claude`) was not found"),
         "{err}"
     );
-    assert!(events.all().is_empty(), "nothing started: {:?}", events.types());
+    assert!(
+        events.all().is_empty(),
+        "nothing started: {:?}",
+        events.types()
+    );
 }
 
 #[tokio::test]
@@ -697,7 +701,10 @@ async fn a_task_whose_runtime_is_missing_falls_back_to_its_retry_runtime() {
     d.config.claude.command = "/nonexistent/claude".into();
     let r = execute(&file, options(d, &events)).await.unwrap();
     let t = r.task("review").unwrap();
-    assert_eq!((t.status, t.output.as_str()), (TaskStatus::Completed, "done on cli"));
+    assert_eq!(
+        (t.status, t.output.as_str()),
+        (TaskStatus::Completed, "done on cli")
+    );
     assert_eq!(r.metadata.runtimes, [RuntimeKind::Cli]);
     let types = events.types();
     assert_eq!(types[..2], ["execution.started", "runtime.fallback"]);
@@ -728,7 +735,8 @@ async fn summarise_mode_has_the_model_summarise_what_does_not_fit_as_a_budgeted_
         if p.starts_with("Summarise the file big.log") {
             // The summariser gets the task it summarises for, and the file itself.
             if !(p.contains("task `a`: find the log errors") && p.contains("HEAD-OF-FILE")) {
-                return Reply::status(400).error_message("the summariser lacks the task or the file");
+                return Reply::status(400)
+                    .error_message("the summariser lacks the task or the file");
             }
             Reply::text(["SUMMARY: 3 timeouts in the db pool"]).with_usage(1_500, 20)
         } else {
@@ -779,11 +787,17 @@ async fn summarise_mode_has_the_model_summarise_what_does_not_fit_as_a_budgeted_
     assert!(!p.contains("filler line") && !p.contains("characters left out"));
     // Its own step, counted in the task's and the execution's usage and cost.
     let t = r.task("a").unwrap();
-    let agents: Vec<(&str, TaskStatus)> =
-        t.steps.iter().map(|s| (s.agent.as_str(), s.status)).collect();
+    let agents: Vec<(&str, TaskStatus)> = t
+        .steps
+        .iter()
+        .map(|s| (s.agent.as_str(), s.status))
+        .collect();
     assert_eq!(
         agents,
-        [("summariser", TaskStatus::Completed), ("dev", TaskStatus::Completed)]
+        [
+            ("summariser", TaskStatus::Completed),
+            ("dev", TaskStatus::Completed)
+        ]
     );
     assert_eq!(t.output, "the db pool times out");
     assert_eq!(t.token_usage.total, 1_830);

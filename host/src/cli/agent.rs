@@ -405,7 +405,13 @@ fn print_result(r: &ExecutionResult) {
     }
     let m = &r.metadata;
     let runtimes: Vec<&str> = m.runtimes.iter().map(|r| r.as_str()).collect();
-    let or_none = |names: String| if names.is_empty() { "none".into() } else { names };
+    let or_none = |names: String| {
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names
+        }
+    };
     eprintln!(
         "· {} {} in {:.1}s · agents {} · runtimes {} · tokens {} (in {}, out {}){} · total cost ${:.4}{}{}",
         m.execution_id,
