@@ -158,21 +158,43 @@ fn deny_rules_and_the_locked_profile_hold_even_with_approve_all() {
 fn the_loop_stops_at_the_first_failing_command_unless_told_otherwise() {
     let home = Home::new("");
     let ws = workspace();
+    // The first failure stops the loop and fails the task.
     let run = invoke(
         &home,
         ws.path(),
         "all",
         json!({"commands": ["false", "echo after"]}),
     );
-    assert_eq!(run.code, Some(0));
-    assert_eq!(run.result()["data"]["ran"], 1);
+    assert_eq!(run.code, Some(1), "{:?}", run.events);
+    assert_eq!(run.result()["reason"], "failed");
+    let message = run.result()["message"].as_str().unwrap();
+    assert!(message.contains("`false` exited 1"), "{message}");
+    assert_eq!(run.of_type("terminal.step").len(), 1);
+    assert_eq!(run.of_type("task.failed").len(), 1);
+    // A command past its timeout fails the task as `timeout`.
+    let run = invoke(
+        &home,
+        ws.path(),
+        "all",
+        json!({"command": "sleep 30", "timeout_ms": 200}),
+    );
+    assert_eq!(run.code, Some(1), "{:?}", run.events);
+    assert_eq!(run.result()["reason"], "timeout");
+    // continue_on_error: every command runs and the task completes, saying which failed.
     let run = invoke(
         &home,
         ws.path(),
         "all",
         json!({"commands": ["false", "echo after"], "continue_on_error": true}),
     );
+    assert_eq!(run.code, Some(0), "{:?}", run.events);
     assert_eq!(run.result()["data"]["ran"], 2);
+    assert!(
+        run.result()["data"]["failed"]
+            .as_str()
+            .unwrap()
+            .contains("`false` exited 1")
+    );
 }
 
 #[test]
@@ -194,6 +216,52 @@ fn exec_without_a_workspace_is_refused() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("workspace.required"), "{text}");
     assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn a_plugin_cannot_hide_a_failed_command_behind_a_success() {
+    // The fault plugin runs the command and answers `ok` whatever its exit status:
+    // the host saw the command fail, so the task fails.
+    let home = Home::new(&common::plugin_entry(
+        "fault",
+        "fault",
+        &["fault"],
+        "[plugin.permissions]\nworkspace = \"read\"\nhost = [\"exec\"]\n",
+    ));
+    let ws = workspace();
+    let run = |input: Value| {
+        let out = home
+            .capstan()
+            .args([
+                "invoke",
+                "fault",
+                "--json",
+                "--approve",
+                "all",
+                "-o",
+                "exec",
+            ])
+            .arg("--workspace")
+            .arg(ws.path())
+            .args(["--input", &input.to_string()])
+            .output()
+            .unwrap();
+        let last: Value = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .last()
+            .unwrap();
+        (out.status.code(), last)
+    };
+    let (code, result) = run(json!({"command": "echo nope >&2; exit 4"}));
+    assert_eq!(code, Some(1), "{result}");
+    assert_eq!(result["reason"], "failed");
+    let message = result["message"].as_str().unwrap();
+    assert!(message.contains("exited 4: nope"), "{message}");
+    // The same plugin with `continue_on_error` in the task's input: the task's call.
+    let (code, result) = run(json!({"command": "exit 4", "continue_on_error": true}));
+    assert_eq!(code, Some(0), "{result}");
+    assert_eq!(result["data"]["exit"], 4);
 }
 
 /// A git repository in `ws` with one commit, an uncommitted change (so that

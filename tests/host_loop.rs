@@ -416,6 +416,122 @@ async fn a_tool_error_fails_fast_and_the_answer_carries_the_reason() {
     assert_eq!(types(&events).last().unwrap(), "run.failed");
 }
 
+/// `(task_id, reason, message)` of every `task.failed`.
+fn failed_tasks(events: &[Envelope]) -> Vec<(String, FailureReason, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TaskFailed {
+                task_id,
+                reason,
+                message,
+            } => Some((task_id.clone(), *reason, message.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_exits_non_zero_fails_its_task_and_the_answer_says_why() {
+    let (_d, ws) = handbook();
+    let h = Harness::new("", ApproveMode::All).await;
+    let (out, events) = h
+        .ask(
+            "run `capstan-no-such-command` and `cat README.md`",
+            Some(&ws),
+            None,
+        )
+        .await;
+    assert_eq!(out.outcome.status, RunStatus::Failed, "{:?}", out.outcome);
+    assert_eq!(out.outcome.reason, Some(FailureReason::Failed));
+    let failed = failed_tasks(&events);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let (task, reason, message) = &failed[0];
+    assert_eq!((task.as_str(), *reason), ("t1", FailureReason::Failed));
+    assert!(
+        message.contains("`capstan-no-such-command` exited 127") && message.contains("not found"),
+        "{message}"
+    );
+    // The loop stopped at the failing command: the second one never ran.
+    let ran: Vec<Option<i32>> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TerminalStep { exit_code, .. } => Some(*exit_code),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ran, [Some(127)]);
+    assert!(
+        events.iter().any(|e| matches!(&e.event,
+            Event::PlanUpdated { task_id, status: capstan::protocol::TaskStatus::Failed } if task_id == "t1")),
+        "the plan panel shows the task failed"
+    );
+    assert!(!types(&events).contains(&"task.completed".to_string()));
+    // The run still reaches its answer, which gives the reason and the output.
+    let text = answer(&events);
+    assert!(
+        text.contains("exited 127") && text.contains("not found"),
+        "{text}"
+    );
+    assert_in_order(
+        &events,
+        &["task.failed", "response.completed", "run.failed"],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_on_error_completes_its_task_and_a_failing_task_skips_its_dependants() {
+    let (_d, ws) = handbook();
+    let server = ScriptedServer::start().await.unwrap();
+    server.push(step(json!({"action": "plan", "reason": "check", "tasks": [
+        {"id": "t1", "kind": "terminal_exec", "operation": "run",
+         "input": {"commands": ["false", "echo went-on"], "continue_on_error": true}},
+        {"id": "t2", "kind": "terminal_exec", "operation": "run",
+         "input": {"command": "echo failing >&2; exit 3"}, "depends_on": ["t1"]},
+        {"id": "t3", "kind": "terminal_exec", "operation": "run",
+         "input": {"command": "ls"}, "depends_on": ["t2"]}
+    ]})));
+    server.set_responder(|_| Reply::text(["t2 failed."]).with_usage(10, 5));
+    let h = Harness::new(&scripted_config(&server, "openai"), ApproveMode::All).await;
+    let (out, events) = h.ask("check the handbook", Some(&ws), None).await;
+    assert_eq!(
+        out.outcome.reason,
+        Some(FailureReason::Failed),
+        "{:?}",
+        out.outcome
+    );
+    let completed: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TaskCompleted { task_id, data, .. } => {
+                assert_eq!(data["ran"], 2, "continue_on_error ran both commands");
+                Some(task_id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(completed, ["t1"]);
+    let failed = failed_tasks(&events);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, "t2");
+    assert!(failed[0].2.contains("exited 3: failing"), "{}", failed[0].2);
+    let skipped: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TaskSkipped { task_id, reason } => Some((task_id.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(skipped, [("t3".into(), "skipped_dependency_failed".into())]);
+    // The finalization prompt carried the reason and the command's output.
+    let last = server.requests().last().unwrap().prompt_text();
+    assert!(
+        last.contains("exited 3") && last.contains("failing"),
+        "{last}"
+    );
+    assert_eq!(types(&events).last().unwrap(), "run.failed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_and_summary_reach_the_prompt_of_the_next_turn() {
     let server = ScriptedServer::start().await.unwrap();

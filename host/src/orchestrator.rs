@@ -19,7 +19,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::json;
 
-use crate::dispatch::run_task;
+use crate::dispatch::{run_task, run_task_with_steps};
 use crate::host_model::{
     CapabilitySummary, FinalInput, HostContext, HostModel, ModelFailure, OperationSummary, Passage,
     Step, TaskReport, Turn,
@@ -670,11 +670,13 @@ impl Host {
                 };
                 let task_run = &task_run;
                 running.push(async move {
-                    let outcome = run_task(&self.runtime, &self.registry, &request, task_run).await;
-                    (t, outcome)
+                    let (outcome, steps) =
+                        run_task_with_steps(&self.runtime, &self.registry, &request, task_run)
+                            .await;
+                    (t, outcome, steps)
                 });
             }
-            let Some((task, outcome)) = running.next().await else {
+            let Some((task, outcome, steps)) = running.next().await else {
                 break;
             };
             match outcome {
@@ -696,12 +698,19 @@ impl Host {
                         task_id: task.id.clone(),
                         status: TaskStatus::Failed,
                     });
+                    // What the task's commands printed stays in the report: the
+                    // answer says why they failed.
+                    let data = if steps.is_empty() {
+                        json!(null)
+                    } else {
+                        json!({ "steps": steps })
+                    };
                     reports.push(report(
                         &task,
                         "failed",
                         Some(f.reason),
                         f.message.clone(),
-                        json!(null),
+                        data,
                     ));
                     // Tasks share a child token; before any failure only an
                     // aborted approval cancels it, and an abort ends the run

@@ -144,9 +144,10 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
     for p in spec.read {
         // Already visible (a system directory or the workspace): binding again
         // would only unmask what is masked there.
-        let covered = SYSTEM.iter().any(|d| {
-            p.starts_with(d) && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())
-        }) || p.starts_with(spec.workspace);
+        let covered = SYSTEM
+            .iter()
+            .any(|d| p.starts_with(d) && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+            || p.starts_with(spec.workspace);
         if !covered {
             bind(p, &inside(p), true)?;
         }

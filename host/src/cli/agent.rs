@@ -185,6 +185,7 @@ async fn run_tasks(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode> {
             capstan_exe: std::env::current_exe().ok(),
             workspace,
             mode: Mode::Cli,
+            config_file: Some(dirs.user_config_file()),
         },
     };
     let result = capstan_agents::execute(&file, opts).await?;
@@ -310,9 +311,27 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
         EventKind::RuntimeRetry { task, from, to, .. } => {
             errln!("  ↻ {task}: {from} failed, retrying on {to}")
         }
-        EventKind::RuntimeFallback { from, to, reason } => {
-            errln!("! {from} is unavailable, using {to} instead: {reason}")
-        }
+        EventKind::RuntimeFallback {
+            task,
+            from,
+            to,
+            reason,
+        } => match task {
+            Some(task) => {
+                errln!("! {task}: {from} is unavailable, using its retry runtime {to}: {reason}")
+            }
+            None => errln!("! {from} is unavailable, using {to} instead: {reason}"),
+        },
+        EventKind::ContextSummarised {
+            task,
+            agent,
+            original_tokens,
+            limit_tokens,
+            summarised,
+        } => errln!(
+            "    {task} · {agent}: prompt of ~{original_tokens} tokens over the {limit_tokens} limit; the model summarised {}",
+            summarised.join(", ")
+        ),
         EventKind::TaskSkipped {
             task,
             failed_dependency,
@@ -366,11 +385,7 @@ fn print_result(r: &ExecutionResult) {
         outln!("== {} [{}] ==", t.task_id, t.status.as_str());
         if r.metadata.strategy == Strategy::Multi && t.steps.len() > 1 {
             for s in &t.steps {
-                outln!("-- {} ({}) --\n{}",
-                    s.agent,
-                    s.runtime,
-                    s.output.trim_end()
-                );
+                outln!("-- {} ({}) --\n{}", s.agent, s.runtime, s.output.trim_end());
             }
         } else if !t.output.is_empty() {
             outln!("{}", t.output.trim_end());
@@ -381,13 +396,20 @@ fn print_result(r: &ExecutionResult) {
     }
     let m = &r.metadata;
     let runtimes: Vec<&str> = m.runtimes.iter().map(|r| r.as_str()).collect();
+    let or_none = |names: String| {
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names
+        }
+    };
     errln!(
         "· {} {} in {:.1}s · agents {} · runtimes {} · tokens {} (in {}, out {}){} · total cost ${:.4}{}{}",
         m.execution_id,
         m.status.as_str(),
         m.duration_ms as f64 / 1000.0,
-        m.agents.join(", "),
-        runtimes.join(", "),
+        or_none(m.agents.join(", ")),
+        or_none(runtimes.join(", ")),
         m.total_tokens.total,
         m.total_tokens.input,
         m.total_tokens.output,

@@ -265,7 +265,7 @@ impl Chat {
             }
             None => {
                 err!("    please answer y, n, a or b: ");
-                    }
+            }
         }
     }
 }

@@ -28,10 +28,10 @@ use axum::http::{Method, Uri};
 use axum::middleware;
 use axum::routing::{get, post};
 
+use crate::{errln, outln};
 use error::{ApiError, ErrorKind};
 use guard::{Doors, TokenChoice};
 use runs::RunManager;
-use crate::{errln, outln};
 
 /// Default cap on a request body: a message, not a file upload.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;

@@ -72,6 +72,7 @@ pub fn deps(
         capstan_exe: None,
         workspace: workspace.to_path_buf(),
         mode: Mode::Cli,
+        config_file: None,
     }
 }
 
