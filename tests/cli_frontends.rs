@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 
-use common::Home;
+use common::{Home, procs};
 use common::server::handbook;
 
 fn with_stdin(mut cmd: Command, input: &str) -> Output {
@@ -96,11 +96,13 @@ fn ask_renders_the_plan_asks_for_approval_and_exits_by_outcome() {
 fn ctrl_c_cancels_an_ask_cleanly() {
     let home = Home::new("");
     let ws = handbook();
+    // Ten minutes: a sleep seen gone after the cancel was killed, not finished.
+    let marker = "612.5";
     let mut child = home
         .capstan()
         .args(["ask", "--approve", "all", "-w"])
         .arg(ws.path())
-        .arg("run `sleep 60`")
+        .arg(format!("run `sleep {marker}`"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -112,10 +114,15 @@ fn ctrl_c_cancels_an_ask_cleanly() {
         let mut line = String::new();
         assert!(err.read_line(&mut line).unwrap() > 0, "ended early: {seen}");
         seen.push_str(&line);
-        if line.contains("run `sleep 60`: running") {
+        if line.contains(&format!("run `sleep {marker}`: running")) {
             break;
         }
     }
+    // The feed says running; Ctrl-C once the sandboxed sleep itself is there.
+    let bound = std::time::Duration::from_secs(60);
+    procs::wait_until("the sandboxed sleep to start", bound, || {
+        !procs::with_argv(&["sleep", marker]).is_empty()
+    });
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -129,6 +136,10 @@ fn ctrl_c_cancels_an_ask_cleanly() {
     assert!(rest.contains("· cancelled:"), "{rest}");
     let runs = store(&home).list_runs(None, 10).unwrap();
     assert_eq!(runs[0].status, capstan_store::RunStatus::Cancelled);
+    // The sleep, its shell and any launcher carrying it died with the cancel.
+    procs::wait_until("the cancelled command's processes to die", bound, || {
+        procs::mentioning(marker).is_empty()
+    });
 }
 
 /// `capstan chat` driven line by line, as a person would: each line is sent
