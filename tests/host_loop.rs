@@ -679,3 +679,31 @@ async fn cost_is_priced_from_the_table_and_a_warning_precedes_the_limit() {
     );
     assert_eq!(out.outcome.status, RunStatus::Completed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossing_the_usd_budget_stops_the_run_with_budget_exceeded() {
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_responder(|_| step(json!({"action": "retrieve", "reason": "more", "query": "x"})));
+    // claude-3-5-sonnet family: $3 in, $15 out per 1M tokens; each step (100 in, 20
+    // out) costs $0.0006, so the second crosses $0.001.
+    let config = scripted_config(&server, "anthropic")
+        .replace("scripted-model", "claude-3-5-sonnet-latest")
+        + "\n[run]\nbudget_usd = 0.001\n";
+    let (_d, ws) = handbook();
+    let h = Harness::new(&config, ApproveMode::None).await;
+    let (out, events) = h.ask("keep going", Some(&ws), None).await;
+    assert_eq!(
+        out.outcome.reason,
+        Some(FailureReason::BudgetExceeded),
+        "{:?}",
+        out.outcome
+    );
+    assert_eq!(server.request_count(), 2, "no model call after the budget");
+    assert_eq!(types(&events).last().unwrap(), "run.failed");
+    let failed = events
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .find(|e| e["type"] == "run.failed")
+        .unwrap();
+    assert!(failed.to_string().contains("$0.0010 run budget"), "{failed}");
+}
