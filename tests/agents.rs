@@ -211,7 +211,12 @@ async fn a_timeout_exits_124_with_partial_results() {
     // The timeout is the behaviour under test, so it is a bound: 20 s leaves the binary's
     // start and the first streamed piece inside it at load 8 on 2 cores; the stream then
     // hangs until the timeout fires.
-    let out = run(&home, ws.path(), &["--json", "--timeout", "20s", &tasks], "");
+    let out = run(
+        &home,
+        ws.path(),
+        &["--json", "--timeout", "20s", &tasks],
+        "",
+    );
     assert_eq!(
         out.status.code(),
         Some(124),

@@ -7,8 +7,8 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 
-use common::{Home, procs};
 use common::server::handbook;
+use common::{Home, procs};
 
 fn with_stdin(mut cmd: Command, input: &str) -> Output {
     let mut child = cmd
@@ -69,7 +69,7 @@ fn ask_renders_the_plan_asks_for_approval_and_exits_by_outcome() {
     assert_eq!(no.status.code(), Some(1), "{err}");
     assert!(err.contains("please answer y, n, a or b"), "{err}");
     assert!(err.contains("approval: denied (by user)"), "{err}");
-    assert!(err.contains("run failed"), "{err}");
+    assert!(err.contains("· failed: "), "{err}");
 
     let abort = ask("b\n");
     let err = text(&abort.stderr);
@@ -77,7 +77,7 @@ fn ask_renders_the_plan_asks_for_approval_and_exits_by_outcome() {
     assert!(err.contains("approval: aborted"), "{err}");
     assert!(err.contains("· cancelled:"), "{err}");
 
-    // A question: the streamed answer on stdout, citations in the feed.
+    // A question: the streamed answer on stdout, then its sources.
     let mut cmd = home.capstan();
     cmd.args(["ask", "-w"])
         .arg(ws.path())
@@ -86,9 +86,9 @@ fn ask_renders_the_plan_asks_for_approval_and_exits_by_outcome() {
     assert_eq!(q.status.code(), Some(0));
     assert!(text(&q.stdout).contains("minisign"), "{}", text(&q.stdout));
     assert!(
-        text(&q.stderr).contains("· sources: [1] ops/key-rotation.md:"),
+        text(&q.stdout).contains("\nSources:\n[1] ops/key-rotation.md"),
         "{}",
-        text(&q.stderr)
+        text(&q.stdout)
     );
 }
 
@@ -480,7 +480,10 @@ fn home_and_dir_overrides_put_config_data_and_cache_where_they_say() {
     let err = text(&out.stderr);
     assert!(err.contains("profile is `locked`"), "{err}");
     assert!(home.path().join("data/capstan.db").exists());
-    assert!(files_under(&home.path().join("cache")) > 0, "nothing cached");
+    assert!(
+        files_under(&home.path().join("cache")) > 0,
+        "nothing cached"
+    );
 
     // The three variables, each its own place.
     let (config, data, cache) = (

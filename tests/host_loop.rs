@@ -529,9 +529,11 @@ async fn cancel_during_exec_kills_the_process_and_emits_run_cancelled() {
     assert_eq!(types(&events).last().unwrap(), "run.cancelled");
     // Both sleeps, the shell and any launcher that carried the command: all gone (a
     // survivor would run for another five minutes).
-    procs::wait_until("every process of the cancelled command to die", WAIT_BOUND, || {
-        procs::mentioning(marker).is_empty()
-    });
+    procs::wait_until(
+        "every process of the cancelled command to die",
+        WAIT_BOUND,
+        || procs::mentioning(marker).is_empty(),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -705,5 +707,8 @@ async fn crossing_the_usd_budget_stops_the_run_with_budget_exceeded() {
         .map(|e| serde_json::to_value(e).unwrap())
         .find(|e| e["type"] == "run.failed")
         .unwrap();
-    assert!(failed.to_string().contains("$0.0010 run budget"), "{failed}");
+    assert!(
+        failed.to_string().contains("$0.0010 run budget"),
+        "{failed}"
+    );
 }

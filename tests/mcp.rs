@@ -445,14 +445,17 @@ async fn cancel_a_long_command(session: &Session, home: &Home, marker: &str) {
             .any(|e| e.contains(&format!("sleep {marker}")))
     };
     let mut run = None;
-    wait_until("the cancelled call's run to be recorded as finished", || {
-        run = store
-            .list_runs(None, 20)
-            .unwrap()
-            .into_iter()
-            .find(|r| ran_sleep(r) && r.ended_at.is_some());
-        run.is_some()
-    });
+    wait_until(
+        "the cancelled call's run to be recorded as finished",
+        || {
+            run = store
+                .list_runs(None, 20)
+                .unwrap()
+                .into_iter()
+                .find(|r| ran_sleep(r) && r.ended_at.is_some());
+            run.is_some()
+        },
+    );
     let run = run.unwrap();
     assert_eq!(run.status, capstan_store::RunStatus::Cancelled, "{run:?}");
     assert_eq!(run.reason.as_deref(), Some("cancelled"), "{run:?}");
@@ -907,9 +910,7 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
     );
     let asked = server.requests();
     assert!(
-        asked[0]
-            .prompt_text()
-            .contains("mcp:fs/read_text_file"),
+        asked[0].prompt_text().contains("mcp:fs/read_text_file"),
         "the model is offered the external tool as a capability kind"
     );
 }
@@ -973,11 +974,7 @@ fn direct_run(app: &capstan::app::App, ws: &Path) -> (RunContext, Recorder) {
         approval: Some(app.broker.clone()),
         ..Default::default()
     };
-    let run = RunContext::new(
-        Some(ws.to_path_buf()),
-        Arc::new(recorder.clone()),
-        services,
-    );
+    let run = RunContext::new(Some(ws.to_path_buf()), Arc::new(recorder.clone()), services);
     (run, recorder)
 }
 
@@ -1056,7 +1053,9 @@ async fn third_party_servers_are_called_and_their_annotations_never_lower_the_ri
         .collect();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert!(
-        asked[0].to_string().contains("configured with `Unknown` risk"),
+        asked[0]
+            .to_string()
+            .contains("configured with `Unknown` risk"),
         "the approval names the configured risk, not the server's hint: {}",
         asked[0]
     );

@@ -568,7 +568,8 @@ async fn the_openapi_document_describes_every_route_the_server_has() {
             };
             let in_doc = paths[path.as_str()].get(method).is_some();
             assert_eq!(
-                answered, in_doc,
+                answered,
+                in_doc,
                 "{method} {path}: the server answers {status}, openapi.json {} it",
                 if in_doc { "documents" } else { "omits" }
             );

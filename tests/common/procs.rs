@@ -49,7 +49,10 @@ pub fn mentioning(text: &str) -> Vec<u32> {
 pub fn wait_until(what: &str, bound: Duration, done: impl Fn() -> bool) {
     let deadline = Instant::now() + bound;
     while !done() {
-        assert!(Instant::now() < deadline, "gave up after {bound:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {bound:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -341,8 +341,8 @@ async fn claude_code_failing_at_start_reports_its_stderr() {
     let ws = tempfile::tempdir().unwrap();
     let mut c = config(&home, &server);
     c.claude.extra_args = vec!["--no-such-capstan-flag".into()];
-    let file = TaskFile::parse("runtime: claude\ntasks:\n  - {id: bad, description: anything}\n")
-        .unwrap();
+    let file =
+        TaskFile::parse("runtime: claude\ntasks:\n  - {id: bad, description: anything}\n").unwrap();
     let events = Events::default();
     let r = execute(&file, options(deps(ws.path(), c, None), &events))
         .await
