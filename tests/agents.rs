@@ -298,13 +298,26 @@ fn claude_config(
     base_url: &str,
     extra_env: &str,
 ) -> String {
+    // MCP_TIMEOUT: Claude Code gives an MCP server 30 s to start by default; `capstan
+    // mcp` loads its components first, which at load 8 on 2 cores can take longer.
     format!(
         "[agents.claude]\ncommand = {:?}\nmodel = {model:?}\nidle_timeout_secs = {idle_secs}\n\
-         [agents.claude.env]\nHOME = {:?}\nXDG_CONFIG_HOME = {:?}\nANTHROPIC_BASE_URL = {base_url:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\nCLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\"\n{extra_env}",
+         [agents.claude.env]\nHOME = {:?}\nXDG_CONFIG_HOME = {:?}\nANTHROPIC_BASE_URL = {base_url:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\nCLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\"\nMCP_TIMEOUT = \"180000\"\n{extra_env}",
         common::npm_bin("claude", "claude").display().to_string(),
         peer_home.display().to_string(),
         peer_home.join("config").display().to_string(),
     )
+}
+
+/// Compiles the bundled components into the home's cache, so the `capstan mcp`
+/// Claude Code starts answers its handshake without compiling first.
+fn warm_component_cache(home: &Home) {
+    let out = home.capstan().args(["plugins", "check"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -326,6 +339,7 @@ async fn claude_runtime_gets_capstan_as_an_mcp_server() {
         &server.base_url(),
         "",
     ));
+    warm_component_cache(&home);
     let ws = tempfile::tempdir().unwrap();
     let tasks = write_tasks(ws.path(), "tasks:\n  - {id: c, description: say hello}\n");
     let out = run(
@@ -399,6 +413,7 @@ async fn claude_code_calls_a_capstan_capability_over_mcp() {
         &server.base_url(),
         "ENABLE_TOOL_SEARCH = \"false\"\n",
     ));
+    warm_component_cache(&home);
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(
         ws.path().join("security.md"),
