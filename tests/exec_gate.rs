@@ -701,3 +701,52 @@ fn protected_files_ask_even_under_trusted_and_nothing_is_written() {
         assert!(!ws.path().join(file).exists(), "{cmd} wrote {file}");
     }
 }
+
+#[test]
+fn commands_run_with_no_new_privs_seccomp_and_the_default_rlimits() {
+    // Read back from inside the command, as the kernel reports it for that process.
+    let home = Home::new("");
+    let ws = workspace();
+    let run = invoke(
+        &home,
+        ws.path(),
+        "none",
+        json!({"command": "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status"}),
+    );
+    assert_eq!(run.code, Some(0), "{:?}", run.events);
+    let status = run.result()["data"]["steps"][0]["stdout"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    // 2: a seccomp filter is installed.
+    assert!(status.contains("Seccomp:\t2"), "{status}");
+
+    let run = invoke(
+        &home,
+        ws.path(),
+        "none",
+        json!({"command": "cat /proc/self/limits"}),
+    );
+    assert_eq!(run.code, Some(0), "{:?}", run.events);
+    let limits = run.result()["data"]["steps"][0]["stdout"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let row = |name: &str| -> Vec<String> {
+        limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {limits}"))[name.len()..]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    // The sandbox's defaults: files up to 4 GiB, no core dumps (soft and hard).
+    assert_eq!(
+        row("Max file size")[..2],
+        ["4294967296", "4294967296"],
+        "{limits}"
+    );
+    assert_eq!(row("Max core file size")[..2], ["0", "0"], "{limits}");
+}

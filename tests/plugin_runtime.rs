@@ -16,13 +16,16 @@ use capstan::services::{HostServices, RunContext};
 use common::{Home, Recorder, plugin_entry};
 use serde_json::{Value, json};
 
+/// The fault plugin with a small memory limit and a deadline. The deadline is what
+/// stops `loop`, and every other call must finish inside it too: 10 s holds a call at
+/// load 8 on 2 cores (500 ms did not), so only the spin ever reaches it.
 const FAULT: &str = r#"
 [plugin.permissions]
 workspace = "read"
 host = ["exec"]
 [plugin.limits]
 memory_mb = 32
-timeout_ms = 500
+timeout_ms = 10000
 "#;
 
 async fn setup(home: &Home) -> (Runtime, Registry) {
@@ -153,7 +156,7 @@ async fn cancellation_stops_a_spinning_and_a_polling_plugin() {
         "fault",
         "fault",
         &["fault"],
-        &FAULT.replace("timeout_ms = 500", "timeout_ms = 60000"),
+        &FAULT.replace("timeout_ms = 10000", "timeout_ms = 60000"),
     ));
     let (rt, reg) = setup(&home).await;
     for op in ["loop", "cancel-poll"] {
