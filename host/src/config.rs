@@ -7,9 +7,9 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default)]
 pub struct Config {
     /// `[model]`: which model the host loop uses. Absent: the offline model.
@@ -28,7 +28,7 @@ pub struct Config {
 }
 
 /// `[index]`: how workspace search indexes are built.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct IndexSection {
     /// `"english"` (default: stop words dropped, words stemmed, best for prose
@@ -46,7 +46,7 @@ impl IndexSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunSection {
     pub max_retrievals: u32,
@@ -70,7 +70,7 @@ impl Default for RunSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalSection {
     /// Seconds an approval waits for an answer before it expires (denied).
@@ -84,10 +84,20 @@ impl Default for ApprovalSection {
 }
 
 impl Config {
+    /// Reads and checks the user's capstan.toml (see [`crate::config_check`]): any
+    /// problem, an unknown key included, is an error naming the line and the fix.
     pub fn load(path: &Path) -> Result<Self> {
         match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text)
-                .with_context(|| format!("{} is not a valid Capstan config", path.display())),
+            Ok(text) => {
+                let errors =
+                    crate::config_check::check_text(&text, path, crate::config_check::Scope::User);
+                if !errors.is_empty() {
+                    return Err(crate::config_check::ConfigErrors(errors))
+                        .context("your capstan.toml has problems (`capstan config check` lists them)");
+                }
+                toml::from_str(&text)
+                    .with_context(|| format!("{} is not a valid Capstan config", path.display()))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
         }

@@ -91,13 +91,16 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         .with_context(|| format!("--input is not valid JSON: {}", args.input))?;
     let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
     let app = App::open(global.dirs()?, approve_mode(args.approve)).await?;
+    if let Some(ws) = &workspace {
+        app.check_workspace(ws)?;
+    }
     let registry = app.registry(workspace.as_deref()).await;
     for problem in registry.problems() {
         tracing::warn!("{}", problem.message);
     }
     let operation = match args.operation {
         Some(op) => op,
-        None => match registry.resolve(&args.kind) {
+        None => match registry.resolve(&app.runtime, &args.kind, None).await {
             Ok(plugin) => plugin
                 .operations
                 .first()

@@ -63,6 +63,9 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
     }
     let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
     let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
+    if let Some(ws) = &workspace {
+        app.check_workspace(ws)?;
+    }
     let host = McpHost::new(app, workspace).await;
     match args.listen {
         None => {
