@@ -127,7 +127,12 @@ fn ensure_wasm_target() {
         // Cannot tell; the plugin build reports a missing target itself.
         return;
     };
-    let installed = |root: &Path| root.join("lib/rustlib").join(WASM_TARGET).join("lib").is_dir();
+    let installed = |root: &Path| {
+        root.join("lib/rustlib")
+            .join(WASM_TARGET)
+            .join("lib")
+            .is_dir()
+    };
     // Run again whenever the target's directory appears or goes (a missing path is always
     // "changed" to cargo), so removing the target is noticed even with a built host.
     println!(

@@ -94,7 +94,10 @@ fn the_first_question_says_it_is_preparing_and_compiles_only_retrieval() {
         "{err}"
     );
     assert!(err.contains("kb-retrieval ready in"), "{err}");
-    assert!(!err.contains("terminal-exec") && !err.contains("docx"), "{err}");
+    assert!(
+        !err.contains("terminal-exec") && !err.contains("docx"),
+        "{err}"
+    );
     assert!(text(&first.stdout).contains("rotate"), "no answer");
     assert_eq!(compiled(&home).len(), 1, "{:?}", compiled(&home));
 
@@ -131,13 +134,7 @@ impl Chat {
     fn start(home: &Home, ws: &Path) -> Chat {
         let line = shell_line(
             home,
-            &[
-                "chat",
-                "--approve",
-                "all",
-                "-w",
-                &ws.display().to_string(),
-            ],
+            &["chat", "--approve", "all", "-w", &ws.display().to_string()],
         );
         let mut child = script()
             .args(["-qfec", &line, "/dev/null"])
@@ -221,7 +218,8 @@ async fn serve_chat_and_a_loop_of_ask_and_search_share_one_workspace() {
     // write, and they contend for the index's writer.
     let rounds = 4;
     for round in 0..rounds {
-        let note = format!("# Round {round}\n\nThe rotation drill number {round} uses the spare HSM.\n");
+        let note =
+            format!("# Round {round}\n\nThe rotation drill number {round} uses the spare HSM.\n");
         std::fs::write(ws.path().join(format!("ops/round-{round}.md")), note).unwrap();
 
         let from = chat.seen.len();
@@ -253,8 +251,14 @@ async fn serve_chat_and_a_loop_of_ask_and_search_share_one_workspace() {
         let (served, cli) = tokio::join!(served, cli);
         let (ask, search) = cli.unwrap();
 
-        assert!(served.contains("run.completed"), "serve, round {round}:\n{served}");
-        assert!(!served.contains("LockBusy"), "serve, round {round}:\n{served}");
+        assert!(
+            served.contains("run.completed"),
+            "serve, round {round}:\n{served}"
+        );
+        assert!(
+            !served.contains("LockBusy"),
+            "serve, round {round}:\n{served}"
+        );
         for (what, out) in [("ask", &ask), ("search", &search)] {
             let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
             assert_eq!(out.status.code(), Some(0), "{what}, round {round}:\n{all}");
@@ -319,7 +323,11 @@ fn a_refresh_that_finds_another_process_writing_searches_the_last_commit() {
         .unwrap()
         .path();
     let mut holder = writer_holder(&dir);
-    std::fs::write(ws.path().join("ops/new.md"), "# New\n\nA brand new runbook.\n").unwrap();
+    std::fs::write(
+        ws.path().join("ops/new.md"),
+        "# New\n\nA brand new runbook.\n",
+    )
+    .unwrap();
     let out = run({
         let mut c = home.capstan();
         c.args(["search", "-w"]).arg(ws.path()).arg("signing keys");
@@ -340,10 +348,16 @@ fn a_refresh_that_finds_another_process_writing_searches_the_last_commit() {
     // Free again: the next search indexes the new file.
     let out = run({
         let mut c = home.capstan();
-        c.args(["search", "-w"]).arg(ws.path()).arg("brand new runbook");
+        c.args(["search", "-w"])
+            .arg(ws.path())
+            .arg("brand new runbook");
         c
     });
-    assert!(text(&out.stdout).contains("ops/new.md"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("ops/new.md"),
+        "{}",
+        text(&out.stdout)
+    );
     assert!(!text(&out.stderr).contains("last committed"));
 }
 
@@ -421,10 +435,9 @@ fn every_example_in_help_and_the_readme_single_quotes_its_backticks() {
     let mut pages = Vec::new();
     help_pages(&mut Vec::new(), &mut pages);
     assert!(pages.len() > 20, "found only {} help pages", pages.len());
-    let readme = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
-    )
-    .unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
     let mut in_code = false;
     let mut readme_commands = String::new();
     for line in readme.lines() {
@@ -442,8 +455,7 @@ fn every_example_in_help_and_the_readme_single_quotes_its_backticks() {
     for (page, help) in &pages {
         for line in help.lines() {
             let l = line.trim_start();
-            if !(l.starts_with("capstan ") || l.starts_with("cargo ") || l.starts_with("claude "))
-            {
+            if !(l.starts_with("capstan ") || l.starts_with("cargo ") || l.starts_with("claude ")) {
                 continue;
             }
             commands += 1;
@@ -486,7 +498,10 @@ fn help_and_config_path_say_where_config_lives() {
     let v: Value = serde_json::from_slice(&path.stdout).unwrap();
     assert_eq!(v["config_file"], file.display().to_string());
     assert_eq!(v["config_file_exists"], true);
-    assert_eq!(v["data_dir"], home.path().join("data").display().to_string());
+    assert_eq!(
+        v["data_dir"],
+        home.path().join("data").display().to_string()
+    );
 }
 
 #[test]
@@ -510,9 +525,15 @@ fn init_writes_a_commented_config_that_checks_and_never_overwrites() {
         .lines()
         .filter_map(|l| l.strip_prefix("# "))
         .filter(|l| {
-            ["[run]", "budget_usd", "max_retrievals", "[index]", "analyzer"]
-                .iter()
-                .any(|k| l.starts_with(k))
+            [
+                "[run]",
+                "budget_usd",
+                "max_retrievals",
+                "[index]",
+                "analyzer",
+            ]
+            .iter()
+            .any(|k| l.starts_with(k))
         })
         .map(|l| format!("{l}\n"))
         .collect();
@@ -522,7 +543,12 @@ fn init_writes_a_commented_config_that_checks_and_never_overwrites() {
         c.args(["config", "check"]);
         c
     });
-    assert_eq!(check.status.code(), Some(0), "{uncommented}\n{}", text(&check.stderr));
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{uncommented}\n{}",
+        text(&check.stderr)
+    );
     let show = run({
         let mut c = home.capstan();
         c.args(["config", "show", "--json"]);
@@ -591,7 +617,7 @@ fn a_typo_in_capstan_toml_is_an_error_with_the_line_and_the_nearest_key() {
 fn a_broken_workspace_capstan_toml_stops_runs_there_and_is_not_indexed() {
     let home = Home::new("");
     let ws = handbook();
-    let file = ws.path().join("capstan.toml");
+    let file = ws.path().canonicalize().unwrap().join("capstan.toml");
     std::fs::write(&file, "[[plugin]]\nname = \"x\"\ncomponent = \"x.wasm\"\nkinds = [\"x\"]\n\n[policy]\nprofile = \"trusted\"\n").unwrap();
     for args in [
         vec!["ask", "How do I rotate the signing keys?"],
@@ -656,7 +682,10 @@ fn doctor_checks_everything_and_names_each_fix() {
         .iter()
         .find(|c| c["area"] == "plugins")
         .unwrap();
-    assert_eq!(plugins["message"], "3 loaded: kb-retrieval, terminal-exec, docx");
+    assert_eq!(
+        plugins["message"],
+        "3 loaded: kb-retrieval, terminal-exec, docx"
+    );
 
     // A model nobody answers for, and a key variable that is not set.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -675,9 +704,16 @@ fn doctor_checks_everything_and_names_each_fix() {
         .find(|c| c["area"] == "model")
         .unwrap();
     assert_eq!(model["status"], "fail", "{model}");
-    assert!(model["message"].as_str().unwrap().contains("cannot connect"));
+    assert!(
+        model["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot connect")
+    );
     assert!(model["fix"].as_str().unwrap().contains("base_url"));
-    let home = Home::new("[model]\nkind = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"CAPSTAN_TEST_NO_SUCH_KEY\"\n");
+    let home = Home::new(
+        "[model]\nkind = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"CAPSTAN_TEST_NO_SUCH_KEY\"\n",
+    );
     let out = doctor(&home);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let model = v["checks"]
@@ -687,7 +723,10 @@ fn doctor_checks_everything_and_names_each_fix() {
         .find(|c| c["area"] == "model")
         .unwrap();
     assert!(
-        model["fix"].as_str().unwrap().contains("export CAPSTAN_TEST_NO_SUCH_KEY"),
+        model["fix"]
+            .as_str()
+            .unwrap()
+            .contains("export CAPSTAN_TEST_NO_SUCH_KEY"),
         "{model}"
     );
     // Text output: one line per check, the fix under it.
@@ -703,7 +742,11 @@ fn doctor_checks_everything_and_names_each_fix() {
 #[test]
 fn completions_print_a_script_for_each_shell() {
     let home = Home::new("");
-    for (shell, marker) in [("bash", "_capstan()"), ("zsh", "#compdef capstan"), ("fish", "complete -c capstan")] {
+    for (shell, marker) in [
+        ("bash", "_capstan()"),
+        ("zsh", "#compdef capstan"),
+        ("fish", "complete -c capstan"),
+    ] {
         let out = run({
             let mut c = home.capstan();
             c.args(["completions", shell]);
@@ -711,7 +754,11 @@ fn completions_print_a_script_for_each_shell() {
         });
         assert!(out.status.success());
         let script = text(&out.stdout);
-        assert!(script.contains(marker), "{shell}: {}", &script[..script.len().min(300)]);
+        assert!(
+            script.contains(marker),
+            "{shell}: {}",
+            &script[..script.len().min(300)]
+        );
         assert!(script.contains("doctor"), "{shell} misses subcommands");
     }
     let bad = run({
@@ -756,12 +803,17 @@ fn listings_have_json_and_plugins_list_shows_mcp_servers_with_their_tools() {
         c
     });
     let out = text(&plain.stdout);
-    assert!(out.contains("mcp server inner [ok]") && out.contains("mcp:inner/local_kb_retrieval.search"), "{out}");
+    assert!(
+        out.contains("mcp server inner [ok]")
+            && out.contains("mcp:inner/local_kb_retrieval.search"),
+        "{out}"
+    );
 
     let ws = tempfile::tempdir().unwrap();
     let add = run({
         let mut c = home.capstan();
-        c.args(["workspace", "add", "--profile", "trusted"]).arg(ws.path());
+        c.args(["workspace", "add", "--profile", "trusted"])
+            .arg(ws.path());
         c
     });
     assert!(add.status.success());
@@ -830,23 +882,40 @@ fn files_without_an_extension_are_indexed_by_content_and_skips_are_counted_by_re
     }
     let secret = run({
         let mut c = home.capstan();
-        c.args(["search", "--json", "-w"]).arg(ws.path()).arg("TOKEN do-not-index-me");
+        c.args(["search", "--json", "-w"])
+            .arg(ws.path())
+            .arg("TOKEN do-not-index-me");
         c
     });
     let v: Value = serde_json::from_slice(&secret.stdout).unwrap();
     assert!(
-        v["passages"].as_array().unwrap().iter().all(|p| p["path"] != ".env"),
+        v["passages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["path"] != ".env"),
         "{v}"
     );
     // The task's data counts by reason too.
     let invoke = run({
         let mut c = home.capstan();
-        c.args(["invoke", "local_kb_retrieval", "-o", "index", "-i", "{}", "-w"])
-            .arg(ws.path());
+        c.args([
+            "invoke",
+            "local_kb_retrieval",
+            "-o",
+            "index",
+            "-i",
+            "{}",
+            "-w",
+        ])
+        .arg(ws.path());
         c
     });
     let stdout = text(&invoke.stdout);
-    assert!(stdout.contains("\"binary\": 2") || stdout.contains("\"binary\":2"), "{stdout}");
+    assert!(
+        stdout.contains("\"binary\": 2") || stdout.contains("\"binary\":2"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -854,9 +923,14 @@ fn index_progress_on_a_terminal_shows_bytes_rate_and_eta() {
     let home = Home::new("");
     let ws = tempfile::tempdir().unwrap();
     // Enough files that the bar draws while it works.
-    let para = "Rotation keeps the signing keys fresh; the on-call engineer runs the drill. ".repeat(40);
+    let para =
+        "Rotation keeps the signing keys fresh; the on-call engineer runs the drill. ".repeat(40);
     for i in 0..400 {
-        std::fs::write(ws.path().join(format!("page-{i}.md")), format!("# Page {i}\n\n{para}\n")).unwrap();
+        std::fs::write(
+            ws.path().join(format!("page-{i}.md")),
+            format!("# Page {i}\n\n{para}\n"),
+        )
+        .unwrap();
     }
     let line = shell_line(&home, &["index", "-w", &ws.path().display().to_string()]);
     let out = script()

@@ -92,8 +92,9 @@ impl Config {
                 let errors =
                     crate::config_check::check_text(&text, path, crate::config_check::Scope::User);
                 if !errors.is_empty() {
-                    return Err(crate::config_check::ConfigErrors(errors))
-                        .context("your capstan.toml has problems (`capstan config check` lists them)");
+                    return Err(crate::config_check::ConfigErrors(errors)).context(
+                        "your capstan.toml has problems (`capstan config check` lists them)",
+                    );
                 }
                 toml::from_str(&text)
                     .with_context(|| format!("{} is not a valid Capstan config", path.display()))

@@ -38,7 +38,9 @@ pub const WORKSPACE_KEYS: &[&str] = &["plugin", "mcp_server"];
 pub enum Scope<'a> {
     User,
     /// A workspace's file; `user_file` is where user-only sections belong.
-    Workspace { user_file: &'a Path },
+    Workspace {
+        user_file: &'a Path,
+    },
 }
 
 /// One problem in a capstan.toml.
@@ -221,7 +223,7 @@ fn nearest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
     known
         .iter()
         .map(|k| (strsim::damerau_levenshtein(&word, k), *k))
-        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .filter(|(d, k)| *d <= 2usize.max(k.len() / 3))
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
 }
@@ -234,19 +236,20 @@ fn line_of_span(text: &str, span: Option<std::ops::Range<usize>>) -> Option<usiz
 /// The first line that opens `key` as a table (`[key]`, `[key.sub]`, `[[key]]`) or
 /// assigns it (`key = ...`).
 fn line_of_key(text: &str, key: &str) -> Option<usize> {
-    text.lines().position(|line| {
-        let l = line.trim_start();
-        let header = l.trim_start_matches('[').trim_start();
-        if l.starts_with('[') {
-            header
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with([']', '.']))
-        } else {
-            l.strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with(['=', '.']))
-        }
-    })
-    .map(|i| i + 1)
+    text.lines()
+        .position(|line| {
+            let l = line.trim_start();
+            let header = l.trim_start_matches('[').trim_start();
+            if l.starts_with('[') {
+                header
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with([']', '.']))
+            } else {
+                l.strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with(['=', '.']))
+            }
+        })
+        .map(|i| i + 1)
 }
 
 #[cfg(test)]
@@ -310,7 +313,8 @@ mod tests {
         assert!(errors[0].fix.contains("/c/capstan.toml"), "{errors:?}");
         let errors = ws("[[plugn]]\nname = \"x\"\n");
         assert_eq!(errors[0].fix, "did you mean `[[plugin]]`?");
-        let errors = ws("[[plugin]]\nname = \"x\"\ncomponent = \"x.wasm\"\nkinds = [\"x\"]\nlimts = {}\n");
+        let errors =
+            ws("[[plugin]]\nname = \"x\"\ncomponent = \"x.wasm\"\nkinds = [\"x\"]\nlimts = {}\n");
         assert!(errors[0].line.is_some(), "{errors:?}");
         assert_eq!(errors[0].fix, "did you mean `limits`?", "{errors:?}");
     }

@@ -59,6 +59,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tantivy::collector::TopDocs;
+use tantivy::directory::error::LockError;
 use tantivy::indexer::UserOperation;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{
@@ -66,7 +67,6 @@ use tantivy::schema::{
 };
 use tantivy::snippet::SnippetGenerator;
 use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
-use tantivy::directory::error::LockError;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term};
 
 pub use fusion::{drop_overlapping, rrf};
@@ -666,7 +666,13 @@ impl WorkspaceIndex {
     /// Re-reads the last commit's file list from disk (another process may have committed).
     fn sync_committed(&self, st: &mut WriterState) -> Result<()> {
         self.reader.reload()?;
-        let committed = match self.index.load_metas()?.payload.as_deref().map(decode_payload) {
+        let committed = match self
+            .index
+            .load_metas()?
+            .payload
+            .as_deref()
+            .map(decode_payload)
+        {
             Some(Ok(files)) => files,
             _ => files_from_docs(&self.reader.searcher(), self.fields)?,
         };

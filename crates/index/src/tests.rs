@@ -289,14 +289,24 @@ fn upsert_replaces_remove_deletes_and_rename_moves() {
     idx.commit().unwrap();
     let hits = idx.search("proxy", 5).unwrap();
     assert_eq!(keys(&hits), [("src/bin/app.rs", "src/bin/app.rs", 1, 3)]);
-    let paths: Vec<_> = idx.known_files().unwrap().into_iter().map(|m| m.path).collect();
+    let paths: Vec<_> = idx
+        .known_files()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.path)
+        .collect();
     assert_eq!(paths, ["docs/keys.md", "src/bin/app.rs", "x.md"]);
 
     // A file with no passages is known but not searchable.
     idx.upsert_file(meta("empty.md", 9), &[]).unwrap();
     let stats = idx.commit().unwrap();
     assert_eq!(stats.files, 4);
-    assert!(idx.known_files().unwrap().iter().any(|m| m.path == "empty.md"));
+    assert!(
+        idx.known_files()
+            .unwrap()
+            .iter()
+            .any(|m| m.path == "empty.md")
+    );
 }
 
 #[test]
@@ -410,14 +420,22 @@ fn two_opens_of_one_directory_read_and_write_in_turn() {
     a.commit().unwrap();
     assert_eq!(b.known_files().unwrap().len(), 3);
     assert_eq!(b.search("egress", 5).unwrap().len(), 1);
-    b.upsert_file(meta("b.md", 1), &[passage("B", "written by the second", 1, 1)])
-        .unwrap();
+    b.upsert_file(
+        meta("b.md", 1),
+        &[passage("B", "written by the second", 1, 1)],
+    )
+    .unwrap();
     assert_eq!(b.commit().unwrap().files, 4);
     assert_eq!(a.search("second", 5).unwrap().len(), 1);
     // A's next change starts from B's commit, so B's file survives A's commit.
     a.remove_file("docs/keys.md").unwrap();
     assert_eq!(a.commit().unwrap().files, 3);
-    let paths: Vec<_> = b.known_files().unwrap().into_iter().map(|m| m.path).collect();
+    let paths: Vec<_> = b
+        .known_files()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.path)
+        .collect();
     assert_eq!(paths, ["b.md", "docs/network.md", "src/main.rs"]);
 }
 
@@ -428,8 +446,11 @@ fn a_change_while_another_writes_is_busy_and_the_last_commit_stays_searchable() 
     populate(&a);
     a.commit().unwrap();
     // A is mid-refresh: it holds the writer with a change pending.
-    a.upsert_file(meta("pending.md", 1), &[passage("P", "pending words", 1, 1)])
-        .unwrap();
+    a.upsert_file(
+        meta("pending.md", 1),
+        &[passage("P", "pending words", 1, 1)],
+    )
+    .unwrap();
     let b = WorkspaceIndex::open(
         dir.path(),
         IndexOptions {
@@ -649,7 +670,8 @@ fn a_batch_replaces_each_file_and_a_bad_entry_rejects_all_of_it() {
     texts.sort();
     assert_eq!(texts, ["beta rotation", "gamma rotation"]);
     assert_eq!(
-        idx.known_files().unwrap()
+        idx.known_files()
+            .unwrap()
             .iter()
             .map(|m| m.path.as_str())
             .collect::<Vec<_>>(),

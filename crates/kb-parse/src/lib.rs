@@ -200,7 +200,7 @@ pub fn is_binary_extension(path: &str) -> bool {
 /// Whether a file the extension says nothing about may be judged by its content: not a
 /// dot file, not a known binary or secret extension, not a private key's name.
 pub fn may_sniff(path: &str) -> bool {
-    let name = path.rsplit(['/', '\']).next().unwrap_or(path);
+    let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
     let lower = name.to_ascii_lowercase();
     if lower.starts_with('.') || SECRET_NAMES.contains(&lower.as_str()) {
         return false;
@@ -243,9 +243,8 @@ pub fn looks_like_text(head: &[u8]) -> bool {
 /// as text (see [`may_sniff`] and [`looks_like_text`]). `head` is the start of the file
 /// (at least [`SNIFF_BYTES`] of it when the file is that long).
 pub fn detect_format_by_content(path: &str, head: &[u8]) -> Option<Format> {
-    detect_format(path).or_else(|| {
-        (may_sniff(path) && looks_like_text(head)).then_some(Format::PlainText)
-    })
+    detect_format(path)
+        .or_else(|| (may_sniff(path) && looks_like_text(head)).then_some(Format::PlainText))
 }
 
 /// Parses one file into passages.

@@ -118,6 +118,8 @@ pub async fn index(global: &GlobalArgs, args: IndexArgs) -> Result<ExitCode> {
     .map(|s| s.progress_chars("=> "))
     .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
+    // Keeps the rate and ETA moving between the plugin's progress reports.
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
     let sink = Arc::new(BarSink {
         bar: bar.clone(),
         warnings: Mutex::default(),

@@ -41,8 +41,7 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
     } else {
         let files = [dirs.user_config_file()];
         let (servers, _) = crate::mcp::client::entries(&files);
-        let (tools, problems) =
-            crate::mcp::client::connect_all(&files, workspace.as_deref()).await;
+        let (tools, problems) = crate::mcp::client::connect_all(&files, workspace.as_deref()).await;
         (servers, tools, problems)
     };
     let server_json = |name: &str| {

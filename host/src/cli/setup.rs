@@ -318,7 +318,11 @@ pub async fn doctor(global: &GlobalArgs, args: DoctorArgs) -> Result<ExitCode> {
     plugin_findings(&dirs, workspace.as_deref(), &mut findings).await;
     mcp_findings(&dirs, workspace.as_deref(), &mut findings).await;
 
-    let worst = findings.iter().map(|f| f.status).max().unwrap_or(Status::Ok);
+    let worst = findings
+        .iter()
+        .map(|f| f.status)
+        .max()
+        .unwrap_or(Status::Ok);
     if args.json {
         let out = json!({"ok": worst != Status::Fail, "checks": findings});
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -506,12 +510,7 @@ async fn model(dirs: &Dirs) -> Finding {
     )
     .await;
     match connect {
-        Ok(Ok(_)) => Finding::new(
-            area,
-            Status::Ok,
-            format!("{what} at {base}: reachable"),
-            "",
-        ),
+        Ok(Ok(_)) => Finding::new(area, Status::Ok, format!("{what} at {base}: reachable"), ""),
         Ok(Err(e)) => Finding::new(
             area,
             Status::Fail,
@@ -540,7 +539,9 @@ fn host_port(url: &str) -> Option<(String, u16)> {
     let authority = authority.rsplit('@').next()?;
     if let Some(v6) = authority.strip_prefix('[') {
         let (host, after) = v6.split_once(']')?;
-        let port = after.strip_prefix(':').map_or(Some(default), |p| p.parse().ok())?;
+        let port = after
+            .strip_prefix(':')
+            .map_or(Some(default), |p| p.parse().ok())?;
         return Some((host.to_string(), port));
     }
     match authority.rsplit_once(':') {

@@ -369,7 +369,9 @@ pub fn refresh(opts: &ChunkOptions, mode: Mode) -> Result<Report, TaskError> {
                 }
                 (parsed.passages, None)
             }
-            Err(ParseError::Binary | ParseError::Unsupported { .. }) => (vec![], Some(Skip::Binary)),
+            Err(ParseError::Binary | ParseError::Unsupported { .. }) => {
+                (vec![], Some(Skip::Binary))
+            }
             Err(e @ ParseError::TooLarge { .. }) => {
                 warn(&mut report, format!("{}: {e}; skipped", c.path));
                 (vec![], Some(Skip::TooLarge))
