@@ -26,6 +26,7 @@ pub const USER_KEYS: &[&str] = &[
     "policy",
     "agents",
     "index",
+    "sandbox",
     "plugin",
     "mcp_server",
 ];
@@ -152,7 +153,7 @@ pub fn check_text(text: &str, file: &Path, scope: Scope<'_>) -> Vec<ConfigError>
                 line,
                 format!(
                     "`{shown}` is not read from a workspace's capstan.toml (a checked-out folder \
-                     must not choose your model, budget or policy)"
+                     must not choose your model, budget, policy or sandbox)"
                 ),
                 format!("move it to your own {}", user_file.display()),
             ),

@@ -1,7 +1,12 @@
 //! The capability registry: task kind -> plugin.
 //!
-//! Manifests are read in order (bundled, then the user's `capstan.toml`, then the
-//! workspace's); a later entry with the same plugin name replaces an earlier one.
+//! Manifests are read in order (bundled, then the user's `capstan.toml`); a
+//! later entry with the same plugin name replaces an earlier one. A
+//! workspace's `capstan.toml` is never a source of plugins: any command that
+//! may write the workspace could write that file, so an entry there (a new
+//! plugin, a replacement with more host services or longer limits) would widen
+//! what the user granted. Such entries are refused whole, each file with one
+//! [`Problem`] saying where to move them.
 //! Kinds are routed by what the manifest declares: two entries claiming one kind is
 //! a problem for the later one, and no entry may claim a retired writing-workflow kind.
 //!
@@ -13,7 +18,7 @@
 //! [`Problem`] and its tasks fail as `invalid-plugin`; the rest load.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -40,7 +45,43 @@ pub fn is_legacy_kind(kind: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct ManifestSources {
     pub bundled: bool,
+    /// The user's own manifests (their capstan.toml), trusted, in order.
     pub files: Vec<PathBuf>,
+    /// The workspace's capstan.toml: its `[[plugin]]` entries are refused.
+    pub workspace: Option<PathBuf>,
+}
+
+impl ManifestSources {
+    /// Bundled plugins and the user's capstan.toml, with a workspace's
+    /// capstan.toml checked for entries it may not hold.
+    pub fn new(user_config: PathBuf, workspace: Option<&Path>) -> Self {
+        Self {
+            bundled: true,
+            files: vec![user_config],
+            workspace: workspace.map(|ws| ws.join("capstan.toml")),
+        }
+    }
+}
+
+/// The refusal of a workspace file's `[[plugin]]` entries, if it has any.
+fn refuse_workspace_plugins(file: &Path, user_files: &[PathBuf]) -> Option<Problem> {
+    let names = manifest::entry_labels(file);
+    if names.is_empty() {
+        return None;
+    }
+    let user = user_files
+        .first()
+        .map(|f| f.display().to_string())
+        .unwrap_or_else(|| "the capstan.toml in your config dir".into());
+    Some(Problem {
+        plugin: None,
+        message: format!(
+            "{}: [[plugin]] {} ignored: a workspace's capstan.toml cannot add or replace plugins \
+             (nor grant host services or limits); move the entry to your own capstan.toml ({user}) if you trust it",
+            file.display(),
+            names.join(", ")
+        ),
+    })
 }
 
 /// Something that kept a manifest entry or a plugin from loading.
@@ -110,6 +151,9 @@ impl Registry {
         for file in &sources.files {
             let (found, errors) = manifest::load_file(file);
             add(found, errors, &mut problems);
+        }
+        if let Some(file) = &sources.workspace {
+            problems.extend(refuse_workspace_plugins(file, &sources.files));
         }
         let mut registry = Registry::default();
         for spec in specs {

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::{GlobalArgs, workspace_root};
 use crate::app::App;
 use crate::mcp::{CapstanMcp, McpHost, http_router};
+use crate::outln;
 use crate::services::approval::ApproveMode;
 
 #[derive(clap::Args, Debug)]
@@ -85,7 +86,7 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
                 .with_context(|| format!("cannot listen on {addr}"))?;
             let bound = listener.local_addr()?;
             // The first line on stdout says where to connect (port 0 picks one).
-            println!("capstan mcp: listening on http://{bound}/mcp");
+            outln!("capstan mcp: listening on http://{bound}/mcp");
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {
                     let _ = tokio::signal::ctrl_c().await;

@@ -21,6 +21,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::dirs::{DirOverrides, Dirs};
 use crate::registry::{ManifestSources, Registry};
 use crate::runtime::Runtime;
+use crate::{errln, outln};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -93,7 +94,7 @@ pub enum Command {
     /// Where the config lives, what is in force, and whether it is valid.
     #[command(subcommand)]
     Config(setup::ConfigCommand),
-    /// Write a commented capstan.toml (yours, or a workspace's with -w); never overwrites.
+    /// Write your capstan.toml, every setting commented out and explained; never overwrites.
     Init(setup::InitArgs),
     /// Check the toolchain, sandbox, config, model, plugins and MCP servers, each with its fix.
     Doctor(setup::DoctorArgs),
@@ -120,14 +121,14 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -161,9 +162,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             if json {
                 let mut out = serde_json::to_value(&report)?;
                 out["sandbox_available"] = report.sandbox_available().into();
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                outln!("{}", crate::term::json_pretty(&out));
             } else {
-                println!("{report}");
+                outln!("{report}");
             }
             Ok(if report.sandbox_available() {
                 ExitCode::SUCCESS
@@ -185,9 +186,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// Logs are for whoever debugs Capstan: none without `-v` or `RUST_LOG`.
+/// What a user must know is said in plain lines (`crate::term::warn`). No
+/// colour: Capstan prints plain text everywhere.
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        0 => "off",
         1 => "info",
         _ => "debug",
     };
@@ -195,7 +199,8 @@ fn init_tracing(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_writer(|| crate::term::LogWriter)
         .try_init();
 }
 
@@ -224,8 +229,8 @@ pub fn workspace_root(dir: &Path) -> Result<PathBuf> {
     Ok(root)
 }
 
-/// The runtime and registry for one command: bundled plugins, the user's
-/// capstan.toml, and the workspace's capstan.toml if there is a workspace.
+/// The runtime and registry for one command: bundled plugins and the user's
+/// capstan.toml (a workspace's capstan.toml is checked, never obeyed).
 pub async fn load(
     global: &GlobalArgs,
     workspace: Option<&Path>,
@@ -235,16 +240,9 @@ pub async fn load(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone()],
     )?;
-    let mut files = vec![dirs.user_config_file()];
-    if let Some(ws) = workspace {
-        files.push(ws.join("capstan.toml"));
-    }
     let registry = Registry::load(
         &runtime,
-        &ManifestSources {
-            bundled: true,
-            files,
-        },
+        &ManifestSources::new(dirs.user_config_file(), workspace),
     )
     .await;
     Ok((dirs, runtime, registry))

@@ -9,6 +9,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{GlobalArgs, load, workspace_root};
+use crate::{errln, outln};
 
 #[derive(Subcommand, Debug)]
 pub enum PluginsCommand {
@@ -78,7 +79,7 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
             .collect();
         let mcp: Vec<_> = servers.iter().map(|s| server_json(&s.name)).collect();
         let out = json!({"plugins": plugins, "mcp_servers": mcp, "problems": registry.problems()});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", crate::term::json_pretty(&out));
     } else {
         for p in &registry.plugins() {
             let e = &p.spec.entry;
@@ -88,10 +89,10 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 .iter()
                 .map(|o| format!("{}({:?})", o.name, o.risk))
                 .collect();
-            println!("{} {} [ok]", e.name, e.version);
-            println!("  kinds:      {}", e.kinds.join(", "));
-            println!("  operations: {}", ops.join(", "));
-            println!(
+            outln!("{} {} [ok]", e.name, e.version);
+            outln!("  kinds:      {}", e.kinds.join(", "));
+            outln!("  operations: {}", ops.join(", "));
+            outln!(
                 "  workspace:  {}   host services: {}",
                 e.permissions.workspace,
                 if host.is_empty() {
@@ -105,11 +106,12 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 .fuel
                 .map(|f| f.to_string())
                 .unwrap_or_else(|| "unlimited".into());
-            println!(
+            outln!(
                 "  limits:     {} MiB, {} ms, fuel {fuel}",
-                e.limits.memory_mb, e.limits.timeout_ms
+                e.limits.memory_mb,
+                e.limits.timeout_ms
             );
-            println!(
+            outln!(
                 "  component:  {} (from {}; {} in {:.1} ms)",
                 p.spec.source,
                 p.spec.origin,
@@ -124,11 +126,11 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         for server in &servers {
             let info = server_json(&server.name);
             match info["problem"].as_str() {
-                Some(problem) => eprintln!("mcp server {} [error]\n  {problem}", server.name),
+                Some(problem) => errln!("mcp server {} [error]\n  {problem}", server.name),
                 None => {
-                    println!("mcp server {} [ok]", server.name);
+                    outln!("mcp server {} [ok]", server.name);
                     for t in info["tools"].as_array().into_iter().flatten() {
-                        println!(
+                        outln!(
                             "  {}  ({}) {}",
                             t["kind"].as_str().unwrap_or_default(),
                             t["risk"].as_str().unwrap_or_default(),
@@ -140,16 +142,16 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         }
         for problem in registry.problems() {
             let who = problem.plugin.as_deref().unwrap_or("manifest");
-            eprintln!("{who} [error]\n  {}", problem.message);
+            errln!("{who} [error]\n  {}", problem.message);
         }
     }
     if check {
         let n = registry.problems().len();
         if n > 0 {
-            eprintln!("{n} problem(s) found; fix the manifest entries named above");
+            errln!("{n} problem(s) found; fix the manifest entries named above");
             return Ok(ExitCode::from(1));
         }
-        println!("all {} plugins loaded and valid", registry.plugins().len());
+        outln!("all {} plugins loaded and valid", registry.plugins().len());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -16,6 +16,7 @@ use crate::config_check::{self, ConfigError, Scope};
 use crate::dirs::Dirs;
 use crate::registry::{ManifestSources, Registry};
 use crate::runtime::Runtime;
+use crate::{errln, out, outln};
 
 #[derive(Subcommand, Debug)]
 pub enum ConfigCommand {
@@ -46,11 +47,7 @@ pub enum ConfigCommand {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct InitArgs {
-    /// Write the workspace's capstan.toml (plugins only) instead of your own.
-    #[arg(long, short, value_name = "DIR")]
-    pub workspace: Option<PathBuf>,
-}
+pub struct InitArgs {}
 
 #[derive(clap::Args, Debug)]
 pub struct DoctorArgs {
@@ -102,11 +99,11 @@ pub async fn config(global: &GlobalArgs, cmd: ConfigCommand) -> Result<ExitCode>
                     "workspace_file": ws_file,
                     "workspace_file_exists": ws_file.as_ref().map(|f| f.exists()),
                 });
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                outln!("{}", crate::term::json_pretty(&out));
             } else {
-                println!("{}", locations(&dirs));
+                outln!("{}", locations(&dirs));
                 if let Some(f) = ws_file {
-                    println!(
+                    outln!(
                         "Workspace file: {}{}",
                         f.display(),
                         if f.exists() { "" } else { " (none)" }
@@ -118,13 +115,13 @@ pub async fn config(global: &GlobalArgs, cmd: ConfigCommand) -> Result<ExitCode>
         ConfigCommand::Show { json } => {
             let config = Config::load(&user_file)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&config)?);
+                outln!("{}", crate::term::json_pretty(&config));
             } else {
-                println!(
+                outln!(
                     "# The settings in force: {} over the defaults.",
                     user_file.display()
                 );
-                print!(
+                out!(
                     "{}",
                     toml::to_string_pretty(&config).context("cannot print the config")?
                 );
@@ -146,14 +143,14 @@ pub async fn config(global: &GlobalArgs, cmd: ConfigCommand) -> Result<ExitCode>
             }
             if json {
                 let out = json!({"checked": checked, "problems": errors});
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                outln!("{}", crate::term::json_pretty(&out));
             } else {
                 for e in &errors {
-                    eprintln!("{e}");
+                    errln!("{e}");
                 }
                 for f in &checked {
                     if !errors.iter().any(|e| &e.file == f) {
-                        println!(
+                        outln!(
                             "{}: {}",
                             f.display(),
                             if f.exists() {
@@ -206,6 +203,13 @@ const USER_TEMPLATE: &str = r#"# Capstan's settings. Every line is commented out
 # deny = ["git push"]             # command prefixes refused wherever they appear
 # network = false
 
+# What every sandboxed command gets (defaults shown).
+# [sandbox]
+# memory_mb = 2048
+# tmp_mb = 512
+# write_quota_mb = 1024
+# read = ["~/.cargo"]             # extra read-only paths
+
 # The search index: "english" (stemmed prose) or "simple" (exact words, code).
 # [index]
 # analyzer = "english"
@@ -225,27 +229,9 @@ const USER_TEMPLATE: &str = r#"# Capstan's settings. Every line is commented out
 # risk = "read_only"
 "#;
 
-/// A workspace's capstan.toml holds only plugins: a checked-out folder must not choose
-/// the model, the budget or the policy.
-const WORKSPACE_TEMPLATE: &str = r#"# This workspace's own capability plugins (docs/PLUGINS.md). Only [[plugin]] entries
-# are read here; the model, budgets and policy belong in your own capstan.toml
-# (`capstan config path` says where). Run `capstan config check -w .` after editing.
-
-# [[plugin]]
-# name = "my-plugin"
-# component = "plugins/my_plugin.wasm"   # relative to this file
-# sha256 = "..."                          # `sha256sum plugins/my_plugin.wasm`
-# kinds = ["my_kind"]
-# [plugin.permissions]
-# workspace = "read"                      # "none", "read" or "read-write"
-"#;
-
-pub async fn init(global: &GlobalArgs, args: InitArgs) -> Result<ExitCode> {
+pub async fn init(global: &GlobalArgs, _args: InitArgs) -> Result<ExitCode> {
     let dirs = global.dirs()?;
-    let (path, template) = match &args.workspace {
-        Some(ws) => (workspace_root(ws)?.join("capstan.toml"), WORKSPACE_TEMPLATE),
-        None => (dirs.user_config_file(), USER_TEMPLATE),
-    };
+    let (path, template) = (dirs.user_config_file(), USER_TEMPLATE);
     if let Some(parent) = path.parent() {
         Dirs::ensure(parent)?;
     }
@@ -266,7 +252,7 @@ pub async fn init(global: &GlobalArgs, args: InitArgs) -> Result<ExitCode> {
     };
     file.write_all(template.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
-    println!("wrote {}", path.display());
+    outln!("wrote {}", path.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -325,7 +311,7 @@ pub async fn doctor(global: &GlobalArgs, args: DoctorArgs) -> Result<ExitCode> {
         .unwrap_or(Status::Ok);
     if args.json {
         let out = json!({"ok": worst != Status::Fail, "checks": findings});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", crate::term::json_pretty(&out));
     } else {
         for f in &findings {
             let mark = match f.status {
@@ -333,9 +319,9 @@ pub async fn doctor(global: &GlobalArgs, args: DoctorArgs) -> Result<ExitCode> {
                 Status::Warn => "warn",
                 Status::Fail => "FAIL",
             };
-            println!("{mark} {:<9} {}", f.area, f.message);
+            outln!("{mark} {:<9} {}", f.area, f.message);
             if !f.fix.is_empty() {
-                println!("     {:<9} fix: {}", "", f.fix);
+                outln!("     {:<9} fix: {}", "", f.fix);
             }
         }
     }

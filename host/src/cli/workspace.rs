@@ -9,6 +9,7 @@ use capstan_store::{Profile, Store, Workspace};
 
 use super::{GlobalArgs, workspace_root};
 use crate::dirs::Dirs;
+use crate::{errln, outln};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum WorkspaceCommand {
@@ -58,7 +59,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
             let ws = match store.get_workspace_by_root(&root)? {
                 Some(ws) => {
                     store.set_profile(&ws.id, profile)?;
-                    eprintln!("already registered; profile set to {profile}");
+                    errln!("already registered; profile set to {profile}");
                     Workspace {
                         policy_profile: profile,
                         ..ws
@@ -66,12 +67,12 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                 }
                 None => store.add_workspace(&root, &name, profile)?,
             };
-            println!("{}", line(&ws));
+            outln!("{}", line(&ws));
         }
         WorkspaceCommand::List { json } => {
             let all = store.list_workspaces()?;
             if all.is_empty() && !json {
-                eprintln!(
+                errln!(
                     "no workspaces yet: `capstan workspace add DIR`, or pass --workspace DIR to ask, chat or serve"
                 );
             }
@@ -92,13 +93,13 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                         })
                     })
                     .collect();
-                println!(
+                outln!(
                     "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({"workspaces": rows}))?
+                    crate::term::json_pretty(&serde_json::json!({"workspaces": rows}))
                 );
             }
             for ws in all.iter().filter(|_| !json) {
-                println!("{}   {} session(s)", line(ws), used(ws));
+                outln!("{}   {} session(s)", line(ws), used(ws));
             }
         }
         WorkspaceCommand::Use { workspace, session } => {
@@ -112,7 +113,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                 )?,
             };
             store.set_session_workspace(&session.id, Some(&ws.id))?;
-            println!(
+            outln!(
                 "session {} ({}) now uses {} (policy: {})",
                 session.id,
                 session.title,
@@ -123,7 +124,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
         WorkspaceCommand::Remove { workspace } => {
             let ws = find(&store, &workspace)?;
             store.remove_workspace(&ws.id)?;
-            println!(
+            outln!(
                 "removed {} ({}); the folder is untouched",
                 ws.id,
                 ws.root_path.display()
