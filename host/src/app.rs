@@ -203,13 +203,13 @@ impl App {
         registry
     }
 
-    /// The registry with plugins only, no external MCP servers.
+    /// The registry with plugins only, no external MCP servers. Plugins load
+    /// when first used (see [`Registry`]).
     pub async fn plugin_registry(&self, workspace: Option<&Path>) -> Registry {
-        Registry::load(
-            &self.runtime,
-            &ManifestSources::new(self.dirs.user_config_file(), workspace),
-        )
-        .await
+        Registry::lazy(&ManifestSources::new(
+            self.dirs.user_config_file(),
+            workspace,
+        ))
     }
 
     /// The sandbox settings (`[sandbox]`) of commands in a workspace.
@@ -217,6 +217,13 @@ impl App {
         self.config
             .sandbox
             .settings_for(workspace, home_dir().as_deref())
+    }
+
+    /// Stops a run in a workspace whose capstan.toml is broken (before anything,
+    /// indexing included, reads the folder), naming the file, the line and the fix.
+    pub fn check_workspace(&self, workspace: &Path) -> Result<()> {
+        crate::config_check::check_workspace(workspace, &self.dirs.user_config_file())
+            .context("this workspace's capstan.toml has problems; runs here stop until it is fixed")
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile
@@ -321,6 +328,9 @@ impl App {
             },
         };
 
+        if let Some(ws) = &workspace {
+            self.check_workspace(ws)?;
+        }
         let registry = Arc::new(self.registry(workspace.as_deref()).await);
         for p in registry.problems() {
             crate::term::warn(&p.message);

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default)]
 pub struct Config {
     /// `[model]`: which model the host loop uses. Absent: the offline model.
@@ -35,7 +35,7 @@ pub struct Config {
 /// security model). Only the user's own capstan.toml is read for it: a
 /// workspace's file could be written by a command, and must not widen its own
 /// sandbox.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxSection {
     /// Memory of one command and everything it starts, in MiB (a memory
@@ -69,7 +69,7 @@ impl Default for SandboxSection {
 
 /// `[sandbox.workspace."<root>"]`: what commands in that workspace get on top
 /// of `[sandbox]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkspaceSandbox {
     /// Extra read-only paths for this workspace only.
@@ -182,7 +182,7 @@ impl Default for ServerSection {
 }
 
 /// `[index]`: how workspace search indexes are built.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct IndexSection {
     /// `"english"` (default: stop words dropped, words stemmed, best for prose
@@ -200,7 +200,7 @@ impl IndexSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunSection {
     pub max_retrievals: u32,
@@ -224,7 +224,7 @@ impl Default for RunSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalSection {
     /// Seconds an approval waits for an answer before it expires (denied).
@@ -238,10 +238,21 @@ impl Default for ApprovalSection {
 }
 
 impl Config {
+    /// Reads and checks the user's capstan.toml (see [`crate::config_check`]): any
+    /// problem, an unknown key included, is an error naming the line and the fix.
     pub fn load(path: &Path) -> Result<Self> {
         match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text)
-                .with_context(|| format!("{} is not a valid Capstan config", path.display())),
+            Ok(text) => {
+                let errors =
+                    crate::config_check::check_text(&text, path, crate::config_check::Scope::User);
+                if !errors.is_empty() {
+                    return Err(crate::config_check::ConfigErrors(errors)).context(
+                        "your capstan.toml has problems (`capstan config check` lists them)",
+                    );
+                }
+                toml::from_str(&text)
+                    .with_context(|| format!("{} is not a valid Capstan config", path.display()))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
         }

@@ -65,7 +65,11 @@ pub async fn run_task_with_steps(
             Err(failure) => Err(failure),
         }
     } else {
-        match registry.resolve(&task.kind) {
+        // The plugin compiles here on its first use (with a "preparing" line in the feed).
+        match registry
+            .resolve(runtime, &task.kind, Some(run.events.as_ref()))
+            .await
+        {
             Ok(plugin) => {
                 let risk = plugin
                     .operation(&task.operation)
@@ -76,7 +80,7 @@ pub async fn run_task_with_steps(
                     task.operation
                 );
                 match approve_risk(plugin.name(), risk, why, task, run).await {
-                    Ok(()) => runtime.invoke(plugin, task, run).await,
+                    Ok(()) => runtime.invoke(&plugin, task, run).await,
                     Err(failure) => Err(failure),
                 }
             }

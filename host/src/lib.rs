@@ -17,6 +17,7 @@ pub mod app;
 pub mod bundled;
 pub mod cli;
 pub mod config;
+pub mod config_check;
 pub mod dirs;
 pub mod dispatch;
 pub mod host_model;

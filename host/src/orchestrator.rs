@@ -136,13 +136,23 @@ struct Meter {
 }
 
 impl Host {
-    fn capabilities(&self) -> Vec<CapabilitySummary> {
+    /// What the model may plan with. A model that reads operation schemas gets every
+    /// plugin loaded first (compiling what is not cached, with "preparing" lines); one
+    /// that plans by kind alone (the offline model) gets the manifests' kinds, and
+    /// plugins compile only when a task runs on them.
+    async fn capabilities(&self, run: &RunContext) -> Vec<CapabilitySummary> {
+        if self.model.reads_operation_schemas() {
+            self.registry
+                .load_all(&self.runtime, Some(run.events.as_ref()))
+                .await;
+        }
         let mut out = Vec::new();
-        for plugin in self.registry.plugins() {
-            for kind in &plugin.spec.entry.kinds {
-                out.push(CapabilitySummary {
-                    kind: kind.clone(),
-                    operations: plugin
+        for spec in self.registry.specs() {
+            let operations: Vec<OperationSummary> = self
+                .registry
+                .loaded(&spec.entry.name)
+                .map(|plugin| {
+                    plugin
                         .operations
                         .iter()
                         .map(|o| OperationSummary {
@@ -150,8 +160,16 @@ impl Host {
                             description: o.description.clone(),
                             input_schema: o.input_schema.clone(),
                         })
-                        .collect(),
-                });
+                        .collect()
+                })
+                .unwrap_or_default();
+            for kind in &spec.entry.kinds {
+                if self.registry.check(kind).is_ok() {
+                    out.push(CapabilitySummary {
+                        kind: kind.clone(),
+                        operations: operations.clone(),
+                    });
+                }
             }
         }
         for tool in self.registry.mcp_tools() {
@@ -182,7 +200,7 @@ impl Host {
             history: req.history,
             summary: req.summary,
             workspace: run.workspace.as_ref().map(|w| w.display().to_string()),
-            capabilities: self.capabilities(),
+            capabilities: self.capabilities(run).await,
             ..Default::default()
         };
         let meter = Mutex::new(Meter {
@@ -562,9 +580,9 @@ impl Host {
             let needing: Vec<String> = valid
                 .iter()
                 .filter(|t| {
-                    self.registry.resolve(&t.kind).is_ok_and(|p| {
-                        p.spec.entry.permissions.workspace != WorkspaceAccess::None
-                            || p.spec.entry.permissions.host.contains(&HostService::Exec)
+                    self.registry.spec(&t.kind).is_some_and(|spec| {
+                        spec.entry.permissions.workspace != WorkspaceAccess::None
+                            || spec.entry.permissions.host.contains(&HostService::Exec)
                     })
                 })
                 .map(|t| t.id.clone())

@@ -19,8 +19,8 @@ use crate::services::approval::ApproveMode;
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Exit status: 0 completed, 1 failed (the reason is printed), 130 cancelled (Ctrl-C, or `b` at an approval prompt), 2 usage or setup errors.\n\nApprovals: with --approve ask (the default on a terminal) each risky command is shown with its risk and reasons; answer y (run it), n (deny), a (approve it for the rest of the session) or b (abort the run).\n\n\
-Examples:\n  capstan ask --workspace ./my-project \"How do I rotate the signing keys?\"\n  \
-capstan ask --workspace . --approve all \"run `cargo test` and tell me what failed\"\n  \
+Examples (single quotes keep your shell from running the `...` parts itself):\n  capstan ask --workspace ./my-project \"How do I rotate the signing keys?\"\n  \
+capstan ask --workspace . --approve all 'run `cargo test` and tell me what failed'\n  \
 capstan ask --json --workspace . \"what is in README.md?\" | jq .type"
 )]
 pub struct AskArgs {

@@ -54,13 +54,16 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         .transpose()?;
     let approve = approve_mode(args.approve);
     let app = App::open(global.dirs()?, approve.0).await?;
+    if let Some(ws) = &workspace {
+        app.check_workspace(ws)?;
+    }
     let registry = app.registry(workspace.as_deref()).await;
     for problem in registry.problems() {
         crate::term::warn(&problem.message);
     }
     let operation = match args.operation {
         Some(op) => op,
-        None => match registry.resolve(&args.kind) {
+        None => match registry.resolve(&app.runtime, &args.kind, None).await {
             Ok(plugin) => plugin
                 .operations
                 .first()

@@ -84,6 +84,9 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
         .map(|d| workspace_root(global, d))
         .transpose()?;
     let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
+    if let Some(ws) = &workspace {
+        app.check_workspace(ws)?;
+    }
     let server = app.config.server.clone();
     let host = McpHost::new(app, workspace).await;
     match (args.listen, token) {

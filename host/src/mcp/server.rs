@@ -76,11 +76,13 @@ impl McpHost {
     /// itself without end, and their tools are reachable at their source.
     pub async fn new(app: Arc<App>, workspace: Option<PathBuf>) -> Arc<Self> {
         let registry = app.plugin_registry(workspace.as_deref()).await;
+        // Tools are listed from every plugin's operations: load them all now.
+        registry.load_all(&app.runtime, None).await;
         for p in registry.problems() {
             crate::term::warn(&p.message);
         }
         let mut tools = BTreeMap::new();
-        for plugin in registry.plugins() {
+        for plugin in &registry.plugins() {
             let needs_workspace = plugin.spec.entry.permissions.workspace != WorkspaceAccess::None
                 || plugin
                     .spec
