@@ -770,8 +770,8 @@ async fn external_server_tools_are_capability_kinds_behind_the_approval_gate() {
         kinds.contains(&"local_kb_retrieval"),
         "plugins still load: {kinds:?}"
     );
-    let ghost = registry
-        .problems()
+    let problems = registry.problems();
+    let ghost = problems
         .iter()
         .find(|p| p.message.contains("ghost"))
         .expect("the server that cannot start is reported");

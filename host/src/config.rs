@@ -155,7 +155,7 @@ fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
 /// `[server]`: the doors of `capstan serve` and `capstan mcp --listen`
 /// (docs/ARCHITECTURE.md, security model). Flags add to the lists and
 /// override the caps.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSection {
     /// Extra names the server answers to in `Host` (`name` or `name:port`),

@@ -15,14 +15,14 @@ mod workspace;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::dirs::{DirOverrides, Dirs};
 use crate::registry::{ManifestSources, Registry};
 use crate::runtime::Runtime;
-use crate::{errln, outln};
 use crate::workspace_gate::WorkspaceGate;
+use crate::{errln, outln};
 
 #[derive(Parser, Debug)]
 #[command(

@@ -34,7 +34,10 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         PluginsCommand::List { workspace, json } => (workspace, json, false),
         PluginsCommand::Check { workspace } => (workspace, false, true),
     };
-    let workspace = workspace.as_deref().map(|d| workspace_root(global, d)).transpose()?;
+    let workspace = workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let (dirs, _, registry) = load(global, workspace.as_deref()).await?;
     // External MCP servers come from the user's file only (a workspace's are ignored).
     let (servers, tools, mcp_problems) = if check {

@@ -131,7 +131,11 @@ pub async fn config(global: &GlobalArgs, cmd: ConfigCommand) -> Result<ExitCode>
         ConfigCommand::Check { workspace, json } => {
             let mut checked = vec![user_file.clone()];
             let mut errors = config_check::check_file(&user_file, Scope::User);
-            if let Some(ws) = workspace.as_deref().map(workspace_root).transpose()? {
+            if let Some(ws) = workspace
+                .as_deref()
+                .map(|d| workspace_root(global, d))
+                .transpose()?
+            {
                 let file = ws.join("capstan.toml");
                 errors.extend(config_check::check_file(
                     &file,
@@ -295,7 +299,11 @@ impl Finding {
 
 pub async fn doctor(global: &GlobalArgs, args: DoctorArgs) -> Result<ExitCode> {
     let dirs = global.dirs()?;
-    let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let mut findings = vec![toolchain(), sandbox()];
     let config_ok = config_findings(&dirs, workspace.as_deref(), &mut findings);
     if config_ok {
@@ -553,16 +561,9 @@ async fn plugin_findings(dirs: &Dirs, workspace: Option<&Path>, out: &mut Vec<Fi
             return;
         }
     };
-    let mut files = vec![dirs.user_config_file()];
-    if let Some(ws) = workspace {
-        files.push(ws.join("capstan.toml"));
-    }
     let registry = Registry::load(
         &runtime,
-        &ManifestSources {
-            bundled: true,
-            files,
-        },
+        &ManifestSources::new(dirs.user_config_file(), workspace),
     )
     .await;
     let names: Vec<String> = registry
