@@ -249,7 +249,7 @@ fn a_plugin_cannot_hide_a_failed_command_behind_a_success() {
         let last: Value = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
-            .last()
+            .next_back()
             .unwrap();
         (out.status.code(), last)
     };

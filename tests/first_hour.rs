@@ -2,6 +2,9 @@
 //! question, several Capstan processes on one workspace, examples that are safe to
 //! paste, config that can be found and checked, and files recognised by content.
 
+// A child mode of this test binary talks to its parent on stdout.
+#![allow(clippy::disallowed_macros)]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -10,6 +10,9 @@
 //! in tests/npm/mcp-servers), whose read-only annotations never lower the risk
 //! the configuration gives. Last, a client nobody here wrote: the MCP Inspector CLI.
 
+// Test harness output: the children's stderr passed through for debugging.
+#![allow(clippy::disallowed_macros)]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Write};

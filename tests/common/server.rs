@@ -1,6 +1,9 @@
 //! `capstan serve` as a child process on 127.0.0.1, for the HTTP, AG-UI and
 //! web chat tests; and a workspace copied from examples/handbook.
 
+// Test harness output: the children's stderr passed through for debugging.
+#![allow(clippy::disallowed_macros)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};

@@ -85,7 +85,7 @@ impl TokenChoice {
             );
         }
         if self.token().is_none() {
-            eprintln!(
+            crate::errln!(
                 "{program}: WARNING: --no-token: any program on this machine can drive Capstan \
                  through {addr} (run commands, read workspaces). Host and Origin are still checked, \
                  so web pages cannot."
