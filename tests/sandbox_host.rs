@@ -18,7 +18,14 @@ use serde_json::{Value, json};
 fn invoke(home: &Home, ws: &Path, input: Value) -> (Option<i32>, Vec<Value>, String) {
     let out = home
         .capstan()
-        .args(["invoke", "terminal_exec", "--json", "--approve", "all", "--workspace"])
+        .args([
+            "invoke",
+            "terminal_exec",
+            "--json",
+            "--approve",
+            "all",
+            "--workspace",
+        ])
         .arg(ws)
         .args(["--input", &input.to_string()])
         .output()
@@ -151,13 +158,17 @@ fn a_running_server_survives_replacing_its_binary() {
             }
         }
     };
-    send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}));
+    send(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}),
+    );
     assert_eq!(reply_to(1)["result"]["serverInfo"]["name"], "capstan");
     send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     let mut run = |id: i64, command: &str| -> Value {
-        send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
-            "name":"terminal_exec.run","arguments":{"command":command}}}));
+        send(
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+            "name":"terminal_exec.run","arguments":{"command":command}}}),
+        );
         let reply = reply_to(id);
         assert_ne!(reply["result"]["isError"], true, "{reply}");
         reply["result"]["structuredContent"]["data"]["steps"][0].clone()

@@ -54,7 +54,9 @@ fn bwrap(cmd: &str, ws: &Path) -> tokio::process::Command {
     let mut c = tokio::process::Command::new("bwrap");
     c.args(["--unshare-all", "--die-with-parent", "--new-session"]);
     c.args(["--tmpfs", "/"]);
-    for dir in ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"] {
+    for dir in [
+        "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+    ] {
         let p = Path::new(dir);
         match std::fs::symlink_metadata(p) {
             Ok(m) if m.file_type().is_symlink() => {

@@ -97,7 +97,9 @@ impl TaskCgroup {
     }
 
     pub(crate) fn has(&self, controller: Controller) -> bool {
-        self.dirs.iter().any(|d| d.controllers.contains(&controller))
+        self.dirs
+            .iter()
+            .any(|d| d.controllers.contains(&controller))
     }
 
     /// Moves the calling process into every directory.
@@ -148,10 +150,12 @@ impl TaskCgroup {
 
     /// One attempt at removing every directory; true when none is left.
     pub(crate) fn try_remove(&self) -> bool {
-        self.dirs.iter().all(|d| match std::fs::remove_dir(&d.path) {
-            Ok(()) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-        })
+        self.dirs
+            .iter()
+            .all(|d| match std::fs::remove_dir(&d.path) {
+                Ok(()) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            })
     }
 
     /// Removes the (by now empty) directories. A cgroup becomes removable a

@@ -87,7 +87,6 @@ impl SupportReport {
                 if abi < 6 {
                     notes.push("Landlock ABI < 6: no signal/abstract-socket scoping".into());
                 }
-
             }
         }
         if !self.seccomp {
@@ -173,16 +172,10 @@ impl fmt::Display for SupportReport {
             ("root", yes(self.root).into(), "-"),
             (
                 "id-mapped mounts",
-                self.idmapped_mounts
-                    .map_or("not needed", |b| yes(b))
-                    .into(),
+                self.idmapped_mounts.map_or("not needed", |b| yes(b)).into(),
                 "workspace writable as nobody",
             ),
-            (
-                "pids cgroup",
-                yes(self.cgroup_pids).into(),
-                "process limit",
-            ),
+            ("pids cgroup", yes(self.cgroup_pids).into(), "process limit"),
             (
                 "memory cgroup",
                 yes(self.cgroup_memory).into(),

@@ -174,7 +174,9 @@ fn launch(ctrl: Ctrl) -> Result<i32, Report> {
 
     // Before forking, so that every process of the task is counted.
     if let Err(e) = config.cgroup.join() {
-        ctrl.warn(format!("{e}; the task's process and memory limits fall back to rlimits"));
+        ctrl.warn(format!(
+            "{e}; the task's process and memory limits fall back to rlimits"
+        ));
     }
     let code = if config.confine {
         confined(&config, ctrl)
@@ -813,7 +815,12 @@ fn apply_limits(limits: &Limits, ns: &Namespaces, cgroup: &TaskCgroup, ctrl: Ctr
             "no memory cgroup here: memory is limited per process with RLIMIT_AS ({v} bytes)"
         ));
     }
-    if let Some(v) = limits.max_address_space.into_iter().chain(memory_fallback).min() {
+    if let Some(v) = limits
+        .max_address_space
+        .into_iter()
+        .chain(memory_fallback)
+        .min()
+    {
         set(Resource::RLIMIT_AS, "RLIMIT_AS", v);
     }
     if let Some(v) = limits.max_cpu_seconds {

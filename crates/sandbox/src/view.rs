@@ -144,9 +144,10 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
     for p in spec.read {
         // Already visible (a system directory or the workspace): binding again
         // would only unmask what is masked there.
-        let covered = SYSTEM.iter().any(|d| {
-            p.starts_with(d) && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())
-        }) || p.starts_with(spec.workspace);
+        let covered = SYSTEM
+            .iter()
+            .any(|d| p.starts_with(d) && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+            || p.starts_with(spec.workspace);
         if !covered {
             bind(p, &inside(p), true)?;
         }
@@ -273,7 +274,7 @@ fn bind(host: &Path, target: &Path, read_only: bool) -> Result<(), String> {
 fn mask_secrets(root: &Path) -> Result<(), String> {
     let empty_file = root.join(".capstan-masked");
     std::fs::File::create(&empty_file).map_err(|e| io(&empty_file, e))?;
-    std::fs::set_permissions(&empty_file, std::fs::Permissions::from_mode(0))
+    std::fs::set_permissions(&empty_file, std::fs::Permissions::from_mode(0o000))
         .map_err(|e| io(&empty_file, e))?;
     for secret in ETC_SECRETS {
         let target = root.join(secret.trim_start_matches('/'));

@@ -12,8 +12,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use capstan_sandbox::{
-    Command, ExecOutcome, ExecSpec, LimitHit, Limits, SandboxError, SandboxMode, run,
-    set_launcher,
+    Command, ExecOutcome, ExecSpec, LimitHit, Limits, SandboxError, SandboxMode, run, set_launcher,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -142,7 +141,11 @@ const BLOCKED_WRITES: &[(&str, &str, &str)] = &[
     ("absolute path in /etc", "echo x > /etc/{u}", "/etc/{u}"),
     // The fixture lives under the host's /tmp, so `..` is inside the private
     // /tmp of the view: the write may succeed there, never on the host.
-    ("parent directory", "echo x > ../{u}; cat ../{u}", "{ws}/../{u}"),
+    (
+        "parent directory",
+        "echo x > ../{u}; cat ../{u}",
+        "{ws}/../{u}",
+    ),
     (
         "sibling directory",
         "echo x > {outside}/{u}",
@@ -187,7 +190,8 @@ async fn writes_outside_the_workspace_are_blocked() {
         };
         let out = f.sh(&subst(cmd)).await;
         let target = PathBuf::from(subst(target));
-        let private_tmp = f.ws.starts_with(std::env::temp_dir()) && target.starts_with(std::env::temp_dir());
+        let private_tmp =
+            f.ws.starts_with(std::env::temp_dir()) && target.starts_with(std::env::temp_dir());
         if !failed(&out) && !private_tmp {
             problems.push(format!("{name}: command succeeded: {out:?}"));
         }
@@ -727,7 +731,10 @@ async fn dropping_the_run_future_kills_the_task_and_cleans_up() {
             None
         }
     };
-    assert!(r.is_none(), "the command should still have been running: {r:?}");
+    assert!(
+        r.is_none(),
+        "the command should still have been running: {r:?}"
+    );
 }
 
 /// The host directory of the task running a process with `marker`: the quota
@@ -1077,7 +1084,10 @@ async fn root_only_files_and_other_homes_are_not_readable() {
         let out = f.sh(cmd).await;
         // `cat /proc/1/cmdline` is the namespace's own init: allowed to exist,
         // but its root must not lead to the host.
-        let leaked = out.stdout.lines().any(|l| l.contains("root:") || l.contains("PRIVATE KEY"));
+        let leaked = out
+            .stdout
+            .lines()
+            .any(|l| l.contains("root:") || l.contains("PRIVATE KEY"));
         if (!failed(&out) && *what != "/proc of the host") || leaked {
             problems.push(format!("{what}: {out:?}"));
         }
@@ -1101,8 +1111,16 @@ async fn the_command_never_runs_as_root() {
     };
     assert_eq!(lines[0], uid.to_string(), "{out:?}");
     assert_eq!(lines[1], gid.to_string(), "{out:?}");
-    assert_eq!(lines[2], gid.to_string(), "no supplementary groups: {out:?}");
-    assert_eq!(lines[3].split_whitespace().nth(1), Some("0000000000000000"), "{out:?}");
+    assert_eq!(
+        lines[2],
+        gid.to_string(),
+        "no supplementary groups: {out:?}"
+    );
+    assert_eq!(
+        lines[3].split_whitespace().nth(1),
+        Some("0000000000000000"),
+        "{out:?}"
+    );
     // Inside, the file is the command's; on the host, it belongs to the user
     // who runs Capstan (the id-mapped workspace stores root's id for root).
     assert_eq!(lines[4], uid.to_string(), "{out:?}");
@@ -1210,9 +1228,15 @@ async fn host_unix_sockets_are_unreachable() {
                 problems.push(format!("{what} {}: {out:?}", dir.path().display()));
             }
         }
-        assert!(listener.accept().is_err(), "the stream listener saw a connection");
+        assert!(
+            listener.accept().is_err(),
+            "the stream listener saw a connection"
+        );
         let mut buf = [0u8; 16];
-        assert!(dgram.recv(&mut buf).is_err(), "the datagram socket got a message");
+        assert!(
+            dgram.recv(&mut buf).is_err(),
+            "the datagram socket got a message"
+        );
     }
     assert!(problems.is_empty(), "{problems:#?}");
 }
@@ -1223,7 +1247,9 @@ async fn host_unix_sockets_are_unreachable() {
 async fn a_4_gib_allocation_fails_with_a_memory_limit_and_the_host_stays_responsive() {
     let f = Fixture::new();
     // Default limits: 2 GiB of memory.
-    let out = f.sh("python3 -c \"b = b'x' * (4 << 30); print(len(b))\"").await;
+    let out = f
+        .sh("python3 -c \"b = b'x' * (4 << 30); print(len(b))\"")
+        .await;
     assert!(failed(&out), "{out:?}");
     if !capstan_sandbox::check().cgroup_memory {
         // No memory cgroup (not root, no delegation): RLIMIT_AS stops the
@@ -1281,11 +1307,15 @@ fn cgroups_named(prefix: &str) -> Vec<PathBuf> {
         let opts = right.split(' ').nth(2).unwrap_or("");
         for entry in own.lines() {
             let mut parts = entry.splitn(3, ':');
-            let (_, controllers, path) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
+            let (_, controllers, path) =
+                (parts.next(), parts.next().unwrap(), parts.next().unwrap());
             let matches = if fstype == "cgroup2" {
                 controllers.is_empty()
             } else {
-                !controllers.is_empty() && controllers.split(',').all(|c| opts.split(',').any(|o| o == c))
+                !controllers.is_empty()
+                    && controllers
+                        .split(',')
+                        .all(|c| opts.split(',').any(|o| o == c))
             };
             if !matches {
                 continue;
@@ -1329,7 +1359,10 @@ async fn task_cgroups_are_removed_when_the_task_ends() {
     // A task that ends by itself.
     let out = f.sh("cat /proc/self/cgroup").await;
     let finished = task_cgroup_names(&out.stdout);
-    assert!(!finished.is_empty(), "the task ran in no task cgroup: {out:?}");
+    assert!(
+        !finished.is_empty(),
+        "the task ran in no task cgroup: {out:?}"
+    );
     // A cancelled task.
     let m = marker_sleep();
     let cancel = CancellationToken::new();
@@ -1349,7 +1382,11 @@ async fn task_cgroups_are_removed_when_the_task_ends() {
     let cancelled = task_cgroup_names(&std::fs::read_to_string(f.ws.join("cg.txt")).unwrap());
     assert!(!cancelled.is_empty());
     for name in finished.iter().chain(&cancelled) {
-        assert_eq!(cgroups_named(name), Vec::<PathBuf>::new(), "{name} was left behind");
+        assert_eq!(
+            cgroups_named(name),
+            Vec::<PathBuf>::new(),
+            "{name} was left behind"
+        );
     }
 }
 
@@ -1373,7 +1410,10 @@ async fn a_workspace_write_past_the_quota_fails_with_resource_limit() {
     // Under the quota, nothing is reported.
     let out = f.sh("head -c 1000000 /dev/zero > ok.bin").await;
     assert!(out.success() && out.limit_hit.is_none(), "{out:?}");
-    assert_eq!(std::fs::metadata(f.ws.join("ok.bin")).unwrap().len(), 1_000_000);
+    assert_eq!(
+        std::fs::metadata(f.ws.join("ok.bin")).unwrap().len(),
+        1_000_000
+    );
 }
 
 /// Every kind of change made through the quota overlay reaches the workspace
@@ -1405,11 +1445,18 @@ async fn the_quota_overlay_copies_every_change_back() {
     let read = |p: &str| std::fs::read_to_string(ws.join(p)).unwrap();
     assert_eq!(read("edit.txt"), "old\nnew\n");
     assert_eq!(
-        std::fs::metadata(ws.join("edit.txt")).unwrap().permissions().mode() & 0o777,
+        std::fs::metadata(ws.join("edit.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
         0o600
     );
     assert!(!ws.join("del.txt").exists());
-    assert!(!ws.join("tree/x").exists(), "the opaque directory kept old entries");
+    assert!(
+        !ws.join("tree/x").exists(),
+        "the opaque directory kept old entries"
+    );
     assert_eq!(read("tree/only"), "fresh\n");
     assert_eq!(read("new/deep/n.txt"), "n\n");
     assert!(!ws.join("moved").exists());
@@ -1421,7 +1468,11 @@ async fn the_quota_overlay_copies_every_change_back() {
     );
     // No setuid file is ever recreated on the host.
     assert_eq!(
-        std::fs::metadata(ws.join("suid")).unwrap().permissions().mode() & 0o7777,
+        std::fs::metadata(ws.join("suid"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
         0o755
     );
     // The symlink was replaced by a directory; nothing went through it.
@@ -1433,7 +1484,10 @@ async fn the_quota_overlay_copies_every_change_back() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(!names.iter().any(|n| n.starts_with(".capstan-copy")), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with(".capstan-copy")),
+        "{names:?}"
+    );
 }
 
 /// A sparse file costs the quota only its data, and reaches the host's disk
@@ -1448,7 +1502,11 @@ async fn sparse_files_stay_sparse_through_the_quota() {
     assert_eq!(out.stdout, "ok\n", "{out:?}");
     let meta = std::fs::metadata(f.ws.join("sparse")).unwrap();
     assert_eq!(meta.len(), (3 << 30) + 3);
-    assert!(meta.blocks() * 512 < 1 << 20, "{} bytes on disk", meta.blocks() * 512);
+    assert!(
+        meta.blocks() * 512 < 1 << 20,
+        "{} bytes on disk",
+        meta.blocks() * 512
+    );
 }
 
 /// Many empty files are bounded by the quota too (one inode per KiB).
@@ -1462,7 +1520,9 @@ async fn a_flood_of_empty_files_hits_the_quota() {
     assert!(out.stderr.contains("No space left"), "{out:?}");
     assert_eq!(
         out.limit_hit,
-        Some(LimitHit::WorkspaceQuota { limit_bytes: 1 << 20 }),
+        Some(LimitHit::WorkspaceQuota {
+            limit_bytes: 1 << 20
+        }),
         "{out:?}"
     );
     let made = std::fs::read_dir(f.ws.join("d")).unwrap().count();

@@ -481,7 +481,10 @@ impl Runtime {
         if store.data().interrupted.is_none()
             && let Some(limit) = store.data().scope.resource_limit.get()
         {
-            return Err(TaskFailure::new(FailureReason::ResourceLimit, limit.clone()));
+            return Err(TaskFailure::new(
+                FailureReason::ResourceLimit,
+                limit.clone(),
+            ));
         }
         match result {
             Ok(Ok(out)) => {
