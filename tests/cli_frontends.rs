@@ -69,7 +69,7 @@ fn ask_renders_the_plan_asks_for_approval_and_exits_by_outcome() {
     assert_eq!(no.status.code(), Some(1), "{err}");
     assert!(err.contains("please answer y, n, a or b"), "{err}");
     assert!(err.contains("approval: denied (by user)"), "{err}");
-    assert!(err.contains("run failed"), "{err}");
+    assert!(err.contains("· failed: "), "{err}");
 
     let abort = ask("b\n");
     let err = text(&abort.stderr);
@@ -77,7 +77,7 @@ fn ask_renders_the_plan_asks_for_approval_and_exits_by_outcome() {
     assert!(err.contains("approval: aborted"), "{err}");
     assert!(err.contains("· cancelled:"), "{err}");
 
-    // A question: the streamed answer on stdout, citations in the feed.
+    // A question: the streamed answer on stdout, then its sources.
     let mut cmd = home.capstan();
     cmd.args(["ask", "-w"])
         .arg(ws.path())
@@ -86,9 +86,9 @@ fn ask_renders_the_plan_asks_for_approval_and_exits_by_outcome() {
     assert_eq!(q.status.code(), Some(0));
     assert!(text(&q.stdout).contains("minisign"), "{}", text(&q.stdout));
     assert!(
-        text(&q.stderr).contains("· sources: [1] ops/key-rotation.md:"),
+        text(&q.stdout).contains("\nSources:\n[1] ops/key-rotation.md"),
         "{}",
-        text(&q.stderr)
+        text(&q.stdout)
     );
 }
 

@@ -32,10 +32,7 @@ async fn setup(home: &Home) -> (Runtime, Registry) {
         vec![dirs.config.clone(), dirs.data.clone()],
     )
     .unwrap();
-    let sources = ManifestSources {
-        bundled: true,
-        files: vec![dirs.user_config_file()],
-    };
+    let sources = ManifestSources::new(dirs.user_config_file(), None);
     let registry = Registry::load(&runtime, &sources).await;
     (runtime, registry)
 }

@@ -96,7 +96,7 @@ impl EventSink for RunEvents {
                 json,
             };
             if let Err(e) = self.writer.push(record) {
-                tracing::warn!("event not saved: {e}");
+                crate::term::warn(format_args!("an event of run {} was not saved: {e}", self.run_id));
             }
         }
         (self.frontend)(&envelope);
@@ -117,16 +117,22 @@ impl App {
     ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
         let mut config = Config::load(&dirs.user_config_file())?;
+        config.sandbox.check(
+            &[dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+            home_dir().as_deref(),
+        )?;
         if model.is_some() {
             config.model = model;
         }
         let store = Arc::new(
             Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?,
         );
+        // Housekeeping, not news: the command at hand is usually unrelated
+        // (the runs list shows them as `interrupted`).
         if let Ok(ids) = store.mark_interrupted_runs()
             && !ids.is_empty()
         {
-            tracing::warn!(
+            tracing::info!(
                 "marked {} run(s) from an earlier process as interrupted",
                 ids.len()
             );
@@ -158,8 +164,9 @@ impl App {
         })
     }
 
-    /// The registry for a workspace: bundled plugins, the user's capstan.toml,
-    /// the workspace's capstan.toml, and the tools of the `[[mcp_server]]`s the
+    /// The registry for a workspace: bundled plugins, the user's capstan.toml
+    /// (a workspace's capstan.toml may add no plugin, see the registry), and
+    /// the tools of the `[[mcp_server]]`s the
     /// user's capstan.toml configures (connected now, for as long as the
     /// registry lives). A workspace's file cannot add MCP servers: they are
     /// programs run outside the sandbox, and opening a checked-out repository
@@ -176,7 +183,8 @@ impl App {
                 problems.push(crate::registry::Problem {
                     plugin: None,
                     message: format!(
-                        "{}: [[mcp_server]] {} ignored: a workspace cannot start programs outside the                          sandbox; move the entry to your own capstan.toml ({}) if you trust it",
+                        "{}: [[mcp_server]] {} ignored: a workspace cannot start programs outside the \
+                         sandbox; move the entry to your own capstan.toml ({}) if you trust it",
                         file.display(),
                         names.join(", "),
                         self.dirs.user_config_file().display()
@@ -192,20 +200,16 @@ impl App {
     pub async fn plugin_registry(&self, workspace: Option<&Path>) -> Registry {
         Registry::load(
             &self.runtime,
-            &ManifestSources {
-                bundled: true,
-                files: self.config_files(workspace),
-            },
+            &ManifestSources::new(self.dirs.user_config_file(), workspace),
         )
         .await
     }
 
-    fn config_files(&self, workspace: Option<&Path>) -> Vec<PathBuf> {
-        let mut files = vec![self.dirs.user_config_file()];
-        if let Some(ws) = workspace {
-            files.push(ws.join("capstan.toml"));
-        }
-        files
+    /// The sandbox settings (`[sandbox]`) of commands in a workspace.
+    pub fn sandbox_for(&self, workspace: Option<&Path>) -> crate::config::SandboxSettings {
+        self.config
+            .sandbox
+            .settings_for(workspace, home_dir().as_deref())
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile
@@ -245,7 +249,7 @@ impl App {
 
     pub fn flush_events(&self) {
         if let Err(e) = self.events.flush() {
-            tracing::warn!("some events were not saved: {e}");
+            crate::term::warn(format_args!("some events were not saved: {e}"));
         }
     }
 
@@ -301,7 +305,7 @@ impl App {
 
         let registry = Arc::new(self.registry(workspace.as_deref()).await);
         for p in registry.problems() {
-            tracing::warn!("{}", p.message);
+            crate::term::warn(&p.message);
         }
         let history: Vec<Turn> = self
             .store
@@ -357,7 +361,10 @@ impl App {
             .map(|w| self.policy_for(w))
             .unwrap_or_else(|| self.config.policy.clone());
         let services = HostServices {
-            exec: Some(Arc::new(Exec::new(policy, self.broker.clone()))),
+            exec: Some(Arc::new(
+                Exec::new(policy, self.broker.clone())
+                    .with_sandbox(self.sandbox_for(workspace.as_deref())),
+            )),
             index: Some(self.indexes.clone()),
             approval: Some(self.broker.clone()),
             model: None,
@@ -423,7 +430,7 @@ impl App {
             Some(usage),
         )?;
         if let Err(e) = self.events.flush() {
-            tracing::warn!("some events of run {} were not saved: {e}", run_id);
+            crate::term::warn(format_args!("some events of run {run_id} were not saved: {e}"));
         }
         Ok(AskOutcome {
             run_id,
@@ -456,4 +463,9 @@ pub fn roll_summary(previous: &str, question: &str, answer: &str) -> String {
         s = s[start..].to_string();
     }
     s
+}
+
+/// The user's home directory, for `~/` in `[sandbox] read`.
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from)
 }

@@ -4,7 +4,8 @@
 //! field has a default, so no file at all means: the offline model, the
 //! `cautious` profile, no budget.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
@@ -25,6 +26,129 @@ pub struct Config {
     /// `[agents]`: runtimes for `capstan agent run` (docs/AGENTS.md).
     pub agents: Option<capstan_agents::AgentsConfig>,
     pub index: IndexSection,
+    /// `[sandbox]`: limits and extra read paths of sandboxed commands.
+    pub sandbox: SandboxSection,
+}
+
+/// `[sandbox]`: what every sandboxed command gets (docs/ARCHITECTURE.md,
+/// security model). Only the user's own capstan.toml is read for it: a
+/// workspace's file could be written by a command, and must not widen its own
+/// sandbox.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSection {
+    /// Memory of one command and everything it starts, in MiB (a memory
+    /// cgroup; `RLIMIT_AS` per process where none can be made). Files in the
+    /// private /tmp and writes not yet copied back count too. 0: no limit.
+    pub memory_mb: u64,
+    /// Size of the command's private /tmp, in MiB.
+    pub tmp_mb: u64,
+    /// Bytes one command may write to the workspace in total, in MiB (every
+    /// file it creates or changes counts whole). 0: no quota, writes go
+    /// straight to the workspace.
+    pub write_quota_mb: u64,
+    /// Extra paths every command may read (and execute), read-only. `~/` is
+    /// the home directory. None may contain Capstan's own directories.
+    pub read: Vec<PathBuf>,
+    /// Per-workspace additions: `[sandbox.workspace."/path/to/ws"] read = [...]`.
+    pub workspace: BTreeMap<PathBuf, WorkspaceSandbox>,
+}
+
+impl Default for SandboxSection {
+    fn default() -> Self {
+        Self {
+            memory_mb: capstan_sandbox::DEFAULT_MEMORY >> 20,
+            tmp_mb: capstan_sandbox::DEFAULT_TMP_SIZE >> 20,
+            write_quota_mb: capstan_sandbox::DEFAULT_WRITE_QUOTA >> 20,
+            read: Vec::new(),
+            workspace: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[sandbox.workspace."<root>"]`: what commands in that workspace get on top
+/// of `[sandbox]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceSandbox {
+    /// Extra read-only paths for this workspace only.
+    pub read: Vec<PathBuf>,
+}
+
+/// The sandbox settings of commands in one workspace, resolved from `[sandbox]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    pub limits: capstan_sandbox::Limits,
+    pub read: Vec<PathBuf>,
+}
+
+impl SandboxSection {
+    /// The settings for commands in `workspace` (canonical root, or `None`),
+    /// with `~/` expanded against `home`.
+    pub fn settings_for(&self, workspace: Option<&Path>, home: Option<&Path>) -> SandboxSettings {
+        let mb = |v: u64| (v > 0).then_some(v << 20);
+        let limits = capstan_sandbox::Limits {
+            max_memory: mb(self.memory_mb),
+            tmp_size: self.tmp_mb.max(1) << 20,
+            workspace_write_quota: mb(self.write_quota_mb),
+            ..capstan_sandbox::Limits::default()
+        };
+        let per_workspace = workspace.into_iter().flat_map(|ws| {
+            self.workspace
+                .iter()
+                .filter(move |(root, _)| {
+                    let root = expand_home(root, home);
+                    root == ws || std::fs::canonicalize(&root).is_ok_and(|r| r == ws)
+                })
+                .flat_map(|(_, w)| w.read.iter())
+        });
+        let read = self
+            .read
+            .iter()
+            .chain(per_workspace)
+            .map(|p| expand_home(p, home))
+            .collect();
+        SandboxSettings { limits, read }
+    }
+
+    /// Refuses read paths that would show a command Capstan's own state
+    /// (`protected`: config, data and cache dirs), or that are not absolute.
+    pub fn check(&self, protected: &[PathBuf], home: Option<&Path>) -> Result<()> {
+        let all = self
+            .read
+            .iter()
+            .chain(self.workspace.values().flat_map(|w| w.read.iter()));
+        for p in all {
+            let path = expand_home(p, home);
+            if !path.is_absolute() {
+                anyhow::bail!(
+                    "[sandbox] read: {} is not an absolute path; write it as /... or ~/...",
+                    p.display()
+                );
+            }
+            let real = std::fs::canonicalize(&path).unwrap_or(path.clone());
+            for dir in protected {
+                let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+                if dir.starts_with(&real) || real.starts_with(&dir) {
+                    anyhow::bail!(
+                        "[sandbox] read: {} would let commands read Capstan's own directory {}; \
+                         list a narrower path",
+                        p.display(),
+                        dir.display()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `~/x` against `home`; anything else unchanged.
+fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
+    match (p.strip_prefix("~"), home) {
+        (Ok(rest), Some(h)) => h.join(rest),
+        _ => p.to_path_buf(),
+    }
 }
 
 /// `[index]`: how workspace search indexes are built.

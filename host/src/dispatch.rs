@@ -107,6 +107,7 @@ async fn approve_risk(
         task_id: task.id.clone(),
         plugin: owner.to_string(),
         run: run.clone(),
+        resource_limit: Default::default(),
     };
     let risk = match op_risk {
         Risk::ReadOnly => types::Risk::ReadOnly,

@@ -9,7 +9,8 @@
 //! - [`runtime`]: wasmtime components, one store per task, faults contained;
 //! - [`services`]: host services plugins import (exec, index, approval, model);
 //! - [`protocol`]: the event and task types every layer speaks;
-//! - [`dirs`]: where Capstan keeps config, data and cache.
+//! - [`dirs`]: where Capstan keeps config, data and cache;
+//! - [`term`]: the one door to the terminal (untrusted text made inert).
 
 pub mod app;
 pub mod bundled;
@@ -26,3 +27,4 @@ pub mod registry;
 pub mod runtime;
 pub mod server;
 pub mod services;
+pub mod term;

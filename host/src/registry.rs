@@ -1,13 +1,18 @@
 //! The capability registry: task kind -> loaded plugin.
 //!
-//! Manifests are read in order (bundled, then the user's `capstan.toml`, then the
-//! workspace's); a later entry with the same plugin name replaces an earlier one.
+//! Manifests are read in order (bundled, then the user's `capstan.toml`); a
+//! later entry with the same plugin name replaces an earlier one. A
+//! workspace's `capstan.toml` is never a source of plugins: any command that
+//! may write the workspace could write that file, so an entry there (a new
+//! plugin, a replacement with more host services or longer limits) would widen
+//! what the user granted. Such entries are refused whole, each file with one
+//! [`Problem`] saying where to move them.
 //! Each entry loads on its own: a bad one becomes a [`Problem`] and the rest load.
 //! Two plugins claiming one kind is a load error for the later one, and no plugin
 //! may claim a retired writing-workflow kind.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::manifest::{self, PluginSpec};
@@ -33,7 +38,43 @@ pub fn is_legacy_kind(kind: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct ManifestSources {
     pub bundled: bool,
+    /// The user's own manifests (their capstan.toml), trusted, in order.
     pub files: Vec<PathBuf>,
+    /// The workspace's capstan.toml: its `[[plugin]]` entries are refused.
+    pub workspace: Option<PathBuf>,
+}
+
+impl ManifestSources {
+    /// Bundled plugins and the user's capstan.toml, with a workspace's
+    /// capstan.toml checked for entries it may not hold.
+    pub fn new(user_config: PathBuf, workspace: Option<&Path>) -> Self {
+        Self {
+            bundled: true,
+            files: vec![user_config],
+            workspace: workspace.map(|ws| ws.join("capstan.toml")),
+        }
+    }
+}
+
+/// The refusal of a workspace file's `[[plugin]]` entries, if it has any.
+fn refuse_workspace_plugins(file: &Path, user_files: &[PathBuf]) -> Option<Problem> {
+    let names = manifest::entry_labels(file);
+    if names.is_empty() {
+        return None;
+    }
+    let user = user_files
+        .first()
+        .map(|f| f.display().to_string())
+        .unwrap_or_else(|| "the capstan.toml in your config dir".into());
+    Some(Problem {
+        plugin: None,
+        message: format!(
+            "{}: [[plugin]] {} ignored: a workspace's capstan.toml cannot add or replace plugins \
+             (nor grant host services or limits); move the entry to your own capstan.toml ({user}) if you trust it",
+            file.display(),
+            names.join(", ")
+        ),
+    })
 }
 
 /// Something that kept a manifest entry or a plugin from loading.
@@ -80,6 +121,9 @@ impl Registry {
         for file in &sources.files {
             let (found, errors) = manifest::load_file(file);
             add(found, errors, &mut problems);
+        }
+        if let Some(file) = &sources.workspace {
+            problems.extend(refuse_workspace_plugins(file, &sources.files));
         }
 
         let mut registry = Registry {

@@ -9,11 +9,12 @@ use std::process::ExitCode;
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
-use super::feed::{Feed, answer_approvals, stdin_lines};
+use super::feed::{ApproveSource, Feed, Outcomes, answer_approvals, stdin_lines};
 use super::{GlobalArgs, workspace_root};
 use crate::app::{App, AskRequest};
-use crate::orchestrator::{RunOutcome, RunStatus};
+use crate::orchestrator::RunStatus;
 use crate::services::approval::ApproveMode;
+use crate::errln;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -72,22 +73,23 @@ impl AskArgs {
     }
 }
 
-/// Decide the default: a person at a terminal is asked; a script is not.
-pub fn approve_mode(explicit: Option<ApproveMode>) -> ApproveMode {
-    explicit.unwrap_or_else(|| {
-        if std::io::stdin().is_terminal() {
-            ApproveMode::Ask
-        } else {
-            ApproveMode::None
+/// Decide the default: a person at a terminal is asked; a script is not (and
+/// the feed says why nobody was asked).
+pub fn approve_mode(explicit: Option<ApproveMode>) -> (ApproveMode, ApproveSource) {
+    match explicit {
+        Some(mode) => (mode, ApproveSource::Flag(mode)),
+        None if std::io::stdin().is_terminal() => {
+            (ApproveMode::Ask, ApproveSource::Flag(ApproveMode::Ask))
         }
-    })
+        None => (ApproveMode::None, ApproveSource::NoTerminal),
+    }
 }
 
 pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
-    let mode = approve_mode(args.approve);
+    let (mode, source) = approve_mode(args.approve);
     let app = App::open_with_model(global.dirs()?, mode, args.model_override()?).await?;
-    let (feed, asks) = Feed::new(args.json, app.broker.clone());
+    let (feed, asks) = Feed::new(args.json, source, Outcomes::PlanTasks, app.broker.clone());
     if app.broker.mode() == ApproveMode::Ask {
         tokio::spawn(answer_approvals(app.broker.clone(), asks, stdin_lines()));
     }
@@ -97,7 +99,7 @@ pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     let on_ctrl_c = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\n· cancelling…");
+            errln!("\n· cancelling…");
             on_ctrl_c.cancel();
         }
     });
@@ -108,10 +110,7 @@ pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     };
     let done = app.ask(req, frontend, cancel).await?;
     if !json {
-        eprintln!("· run {} in session {}", done.run_id, done.session_id);
-    }
-    if !json && done.outcome.status == RunStatus::Failed {
-        eprintln!("run failed: {}", failure_line(&done.outcome));
+        errln!("· run {} in session {}", done.run_id, done.session_id);
     }
     Ok(exit_code(done.outcome.status))
 }
@@ -124,12 +123,4 @@ pub fn exit_code(status: RunStatus) -> ExitCode {
         RunStatus::Failed => ExitCode::from(1),
         RunStatus::Cancelled => ExitCode::from(130),
     }
-}
-
-pub fn failure_line(outcome: &RunOutcome) -> String {
-    format!(
-        "{}: {}",
-        outcome.reason.map(|r| r.to_string()).unwrap_or_default(),
-        outcome.message
-    )
 }

@@ -14,6 +14,7 @@ use super::{GlobalArgs, workspace_root};
 use crate::app::App;
 use crate::mcp::{CapstanMcp, McpHost, http_router};
 use crate::services::approval::ApproveMode;
+use crate::outln;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -82,7 +83,7 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
                 .with_context(|| format!("cannot listen on {addr}"))?;
             let bound = listener.local_addr()?;
             // The first line on stdout says where to connect (port 0 picks one).
-            println!("capstan mcp: listening on http://{bound}/mcp");
+            outln!("capstan mcp: listening on http://{bound}/mcp");
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {
                     let _ = tokio::signal::ctrl_c().await;

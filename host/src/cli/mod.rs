@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 use crate::dirs::{DirOverrides, Dirs};
 use crate::registry::{ManifestSources, Registry};
 use crate::runtime::Runtime;
+use crate::{errln, outln};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -105,14 +106,14 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -125,7 +126,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Search(args) => kb::search(&cli.global, args).await,
         Command::Sandbox(SandboxCommand::Check) => {
             let report = capstan_sandbox::check();
-            println!("{report}");
+            outln!("{report}");
             Ok(if report.sandbox_available() {
                 ExitCode::SUCCESS
             } else {
@@ -142,9 +143,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// Logs are for whoever debugs Capstan: none without `-v` or `RUST_LOG`.
+/// What a user must know is said in plain lines (`crate::term::warn`). No
+/// colour: Capstan prints plain text everywhere.
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        0 => "off",
         1 => "info",
         _ => "debug",
     };
@@ -152,7 +156,8 @@ fn init_tracing(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_writer(|| crate::term::LogWriter)
         .try_init();
 }
 
@@ -181,8 +186,8 @@ pub fn workspace_root(dir: &Path) -> Result<PathBuf> {
     Ok(root)
 }
 
-/// The runtime and registry for one command: bundled plugins, the user's
-/// capstan.toml, and the workspace's capstan.toml if there is a workspace.
+/// The runtime and registry for one command: bundled plugins and the user's
+/// capstan.toml (a workspace's capstan.toml is checked, never obeyed).
 pub async fn load(
     global: &GlobalArgs,
     workspace: Option<&Path>,
@@ -192,16 +197,9 @@ pub async fn load(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone()],
     )?;
-    let mut files = vec![dirs.user_config_file()];
-    if let Some(ws) = workspace {
-        files.push(ws.join("capstan.toml"));
-    }
     let registry = Registry::load(
         &runtime,
-        &ManifestSources {
-            bundled: true,
-            files,
-        },
+        &ManifestSources::new(dirs.user_config_file(), workspace),
     )
     .await;
     Ok((dirs, runtime, registry))

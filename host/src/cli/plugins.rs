@@ -8,6 +8,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{GlobalArgs, load, workspace_root};
+use crate::{errln, outln};
 
 #[derive(Subcommand, Debug)]
 pub enum PluginsCommand {
@@ -51,7 +52,7 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
             })
             .collect();
         let out = json!({"plugins": plugins, "problems": registry.problems()});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", crate::term::json_pretty(&out));
     } else {
         for p in registry.plugins() {
             let e = &p.spec.entry;
@@ -61,10 +62,10 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 .iter()
                 .map(|o| format!("{}({:?})", o.name, o.risk))
                 .collect();
-            println!("{} {} [ok]", e.name, e.version);
-            println!("  kinds:      {}", e.kinds.join(", "));
-            println!("  operations: {}", ops.join(", "));
-            println!(
+            outln!("{} {} [ok]", e.name, e.version);
+            outln!("  kinds:      {}", e.kinds.join(", "));
+            outln!("  operations: {}", ops.join(", "));
+            outln!(
                 "  workspace:  {}   host services: {}",
                 e.permissions.workspace,
                 if host.is_empty() {
@@ -78,11 +79,11 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 .fuel
                 .map(|f| f.to_string())
                 .unwrap_or_else(|| "unlimited".into());
-            println!(
+            outln!(
                 "  limits:     {} MiB, {} ms, fuel {fuel}",
                 e.limits.memory_mb, e.limits.timeout_ms
             );
-            println!(
+            outln!(
                 "  component:  {} (from {}; {} in {:.1} ms)",
                 p.spec.source,
                 p.spec.origin,
@@ -96,16 +97,16 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         }
         for problem in registry.problems() {
             let who = problem.plugin.as_deref().unwrap_or("manifest");
-            eprintln!("{who} [error]\n  {}", problem.message);
+            errln!("{who} [error]\n  {}", problem.message);
         }
     }
     if check {
         let n = registry.problems().len();
         if n > 0 {
-            eprintln!("{n} problem(s) found; fix the manifest entries named above");
+            errln!("{n} problem(s) found; fix the manifest entries named above");
             return Ok(ExitCode::from(1));
         }
-        println!("all {} plugins loaded and valid", registry.plugins().len());
+        outln!("all {} plugins loaded and valid", registry.plugins().len());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -9,6 +9,7 @@ use capstan_store::{Profile, Store, Workspace};
 
 use super::{GlobalArgs, workspace_root};
 use crate::dirs::Dirs;
+use crate::{errln, outln};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum WorkspaceCommand {
@@ -54,7 +55,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
             let ws = match store.get_workspace_by_root(&root)? {
                 Some(ws) => {
                     store.set_profile(&ws.id, profile)?;
-                    eprintln!("already registered; profile set to {profile}");
+                    errln!("already registered; profile set to {profile}");
                     Workspace {
                         policy_profile: profile,
                         ..ws
@@ -62,12 +63,12 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                 }
                 None => store.add_workspace(&root, &name, profile)?,
             };
-            println!("{}", line(&ws));
+            outln!("{}", line(&ws));
         }
         WorkspaceCommand::List => {
             let all = store.list_workspaces()?;
             if all.is_empty() {
-                eprintln!(
+                errln!(
                     "no workspaces yet: `capstan workspace add DIR`, or pass --workspace DIR to ask, chat or serve"
                 );
             }
@@ -77,7 +78,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                     .iter()
                     .filter(|s| s.workspace_id.as_deref() == Some(&ws.id))
                     .count();
-                println!("{}   {used} session(s)", line(&ws));
+                outln!("{}   {used} session(s)", line(&ws));
             }
         }
         WorkspaceCommand::Use { workspace, session } => {
@@ -91,7 +92,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                 )?,
             };
             store.set_session_workspace(&session.id, Some(&ws.id))?;
-            println!(
+            outln!(
                 "session {} ({}) now uses {} (policy: {})",
                 session.id,
                 session.title,
@@ -102,7 +103,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
         WorkspaceCommand::Remove { workspace } => {
             let ws = find(&store, &workspace)?;
             store.remove_workspace(&ws.id)?;
-            println!(
+            outln!(
                 "removed {} ({}); the folder is untouched",
                 ws.id,
                 ws.root_path.display()

@@ -397,6 +397,7 @@ impl Runtime {
                 task_id: task_id.to_string(),
                 plugin: plugin.name().to_string(),
                 run: run.clone(),
+                resource_limit: Default::default(),
             },
         };
         let mut store = Store::new(&self.engine, state);
@@ -477,6 +478,11 @@ impl Runtime {
             .call_invoke(&mut store, &wit_task)
             .await;
         log_output(&store, plugin);
+        if store.data().interrupted.is_none()
+            && let Some(limit) = store.data().scope.resource_limit.get()
+        {
+            return Err(TaskFailure::new(FailureReason::ResourceLimit, limit.clone()));
+        }
         match result {
             Ok(Ok(out)) => {
                 let data = if out.data.trim().is_empty() {

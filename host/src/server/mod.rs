@@ -28,6 +28,7 @@ use axum::routing::{get, post};
 
 use error::{ApiError, ErrorKind};
 use runs::RunManager;
+use crate::{errln, outln};
 
 /// Default cap on a request body: a message, not a file upload.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -161,19 +162,21 @@ pub async fn serve_http(
         token: opts.token.clone(),
         max_body_bytes: opts.max_body_bytes,
     });
-    println!("listening on http://{local}");
+    outln!("listening on http://{local}");
+    // The address is said once, on stdout above (scripts read it); these
+    // are paths under it.
     let chat = match &opts.token {
-        Some(_) => format!("http://{local}/#token=<your token>"),
-        None => format!("http://{local}/"),
+        Some(_) => "/#token=<your token>",
+        None => "/",
     };
-    eprintln!(
-        "capstan serve: web chat at {chat}\n  API: http://{local}/openapi.json   AG-UI: POST http://{local}/agui\n  Ctrl-C stops (runs in flight are cancelled)"
+    errln!(
+        "capstan serve: web chat at {chat}, API at /openapi.json, AG-UI at POST /agui; Ctrl-C stops (runs in flight are cancelled)"
     );
     let shutdown = {
         let runs = runs.clone();
         async move {
             shutdown_signal().await;
-            eprintln!("capstan serve: stopping; cancelling runs in flight");
+            errln!("capstan serve: stopping; cancelling runs in flight");
             runs.cancel_all();
         }
     };

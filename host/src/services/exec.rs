@@ -31,6 +31,8 @@ pub struct Exec {
     pub default_timeout: Duration,
     /// Bytes kept per stream (head and tail).
     pub output_limit: usize,
+    /// `[sandbox]` limits and read paths for this workspace.
+    pub sandbox: crate::config::SandboxSettings,
 }
 
 impl Exec {
@@ -40,7 +42,14 @@ impl Exec {
             broker,
             default_timeout: Duration::from_secs(120),
             output_limit: 64 * 1024,
+            sandbox: crate::config::SandboxSection::default().settings_for(None, None),
         }
+    }
+
+    /// With the workspace's `[sandbox]` settings.
+    pub fn with_sandbox(mut self, sandbox: crate::config::SandboxSettings) -> Self {
+        self.sandbox = sandbox;
+        self
     }
 }
 
@@ -308,7 +317,7 @@ impl ExecService for Exec {
                     )));
                 }
             },
-            Verdict::Allow => {}
+            Verdict::Allow => self.broker.record_policy_allow(scope, &ask),
         }
 
         let timeout = req
@@ -329,6 +338,8 @@ impl ExecService for Exec {
             capstan_policy::SandboxMode::Required => capstan_sandbox::SandboxMode::Required,
             capstan_policy::SandboxMode::Off => capstan_sandbox::SandboxMode::Off,
         };
+        spec.limits = self.sandbox.limits.clone();
+        spec.read = self.sandbox.read.clone();
         spec.env = self
             .policy
             .env_allow
@@ -359,6 +370,13 @@ impl ExecService for Exec {
         });
         if outcome.cancelled {
             return Err(wit::ExecError::Cancelled);
+        }
+        // The host's own word, not the plugin's: a task whose command ran into
+        // a sandbox limit fails with `resource-limit` (see runtime::invoke).
+        if let Some(limit) = outcome.limit_hit {
+            let message = format!("`{text}`: {limit}");
+            let _ = scope.resource_limit.set(message.clone());
+            return Err(wit::ExecError::Failed(message));
         }
         Ok(wit::ExecOutput {
             exit_code: outcome.exit_code,
