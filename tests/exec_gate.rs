@@ -248,8 +248,8 @@ fn a_plugin_cannot_hide_a_failed_command_behind_a_success() {
             .unwrap();
         let last: Value = String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .last()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
             .unwrap();
         (out.status.code(), last)
     };
@@ -578,6 +578,7 @@ async fn a_plugin_asking_for_a_stricter_risk_makes_the_command_ask() {
             Arc::new(rec.clone()),
             HostServices::default(),
         ),
+        resource_limit: Default::default(),
     };
     let exec = |profile| {
         let broker =
