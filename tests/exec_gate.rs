@@ -248,8 +248,8 @@ fn a_plugin_cannot_hide_a_failed_command_behind_a_success() {
             .unwrap();
         let last: Value = String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .next_back()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
             .unwrap();
         (out.status.code(), last)
     };
