@@ -6,6 +6,9 @@
 //! (`KB_INDEX_RUNS=N` changes the number of timed runs, default 5; the best is kept
 //! because the machine is shared and the best run is the least disturbed.)
 
+// A bench prints its own figures for the developer who runs it.
+#![allow(clippy::disallowed_macros)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

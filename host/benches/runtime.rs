@@ -3,6 +3,9 @@
 //!
 //! Run: cargo bench -p capstan --bench runtime
 
+// A bench prints its own figures for the developer who runs it.
+#![allow(clippy::disallowed_macros)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -99,7 +99,10 @@ impl EventSink for RunEvents {
                 json,
             };
             if let Err(e) = self.writer.push(record) {
-                tracing::warn!("event not saved: {e}");
+                crate::term::warn(format_args!(
+                    "an event of run {} was not saved: {e}",
+                    self.run_id
+                ));
             }
         }
         (self.frontend)(&envelope);
@@ -120,16 +123,22 @@ impl App {
     ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
         let mut config = Config::load(&dirs.user_config_file())?;
+        config.sandbox.check(
+            &[dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+            home_dir().as_deref(),
+        )?;
         if model.is_some() {
             config.model = model;
         }
         let store = Arc::new(
             Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?,
         );
+        // Housekeeping, not news: the command at hand is usually unrelated
+        // (the runs list shows them as `interrupted`).
         if let Ok(ids) = store.mark_interrupted_runs()
             && !ids.is_empty()
         {
-            tracing::warn!(
+            tracing::info!(
                 "marked {} run(s) from an earlier process as interrupted",
                 ids.len()
             );
@@ -162,8 +171,9 @@ impl App {
         })
     }
 
-    /// The registry for a workspace: bundled plugins, the user's capstan.toml,
-    /// the workspace's capstan.toml, and the tools of the `[[mcp_server]]`s the
+    /// The registry for a workspace: bundled plugins, the user's capstan.toml
+    /// (a workspace's capstan.toml may add no plugin, see the registry), and
+    /// the tools of the `[[mcp_server]]`s the
     /// user's capstan.toml configures (connected now, for as long as the
     /// registry lives). A workspace's file cannot add MCP servers: they are
     /// programs run outside the sandbox, and opening a checked-out repository
@@ -180,7 +190,8 @@ impl App {
                 problems.push(crate::registry::Problem {
                     plugin: None,
                     message: format!(
-                        "{}: [[mcp_server]] {} ignored: a workspace cannot start programs outside the                          sandbox; move the entry to your own capstan.toml ({}) if you trust it",
+                        "{}: [[mcp_server]] {} ignored: a workspace cannot start programs outside the \
+                         sandbox; move the entry to your own capstan.toml ({}) if you trust it",
                         file.display(),
                         names.join(", "),
                         self.dirs.user_config_file().display()
@@ -192,24 +203,27 @@ impl App {
         registry
     }
 
-    /// The registry with plugins only, no external MCP servers.
+    /// The registry with plugins only, no external MCP servers. Plugins load
+    /// when first used (see [`Registry`]).
     pub async fn plugin_registry(&self, workspace: Option<&Path>) -> Registry {
-        Registry::load(
-            &self.runtime,
-            &ManifestSources {
-                bundled: true,
-                files: self.config_files(workspace),
-            },
-        )
-        .await
+        Registry::lazy(&ManifestSources::new(
+            self.dirs.user_config_file(),
+            workspace,
+        ))
     }
 
-    fn config_files(&self, workspace: Option<&Path>) -> Vec<PathBuf> {
-        let mut files = vec![self.dirs.user_config_file()];
-        if let Some(ws) = workspace {
-            files.push(ws.join("capstan.toml"));
-        }
-        files
+    /// The sandbox settings (`[sandbox]`) of commands in a workspace.
+    pub fn sandbox_for(&self, workspace: Option<&Path>) -> crate::config::SandboxSettings {
+        self.config
+            .sandbox
+            .settings_for(workspace, home_dir().as_deref())
+    }
+
+    /// Stops a run in a workspace whose capstan.toml is broken (before anything,
+    /// indexing included, reads the folder), naming the file, the line and the fix.
+    pub fn check_workspace(&self, workspace: &Path) -> Result<()> {
+        crate::config_check::check_workspace(workspace, &self.dirs.user_config_file())
+            .context("this workspace's capstan.toml has problems; runs here stop until it is fixed")
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile
@@ -249,7 +263,7 @@ impl App {
 
     pub fn flush_events(&self) {
         if let Err(e) = self.events.flush() {
-            tracing::warn!("some events were not saved: {e}");
+            crate::term::warn(format_args!("some events were not saved: {e}"));
         }
     }
 
@@ -314,9 +328,12 @@ impl App {
             },
         };
 
+        if let Some(ws) = &workspace {
+            self.check_workspace(ws)?;
+        }
         let registry = Arc::new(self.registry(workspace.as_deref()).await);
         for p in registry.problems() {
-            tracing::warn!("{}", p.message);
+            crate::term::warn(&p.message);
         }
         let history: Vec<Turn> = self
             .store
@@ -372,7 +389,10 @@ impl App {
             .map(|w| self.policy_for(w))
             .unwrap_or_else(|| self.config.policy.clone());
         let services = HostServices {
-            exec: Some(Arc::new(Exec::new(policy, self.broker.clone()))),
+            exec: Some(Arc::new(
+                Exec::new(policy, self.broker.clone())
+                    .with_sandbox(self.sandbox_for(workspace.as_deref())),
+            )),
             index: Some(self.indexes.clone()),
             approval: Some(self.broker.clone()),
             model: None,
@@ -438,7 +458,9 @@ impl App {
             Some(usage),
         )?;
         if let Err(e) = self.events.flush() {
-            tracing::warn!("some events of run {} were not saved: {e}", run_id);
+            crate::term::warn(format_args!(
+                "some events of run {run_id} were not saved: {e}"
+            ));
         }
         Ok(AskOutcome {
             run_id,
@@ -471,4 +493,9 @@ pub fn roll_summary(previous: &str, question: &str, answer: &str) -> String {
         s = s[start..].to_string();
     }
     s
+}
+
+/// The user's home directory, for `~/` in `[sandbox] read`.
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from)
 }

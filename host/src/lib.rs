@@ -10,12 +10,14 @@
 //! - [`services`]: host services plugins import (exec, index, approval, model);
 //! - [`protocol`]: the event and task types every layer speaks;
 //! - [`dirs`]: where Capstan keeps config, data and cache;
+//! - [`term`]: the one door to the terminal (untrusted text made inert).
 //! - [`workspace_gate`]: which folders may be a workspace, for every entry point.
 
 pub mod app;
 pub mod bundled;
 pub mod cli;
 pub mod config;
+pub mod config_check;
 pub mod dirs;
 pub mod dispatch;
 pub mod host_model;
@@ -27,4 +29,5 @@ pub mod registry;
 pub mod runtime;
 pub mod server;
 pub mod services;
+pub mod term;
 pub mod workspace_gate;

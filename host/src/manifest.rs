@@ -3,7 +3,8 @@
 //!
 //! A manifest is a TOML file with `[[plugin]]` entries. The bundled plugins come
 //! from `bundled.toml` inside the binary; users add or replace plugins in
-//! `capstan.toml` in their config dir or in a workspace. Every entry is validated
+//! `capstan.toml` in their config dir (a workspace's capstan.toml may not: see
+//! the registry). Every entry is validated
 //! on its own: one bad entry is reported with its file and field and the others
 //! still load.
 
@@ -252,6 +253,29 @@ pub fn load_file(path: &Path) -> (Vec<PluginSpec>, Vec<ManifestError>) {
             }],
         ),
     }
+}
+
+/// How each `[[plugin]]` entry of a manifest file is named in messages
+/// (`hello`, or `#2` when it has no name), without validating the entries. A
+/// missing or unreadable file has none; a file that is not TOML names none
+/// either (its other readers report it).
+pub fn entry_labels(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return vec![];
+    };
+    let Ok(file) = toml::from_str::<ManifestFile>(&text) else {
+        return vec![];
+    };
+    file.plugin
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            raw.get("name")
+                .and_then(|n| n.as_str())
+                .map(|n| format!("`{n}`"))
+                .unwrap_or_else(|| format!("#{}", i + 1))
+        })
+        .collect()
 }
 
 fn is_name(s: &str) -> bool {

@@ -2,7 +2,7 @@
 //! Capstan's own model) with a strategy, a budget and a timeout. The work itself is in
 //! the capstan-agents crate; this wires config, the budget prompt and the output.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{GlobalArgs, workspace_root};
 use crate::config::Config;
+use crate::{err, errln, outln};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum AgentCommand {
@@ -172,7 +173,7 @@ async fn run_tasks(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode> {
         gate,
         events: Arc::new(move |e: AgentEvent| {
             if json {
-                println!("{}", serde_json::to_string(&e).unwrap_or_default());
+                outln!("{}", crate::term::json(&e));
             } else {
                 feed(&e, on_budget);
             }
@@ -184,13 +185,14 @@ async fn run_tasks(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode> {
             capstan_exe: std::env::current_exe().ok(),
             workspace,
             mode: Mode::Cli,
+            config_file: Some(dirs.user_config_file()),
         },
     };
     let result = capstan_agents::execute(&file, opts).await?;
     if json {
         let mut line = serde_json::to_value(&result)?;
         line["type"] = "result".into();
-        println!("{line}");
+        outln!("{}", crate::term::json(&line));
     } else {
         print_result(&result);
     }
@@ -210,14 +212,11 @@ impl BudgetGate for PromptGate {
     async fn proceed(&self, w: &BudgetWarning) -> bool {
         let w = w.clone();
         tokio::task::spawn_blocking(move || {
-            let mut err = std::io::stderr();
             loop {
-                let _ = write!(
-                    err,
+                err!(
                     "    continue over the budget (${:.4} spent, next step about ${:.4}, budget ${:.4})? [y]es / [n]o: ",
                     w.spent_usd, w.next_step_usd, w.budget_usd
                 );
-                let _ = err.flush();
                 let mut line = String::new();
                 if std::io::stdin().read_line(&mut line).unwrap_or(0) == 0 {
                     return false;
@@ -246,7 +245,7 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
             strategy_reason,
             tasks,
             budget_usd,
-        } => eprintln!(
+        } => errln!(
             "· {} · {tasks} task(s) · strategy {strategy} ({strategy_reason}){}",
             e.execution_id,
             budget_usd
@@ -258,7 +257,7 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
             agent,
             runtime,
             model,
-        } => eprintln!(
+        } => errln!(
             "  ▶ {task} · {agent} on {runtime}{}",
             model
                 .as_ref()
@@ -269,19 +268,19 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
             task,
             progress: Progress::ToolUse { tool, .. },
             ..
-        } => eprintln!("    {task}: tool {tool}"),
+        } => errln!("    {task}: tool {tool}"),
         EventKind::Progress {
             task,
             progress: Progress::Status { message },
             ..
-        } => eprintln!("    {task}: {message}"),
+        } => errln!("    {task}: {message}"),
         EventKind::ContextTruncated {
             task,
             agent,
             original_tokens,
             limit_tokens,
             cut,
-        } => eprintln!(
+        } => errln!(
             "    {task} · {agent}: prompt of ~{original_tokens} tokens cut to {limit_tokens} ({})",
             cut.join(", ")
         ),
@@ -293,7 +292,7 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
             usage,
             cost_usd,
             error,
-        } => eprintln!(
+        } => errln!(
             "  {} {task} · {agent} on {runtime}: {} · {} tokens{} · {}{}",
             if *status == capstan_agents::TaskStatus::Completed {
                 "✓"
@@ -310,16 +309,34 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
                 .unwrap_or_default()
         ),
         EventKind::RuntimeRetry { task, from, to, .. } => {
-            eprintln!("  ↻ {task}: {from} failed, retrying on {to}")
+            errln!("  ↻ {task}: {from} failed, retrying on {to}")
         }
-        EventKind::RuntimeFallback { from, to, reason } => {
-            eprintln!("! {from} is unavailable, using {to} instead: {reason}")
-        }
+        EventKind::RuntimeFallback {
+            task,
+            from,
+            to,
+            reason,
+        } => match task {
+            Some(task) => {
+                errln!("! {task}: {from} is unavailable, using its retry runtime {to}: {reason}")
+            }
+            None => errln!("! {from} is unavailable, using {to} instead: {reason}"),
+        },
+        EventKind::ContextSummarised {
+            task,
+            agent,
+            original_tokens,
+            limit_tokens,
+            summarised,
+        } => errln!(
+            "    {task} · {agent}: prompt of ~{original_tokens} tokens over the {limit_tokens} limit; the model summarised {}",
+            summarised.join(", ")
+        ),
         EventKind::TaskSkipped {
             task,
             failed_dependency,
             ..
-        } => eprintln!("  – {task} skipped: prerequisite {failed_dependency} did not complete"),
+        } => errln!("  – {task} skipped: prerequisite {failed_dependency} did not complete"),
         EventKind::BudgetWarning {
             spent_usd,
             next_step_usd,
@@ -327,11 +344,11 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
             task,
             agent,
         } => {
-            eprintln!(
+            errln!(
                 "! budget: ${spent_usd:.4} spent; {task} · {agent} would add about ${next_step_usd:.4}, over the ${budget_usd:.4} budget"
             );
             if on_budget != OnBudget::Ask {
-                eprintln!(
+                errln!(
                     "  --on-budget {}: {}",
                     if on_budget == OnBudget::Continue {
                         "continue"
@@ -347,7 +364,7 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
             }
         }
         EventKind::BudgetDecision { proceed } => {
-            eprintln!(
+            errln!(
                 "  budget: {}",
                 if *proceed {
                     "continuing over budget"
@@ -364,35 +381,35 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
 }
 
 fn print_result(r: &ExecutionResult) {
-    let mut out = std::io::stdout();
     for t in &r.tasks {
-        let _ = writeln!(out, "== {} [{}] ==", t.task_id, t.status.as_str());
+        outln!("== {} [{}] ==", t.task_id, t.status.as_str());
         if r.metadata.strategy == Strategy::Multi && t.steps.len() > 1 {
             for s in &t.steps {
-                let _ = writeln!(
-                    out,
-                    "-- {} ({}) --\n{}",
-                    s.agent,
-                    s.runtime,
-                    s.output.trim_end()
-                );
+                outln!("-- {} ({}) --\n{}", s.agent, s.runtime, s.output.trim_end());
             }
         } else if !t.output.is_empty() {
-            let _ = writeln!(out, "{}", t.output.trim_end());
+            outln!("{}", t.output.trim_end());
         }
         if let Some(e) = &t.error {
-            let _ = writeln!(out, "(error: {e})");
+            outln!("(error: {e})");
         }
     }
     let m = &r.metadata;
     let runtimes: Vec<&str> = m.runtimes.iter().map(|r| r.as_str()).collect();
-    eprintln!(
+    let or_none = |names: String| {
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names
+        }
+    };
+    errln!(
         "· {} {} in {:.1}s · agents {} · runtimes {} · tokens {} (in {}, out {}){} · total cost ${:.4}{}{}",
         m.execution_id,
         m.status.as_str(),
         m.duration_ms as f64 / 1000.0,
-        m.agents.join(", "),
-        runtimes.join(", "),
+        or_none(m.agents.join(", ")),
+        or_none(runtimes.join(", ")),
         m.total_tokens.total,
         m.total_tokens.input,
         m.total_tokens.output,

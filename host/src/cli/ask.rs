@@ -9,17 +9,18 @@ use std::process::ExitCode;
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
-use super::feed::{Feed, answer_approvals, stdin_lines};
+use super::feed::{ApproveSource, Feed, Outcomes, answer_approvals, stdin_lines};
 use super::{GlobalArgs, workspace_root};
 use crate::app::{App, AskRequest};
-use crate::orchestrator::{RunOutcome, RunStatus};
+use crate::errln;
+use crate::orchestrator::RunStatus;
 use crate::services::approval::ApproveMode;
 
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Exit status: 0 completed, 1 failed (the reason is printed), 130 cancelled (Ctrl-C, or `b` at an approval prompt), 2 usage or setup errors.\n\nApprovals: with --approve ask (the default on a terminal) each risky command is shown with its risk and reasons; answer y (run it), n (deny), a (approve it for the rest of the session) or b (abort the run).\n\n\
-Examples:\n  capstan ask --workspace ./my-project \"How do I rotate the signing keys?\"\n  \
-capstan ask --workspace . --approve all \"run `cargo test` and tell me what failed\"\n  \
+Examples (single quotes keep your shell from running the `...` parts itself):\n  capstan ask --workspace ./my-project \"How do I rotate the signing keys?\"\n  \
+capstan ask --workspace . --approve all 'run `cargo test` and tell me what failed'\n  \
 capstan ask --json --workspace . \"what is in README.md?\" | jq .type"
 )]
 pub struct AskArgs {
@@ -72,15 +73,16 @@ impl AskArgs {
     }
 }
 
-/// Decide the default: a person at a terminal is asked; a script is not.
-pub fn approve_mode(explicit: Option<ApproveMode>) -> ApproveMode {
-    explicit.unwrap_or_else(|| {
-        if std::io::stdin().is_terminal() {
-            ApproveMode::Ask
-        } else {
-            ApproveMode::None
+/// Decide the default: a person at a terminal is asked; a script is not (and
+/// the feed says why nobody was asked).
+pub fn approve_mode(explicit: Option<ApproveMode>) -> (ApproveMode, ApproveSource) {
+    match explicit {
+        Some(mode) => (mode, ApproveSource::Flag(mode)),
+        None if std::io::stdin().is_terminal() => {
+            (ApproveMode::Ask, ApproveSource::Flag(ApproveMode::Ask))
         }
-    })
+        None => (ApproveMode::None, ApproveSource::NoTerminal),
+    }
 }
 
 pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
@@ -89,9 +91,9 @@ pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|d| workspace_root(global, d))
         .transpose()?;
-    let mode = approve_mode(args.approve);
+    let (mode, source) = approve_mode(args.approve);
     let app = App::open_with_model(global.dirs()?, mode, args.model_override()?).await?;
-    let (feed, asks) = Feed::new(args.json, app.broker.clone());
+    let (feed, asks) = Feed::new(args.json, source, Outcomes::PlanTasks, app.broker.clone());
     if app.broker.mode() == ApproveMode::Ask {
         tokio::spawn(answer_approvals(app.broker.clone(), asks, stdin_lines()));
     }
@@ -101,7 +103,7 @@ pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     let on_ctrl_c = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\n· cancelling…");
+            errln!("\n· cancelling…");
             on_ctrl_c.cancel();
         }
     });
@@ -112,10 +114,7 @@ pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
     };
     let done = app.ask(req, frontend, cancel).await?;
     if !json {
-        eprintln!("· run {} in session {}", done.run_id, done.session_id);
-    }
-    if !json && done.outcome.status == RunStatus::Failed {
-        eprintln!("run failed: {}", failure_line(&done.outcome));
+        errln!("· run {} in session {}", done.run_id, done.session_id);
     }
     Ok(exit_code(done.outcome.status))
 }
@@ -128,12 +127,4 @@ pub fn exit_code(status: RunStatus) -> ExitCode {
         RunStatus::Failed => ExitCode::from(1),
         RunStatus::Cancelled => ExitCode::from(130),
     }
-}
-
-pub fn failure_line(outcome: &RunOutcome) -> String {
-    format!(
-        "{}: {}",
-        outcome.reason.map(|r| r.to_string()).unwrap_or_default(),
-        outcome.message
-    )
 }

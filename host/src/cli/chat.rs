@@ -3,7 +3,6 @@
 //! their turn; `/cancel` or Ctrl-C stops the run in flight.
 
 use std::collections::VecDeque;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,12 +12,11 @@ use capstan_store::Decision;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::ask::failure_line;
-use super::feed::{Ask, Feed, parse_decision, stdin_lines};
+use super::feed::{ApproveSource, Ask, Feed, Outcomes, parse_decision, stdin_lines};
 use super::{GlobalArgs, workspace_root};
 use crate::app::{App, AskRequest};
-use crate::orchestrator::RunStatus;
 use crate::services::approval::ApproveMode;
+use crate::{err, errln};
 
 const HELP: &str = "\
 Type a message and press Enter. Commands:
@@ -48,6 +46,7 @@ pub struct ChatArgs {
 
 struct Chat {
     app: Arc<App>,
+    approve: ApproveSource,
     session: Option<String>,
     workspace: Option<PathBuf>,
     lines: mpsc::UnboundedReceiver<String>,
@@ -69,17 +68,17 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> Result<ExitCode> {
     }
     let mut chat = Chat {
         app,
+        approve: ApproveSource::Flag(args.approve),
         session: args.session,
         workspace,
         lines: stdin_lines(),
         stdin_open: true,
         typed_ahead: VecDeque::new(),
     };
-    eprintln!("capstan chat: /help for commands, /quit to leave");
+    errln!("capstan chat: /help for commands, /quit to leave");
     chat.show_workspace();
     loop {
-        eprint!("you> ");
-        let _ = std::io::stderr().flush();
+        err!("you> ");
         let line = match chat.typed_ahead.pop_front() {
             Some(l) => l,
             None => tokio::select! {
@@ -98,8 +97,8 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> Result<ExitCode> {
             let (name, arg) = command.split_once(' ').unwrap_or((command, ""));
             match (name, arg.trim()) {
                 ("quit" | "exit", _) => break,
-                ("help", _) => eprintln!("{HELP}"),
-                ("cancel", _) => eprintln!("no run in progress"),
+                ("help", _) => errln!("{HELP}"),
+                ("cancel", _) => errln!("no run in progress"),
                 ("sessions", _) => chat.list_sessions()?,
                 ("session", id) if !id.is_empty() => chat.switch_session(id)?,
                 ("workspace", "") => chat.show_workspace(),
@@ -108,17 +107,17 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> Result<ExitCode> {
                         chat.workspace = Some(root);
                         chat.show_workspace();
                     }
-                    Err(e) => eprintln!("{e:#}"),
+                    Err(e) => errln!("{e:#}"),
                 },
-                _ => eprintln!("unknown command `/{command}`; /help lists them"),
+                _ => errln!("unknown command `/{command}`; /help lists them"),
             }
             continue;
         }
         chat.turn(line.to_string()).await?;
     }
-    eprintln!();
+    errln!();
     if let Some(id) = &chat.session {
-        eprintln!("session {id} (continue it: capstan chat --session {id})");
+        errln!("session {id} (continue it: capstan chat --session {id})");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -140,7 +139,7 @@ impl Chat {
             Some(ws.root_path)
         });
         match root {
-            None => eprintln!("workspace: none (questions only; /workspace DIR binds one)"),
+            None => errln!("workspace: none (questions only; /workspace DIR binds one)"),
             Some(root) => {
                 let profile = self
                     .app
@@ -155,7 +154,7 @@ impl Chat {
                             capstan_store::Profile::default()
                         )
                     });
-                eprintln!("workspace: {} (policy: {profile})", root.display());
+                errln!("workspace: {} (policy: {profile})", root.display());
             }
         }
     }
@@ -163,7 +162,7 @@ impl Chat {
     fn list_sessions(&self) -> Result<()> {
         let sessions = self.app.store.list_sessions(10)?;
         if sessions.is_empty() {
-            eprintln!("no sessions yet");
+            errln!("no sessions yet");
         }
         for s in sessions {
             let mark = if Some(&s.id) == self.session.as_ref() {
@@ -171,26 +170,31 @@ impl Chat {
             } else {
                 " "
             };
-            eprintln!("{mark} {}  {}  ({})", s.id, s.title, s.updated_at);
+            errln!("{mark} {}  {}  ({})", s.id, s.title, s.updated_at);
         }
         Ok(())
     }
 
     fn switch_session(&mut self, id: &str) -> Result<()> {
         if self.app.store.get_session(id)?.is_none() {
-            eprintln!("no session `{id}`; /sessions lists them");
+            errln!("no session `{id}`; /sessions lists them");
             return Ok(());
         }
         self.session = Some(id.to_string());
         self.workspace = None;
-        eprintln!("continuing session {id}");
+        errln!("continuing session {id}");
         self.show_workspace();
         Ok(())
     }
 
     /// One message, start to end, answering approvals and `/cancel` meanwhile.
     async fn turn(&mut self, message: String) -> Result<()> {
-        let (feed, mut asks) = Feed::new(false, self.app.broker.clone());
+        let (feed, mut asks) = Feed::new(
+            false,
+            self.approve,
+            Outcomes::PlanTasks,
+            self.app.broker.clone(),
+        );
         let cancel = CancellationToken::new();
         let req = AskRequest {
             message,
@@ -211,7 +215,7 @@ impl Chat {
             }
             if !self.stdin_open {
                 for ask in waiting.drain(..) {
-                    eprintln!("(end of input: denied)");
+                    errln!("(end of input: denied)");
                     let _ = self.app.broker.decide(
                         &ask.approval_id,
                         Decision::Denied,
@@ -223,23 +227,20 @@ impl Chat {
                 done = &mut run => {
                     let done = done??;
                     self.session = Some(done.session_id);
-                    if done.outcome.status == RunStatus::Failed {
-                        eprintln!("run failed: {}", failure_line(&done.outcome));
-                    }
                     return Ok(());
                 }
                 Some(ask) = asks.recv() => waiting.push_back(ask),
                 line = self.lines.recv(), if self.stdin_open => match line {
                     None => self.stdin_open = false,
                     Some(line) if line.trim() == "/cancel" => {
-                        eprintln!("· cancelling…");
+                        errln!("· cancelling…");
                         cancel.cancel();
                     }
                     Some(line) if !waiting.is_empty() => self.answer(&line, &mut waiting, &cancel),
                     Some(line) => self.typed_ahead.push_back(line),
                 },
                 _ = tokio::signal::ctrl_c() => {
-                    eprintln!("\n· cancelling…");
+                    errln!("\n· cancelling…");
                     cancel.cancel();
                 }
             }
@@ -248,7 +249,7 @@ impl Chat {
 
     fn answer(&self, line: &str, waiting: &mut VecDeque<Ask>, cancel: &CancellationToken) {
         if line.trim() == "/cancel" {
-            eprintln!("· cancelling…");
+            errln!("· cancelling…");
             cancel.cancel();
             return;
         }
@@ -263,8 +264,7 @@ impl Chat {
                 }
             }
             None => {
-                eprint!("    please answer y, n, a or b: ");
-                let _ = std::io::stderr().flush();
+                err!("    please answer y, n, a or b: ");
             }
         }
     }

@@ -1,18 +1,21 @@
-//! The terminal feed `capstan ask` and `capstan chat` share: the plan with task
-//! states, each step, approvals, the streamed answer (stdout), citations,
-//! usage and cost (stderr); or the raw envelopes as JSON lines. Approvals that
-//! wait for a person are handed to the input loop, which reads the answer
-//! from stdin (y / n / a / b).
+//! The terminal feed `capstan ask`, `capstan chat` and `capstan invoke` share:
+//! the plan with task states, each step, approvals, the streamed answer and
+//! its sources (stdout), usage and cost (stderr); or the raw envelopes as JSON
+//! lines. Each fact is said once: events that repeat another (an `activity`
+//! echoing an approval decision or a command the feed already showed) are not
+//! printed. Approvals that wait for a person are handed to the input loop,
+//! which reads the answer from stdin (y / n / a / b). Everything goes through
+//! `crate::term`, so text from files, commands and models is inert.
 
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use capstan_store::Decision;
 use tokio::sync::mpsc;
 
 use crate::app::Frontend;
-use crate::protocol::{Envelope, Event, TaskStatus};
-use crate::services::approval::ApprovalBroker;
+use crate::protocol::{Envelope, Event, FailureReason, TaskStatus};
+use crate::services::approval::{ApprovalBroker, ApproveMode};
+use crate::{err, errln, out, outln};
 
 /// An approval a person must answer.
 #[derive(Debug, Clone)]
@@ -20,8 +23,31 @@ pub struct Ask {
     pub approval_id: String,
 }
 
+/// How the approval mode was chosen, so a decision nobody typed is explained
+/// in the words that fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApproveSource {
+    /// `--approve` on the command line.
+    Flag(ApproveMode),
+    /// No `--approve`, and stdin is not a terminal: nobody can be asked.
+    NoTerminal,
+}
+
+/// Which tasks' outcomes get a line of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcomes {
+    /// A run (`ask`, `chat`): the plan's tasks; the host's own retrievals
+    /// are reported by `retrieval.*` events, and their outcome would repeat
+    /// them.
+    PlanTasks,
+    /// One task straight to a capability (`invoke`): its outcome is the news.
+    EveryTask,
+}
+
 pub struct Feed {
     json: bool,
+    approve: ApproveSource,
+    outcomes: Outcomes,
     broker: Arc<ApprovalBroker>,
     plan: Mutex<Vec<(String, String, TaskStatus)>>,
     asks: mpsc::UnboundedSender<Ask>,
@@ -31,11 +57,15 @@ impl Feed {
     /// A feed and the receiver of the approvals it asks.
     pub fn new(
         json: bool,
+        approve: ApproveSource,
+        outcomes: Outcomes,
         broker: Arc<ApprovalBroker>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<Ask>) {
         let (asks, rx) = mpsc::unbounded_channel();
         let feed = Arc::new(Self {
             json,
+            approve,
+            outcomes,
             broker,
             plan: Mutex::default(),
             asks,
@@ -49,19 +79,31 @@ impl Feed {
     }
 
     fn render(&self, env: &Envelope) {
-        if let Event::ApprovalRequested { approval_id, .. } = &env.event
+        let event = &env.event;
+        if let Event::ApprovalRequested { approval_id, .. } = event
             && self.broker.is_open(approval_id)
         {
-            print_approval(&env.event);
+            print_approval(event);
             let _ = self.asks.send(Ask {
                 approval_id: approval_id.clone(),
             });
         }
         if self.json {
-            println!("{}", serde_json::to_string(env).unwrap_or_default());
+            outln!("{}", crate::term::json(env));
         } else {
-            self.print(&env.event);
+            self.print(event);
         }
+    }
+
+    /// Whether a task's outcome gets its own line (see [`Outcomes`]).
+    fn reports(&self, task_id: &str) -> bool {
+        self.outcomes == Outcomes::EveryTask
+            || self
+                .plan
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(id, ..)| id == task_id)
     }
 
     fn print_plan(&self) {
@@ -74,23 +116,34 @@ impl Feed {
                 TaskStatus::Failed => "✗",
                 TaskStatus::Skipped => "–",
             };
-            eprintln!("    {mark} [{id}] {title} ({})", status_word(*status));
+            errln!("    {mark} [{id}] {title} ({})", status_word(*status));
+        }
+    }
+
+    /// Who answered an approval, in words that fit how the mode was chosen.
+    fn decided_by(&self, by: &str) -> String {
+        match (by, self.approve) {
+            ("flag", ApproveSource::Flag(mode)) => format!("by --approve {}", mode_word(mode)),
+            ("flag", ApproveSource::NoTerminal) => {
+                "nobody to ask: stdin is not a terminal; pass --approve ask or --approve all".into()
+            }
+            (by, _) => format!("by {by}"),
         }
     }
 
     fn print(&self, event: &Event) {
-        let mut out = std::io::stdout();
         match event {
             Event::HostAnalysis {
                 decision, reason, ..
-            } => eprintln!("· {decision}: {reason}"),
+            } => errln!("· {decision}: {reason}"),
             Event::RetrievalStarted { query, .. } => {
-                eprintln!("· searching the knowledge base for \"{query}\"")
+                errln!("· searching the knowledge base for \"{query}\"")
             }
             Event::RetrievalCompleted {
                 hits, sufficient, ..
-            } => eprintln!(
-                "  {hits} passages{}",
+            } => errln!(
+                "  {hits} passage{}{}",
+                if *hits == 1 { "" } else { "s" },
                 if *sufficient { "" } else { " (not enough)" }
             ),
             Event::PlanCreated { tasks } => {
@@ -105,7 +158,7 @@ impl Feed {
                         (t.id.clone(), title, TaskStatus::Pending)
                     })
                     .collect();
-                eprintln!("· plan:");
+                errln!("· plan:");
                 self.print_plan();
             }
             Event::PlanUpdated { task_id, status } => {
@@ -116,26 +169,31 @@ impl Feed {
                         t.1.clone()
                     })
                 };
+                // Completion and failure get their own line with the result.
                 if let Some(title) = title
                     && *status != TaskStatus::Completed
                     && *status != TaskStatus::Failed
                 {
-                    eprintln!("· [{task_id}] {title}: {}", status_word(*status));
+                    errln!("· [{task_id}] {title}: {}", status_word(*status));
                 }
             }
             Event::TaskFailed {
                 task_id,
                 reason,
                 message,
-            } => eprintln!("  ✗ [{task_id}] {reason}: {message}"),
+            } if self.reports(task_id) => {
+                errln!("  ✗ [{task_id}] {}", failure_words(*reason, message))
+            }
             Event::TaskSkipped { task_id, reason } => {
-                eprintln!("  – [{task_id}] skipped: {reason}")
+                errln!("  – [{task_id}] skipped: {reason}")
             }
             Event::TaskCompleted {
                 task_id, summary, ..
-            } => eprintln!("  ✓ [{task_id}] {summary}"),
+            } if self.reports(task_id) => {
+                errln!("  ✓ [{task_id}] {summary}")
+            }
             Event::WorkspaceRequired { message, .. } => {
-                eprintln!("! workspace required: {message}")
+                errln!("! workspace required: {message}")
             }
             Event::TerminalStep {
                 command,
@@ -150,49 +208,55 @@ impl Feed {
                     (_, _, true) => "timed out".to_string(),
                     (Some(c), _, _) => format!("exit {c}"),
                     (None, Some(s), _) => format!("signal {s}"),
-                    _ => "?".into(),
+                    (None, None, false) => "no exit status".into(),
                 };
-                eprintln!("  $ {command}   ({status}, {duration_ms} ms)");
-                for line in output_tail
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                {
-                    eprintln!("    │ {line}");
+                errln!("  $ {command}   ({status}, {duration_ms} ms)");
+                let lines: Vec<&str> = output_tail.lines().collect();
+                for line in &lines[lines.len().saturating_sub(5)..] {
+                    errln!("    │ {line}");
                 }
             }
             Event::ApprovalDecided { decision, by, .. } => {
-                eprintln!("  approval: {decision} (by {by})")
+                errln!("  approval: {decision} ({})", self.decided_by(by))
             }
-            // The approval prompt already says so.
-            Event::Activity { kind, .. } if kind == "approval.waiting" => {}
-            Event::Activity { message, .. } => eprintln!("  • {message}"),
+            // Said already: the prompt shows the wait, `approval.decided` the
+            // decision, `terminal.step` the command that ran.
+            Event::Activity { kind, .. }
+                if matches!(
+                    kind.as_str(),
+                    "approval.waiting" | "approval" | "terminal.ran"
+                ) => {}
+            Event::Activity { message, .. } => errln!("  • {message}"),
             Event::CapabilityStatus {
                 status, message, ..
-            } => eprintln!("  ! {status}: {message}"),
-            Event::BudgetWarning { message, .. } => eprintln!("! {message}"),
-            Event::ResponseDelta { text } => {
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
-            }
+            } => errln!("  ! {status}: {message}"),
+            Event::BudgetWarning { message, .. } => errln!("! {message}"),
+            Event::ResponseDelta { text } => out!("{text}"),
             Event::ResponseCompleted { citations, .. } => {
-                println!();
+                outln!();
                 if !citations.is_empty() {
-                    let list: Vec<String> = citations
-                        .iter()
-                        .map(|c| format!("[{}] {}:{}-{}", c.n, c.path, c.line_start, c.line_end))
-                        .collect();
-                    eprintln!("· sources: {}", list.join(", "));
+                    outln!("\nSources:");
+                    for c in citations {
+                        let heading = if c.heading.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" › {}", c.heading)
+                        };
+                        outln!(
+                            "[{}] {}{heading} (lines {}-{})",
+                            c.n,
+                            c.path,
+                            c.line_start,
+                            c.line_end
+                        );
+                    }
                 }
             }
             Event::RunCompleted { usage }
             | Event::RunCancelled { usage }
             | Event::RunFailed { usage, .. } => {
-                if !self.plan.lock().unwrap().is_empty() {
-                    eprintln!("· plan, at the end:");
+                if !self.plan_is_empty() {
+                    errln!("· plan, at the end:");
                     self.print_plan();
                 }
                 let cost = usage
@@ -200,19 +264,35 @@ impl Feed {
                     .map(|c| format!(", ${c:.4}"))
                     .unwrap_or_default();
                 let est = if usage.estimated { " (estimated)" } else { "" };
-                let end = match event {
-                    Event::RunCompleted { .. } => "completed".to_string(),
-                    Event::RunCancelled { .. } => "cancelled".to_string(),
-                    Event::RunFailed { reason, .. } => format!("failed ({reason})"),
-                    _ => unreachable!(),
-                };
-                eprintln!(
-                    "· {end}: {} in, {} out tokens{est}{cost}",
+                let tokens = format!(
+                    "{} in, {} out tokens{est}{cost}",
                     usage.input_tokens, usage.output_tokens
                 );
+                match event {
+                    Event::RunFailed {
+                        reason, message, ..
+                    } => errln!("· failed: {} · {tokens}", failure_words(*reason, message)),
+                    Event::RunCancelled { .. } => errln!("· cancelled: {tokens}"),
+                    _ => errln!("· completed: {tokens}"),
+                }
             }
             _ => {}
         }
+    }
+
+    fn plan_is_empty(&self) -> bool {
+        self.plan.lock().unwrap().is_empty()
+    }
+}
+
+/// A failure in one phrase: the message, with the reason code only when it
+/// adds something (`failed` says nothing the message does not).
+pub fn failure_words(reason: FailureReason, message: &str) -> String {
+    match (reason, message.trim()) {
+        (FailureReason::Failed, "") => "failed".into(),
+        (FailureReason::Failed, m) => m.to_string(),
+        (r, "") => r.to_string(),
+        (r, m) => format!("{m} ({r})"),
     }
 }
 
@@ -227,17 +307,24 @@ pub fn print_approval(event: &Event) {
         ..
     } = event
     {
-        let place = if cwd.is_empty() {
+        let place = if cwd.is_empty() || cwd == "." {
             String::new()
         } else {
             format!("   [in {cwd}]")
         };
-        eprintln!("\n  ? approval needed ({risk}): {command}{place}");
+        errln!("\n  ? approval needed ({risk}): {command}{place}");
         for r in reasons {
-            eprintln!("      - {r}");
+            errln!("      - {r}");
         }
-        eprint!("    run it? [y]es / [n]o / [a]lways this session / a[b]ort: ");
-        let _ = std::io::stderr().flush();
+        err!("    run it? [y]es / [n]o / [a]lways this session / a[b]ort: ");
+    }
+}
+
+fn mode_word(mode: ApproveMode) -> &'static str {
+    match mode {
+        ApproveMode::Ask => "ask",
+        ApproveMode::All => "all",
+        ApproveMode::None => "none",
     }
 }
 
@@ -296,7 +383,7 @@ pub async fn answer_approvals(
     while let Some(ask) = asks.recv().await {
         loop {
             let Some(line) = lines.recv().await else {
-                eprintln!("(end of input: denied)");
+                errln!("(end of input: denied)");
                 let _ = broker.decide(
                     &ask.approval_id,
                     Decision::Denied,
@@ -314,8 +401,7 @@ pub async fn answer_approvals(
                     break;
                 }
                 None => {
-                    eprint!("    please answer y, n, a or b: ");
-                    let _ = std::io::stderr().flush();
+                    err!("    please answer y, n, a or b: ");
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! `capstan invoke`: one task straight to a capability.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -13,7 +13,8 @@ use super::feed;
 use super::{GlobalArgs, workspace_root};
 use crate::app::App;
 use crate::dispatch::run_task;
-use crate::protocol::{Event, EventSink, TaskRequest};
+use crate::outln;
+use crate::protocol::{FailureReason, TaskRequest};
 use crate::services::approval::ApproveMode;
 use crate::services::{HostServices, RunContext};
 
@@ -43,49 +44,6 @@ pub struct InvokeArgs {
     pub approve: Option<ApproveMode>,
 }
 
-/// Prints events as they happen: JSON lines, or plain words on stderr.
-struct PrintSink {
-    json: bool,
-    broker: Arc<crate::services::approval::ApprovalBroker>,
-    asks: tokio::sync::mpsc::UnboundedSender<feed::Ask>,
-}
-
-impl EventSink for PrintSink {
-    fn emit(&self, event: Event) {
-        if let Event::ApprovalRequested { approval_id, .. } = &event
-            && self.broker.is_open(approval_id)
-        {
-            feed::print_approval(&event);
-            let _ = self.asks.send(feed::Ask {
-                approval_id: approval_id.clone(),
-            });
-        }
-        if self.json {
-            println!("{}", serde_json::to_string(&event).unwrap_or_default());
-            return;
-        }
-        match event {
-            Event::Activity { message, .. } => eprintln!("  • {message}"),
-            Event::Progress {
-                done, total, unit, ..
-            } => eprintln!("  … {done}/{total} {unit}"),
-            Event::CapabilityStatus {
-                status, message, ..
-            } => eprintln!("  ! {status}: {message}"),
-            Event::ApprovalDecided { decision, by, .. } => {
-                eprintln!("  approval: {decision} (by {by})")
-            }
-            Event::TerminalStep {
-                command, exit_code, ..
-            } => eprintln!("  $ {command} (exit {exit_code:?})"),
-            Event::WorkspaceRequired { message, .. } => {
-                eprintln!("  ! workspace required: {message}")
-            }
-            _ => {}
-        }
-    }
-}
-
 pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
     let input: serde_json::Value = serde_json::from_str(&args.input)
         .with_context(|| format!("--input is not valid JSON: {}", args.input))?;
@@ -94,14 +52,18 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|d| workspace_root(global, d))
         .transpose()?;
-    let app = App::open(global.dirs()?, approve_mode(args.approve)).await?;
+    let approve = approve_mode(args.approve);
+    let app = App::open(global.dirs()?, approve.0).await?;
+    if let Some(ws) = &workspace {
+        app.check_workspace(ws)?;
+    }
     let registry = app.registry(workspace.as_deref()).await;
     for problem in registry.problems() {
-        tracing::warn!("{}", problem.message);
+        crate::term::warn(&problem.message);
     }
     let operation = match args.operation {
         Some(op) => op,
-        None => match registry.resolve(&args.kind) {
+        None => match registry.resolve(&app.runtime, &args.kind, None).await {
             Ok(plugin) => plugin
                 .operations
                 .first()
@@ -121,29 +83,36 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         .map(|w| app.policy_for(w))
         .unwrap_or_else(|| app.config.policy.clone());
     let services = HostServices {
-        exec: Some(Arc::new(crate::services::exec::Exec::new(
-            policy,
-            app.broker.clone(),
-        ))),
+        exec: Some(Arc::new(
+            crate::services::exec::Exec::new(policy, app.broker.clone())
+                .with_sandbox(app.sandbox_for(workspace.as_deref())),
+        )),
         index: Some(app.indexes.clone()),
         approval: Some(app.broker.clone()),
         model: None,
     };
-    let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
-    if app.broker.mode() == ApproveMode::Ask {
+    let (approve, source) = approve;
+    let (feed, asked) = feed::Feed::new(
+        args.json,
+        source,
+        feed::Outcomes::EveryTask,
+        app.broker.clone(),
+    );
+    if approve == ApproveMode::Ask {
         tokio::spawn(feed::answer_approvals(
             app.broker.clone(),
             asked,
             feed::stdin_lines(),
         ));
     }
-    let sink = Arc::new(PrintSink {
-        json: args.json,
-        broker: app.broker.clone(),
-        asks,
-    });
-    let mut run = RunContext::new(workspace, sink, services);
-    run.run_id = capstan_store::new_id("inv");
+    // A run of its own, like an MCP call: its events are kept for replay and
+    // its approvals (and the policy's allow and deny verdicts) are audited
+    // against it.
+    let (session_id, run_id) = start_run(&app, &task.kind, workspace.as_deref())?;
+    let events = app.run_events(&run_id, feed.frontend());
+    let mut run = RunContext::new(workspace, events, services);
+    run.run_id = run_id.clone();
+    run.session_id = Some(session_id);
     let cancel: CancellationToken = run.cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -151,29 +120,64 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         }
     });
     let outcome = run_task(&app.runtime, &registry, &task, &run).await;
+    drop(run);
+    finish_run(&app, &run_id, &outcome);
     match outcome {
         Ok(success) => {
             if args.json {
-                println!(
+                outln!(
                     "{}",
-                    json!({"type": "result", "ok": true, "summary": success.summary, "data": success.data})
+                    crate::term::json(
+                        &json!({"type": "result", "ok": true, "summary": success.summary, "data": success.data})
+                    )
                 );
             } else {
-                eprintln!("{}", success.summary);
-                println!("{}", serde_json::to_string_pretty(&success.data)?);
+                outln!("{}", crate::term::json_pretty(&success.data));
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(failure) => {
+            // Without --json the feed has said why (`✗ [t1] …`).
             if args.json {
-                println!(
+                outln!(
                     "{}",
-                    json!({"type": "result", "ok": false, "reason": failure.reason, "message": failure.message})
+                    crate::term::json(
+                        &json!({"type": "result", "ok": false, "reason": failure.reason, "message": failure.message})
+                    )
                 );
-            } else {
-                eprintln!("task failed ({}): {}", failure.reason, failure.message);
             }
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// A session and a run for one invocation, so its events and approvals have a
+/// run to belong to (the audit trail refers to runs).
+fn start_run(app: &App, kind: &str, workspace: Option<&Path>) -> Result<(String, String)> {
+    let workspace_id = match workspace {
+        Some(root) => app.store.get_workspace_by_root(root)?.map(|w| w.id),
+        None => None,
+    };
+    let session = app
+        .store
+        .create_session(&format!("capstan invoke {kind}"), workspace_id.as_deref())?;
+    let run = app.store.start_run(&session.id, "invoke")?;
+    Ok((session.id, run.id))
+}
+
+fn finish_run(app: &App, run_id: &str, outcome: &crate::protocol::TaskOutcome) {
+    let (status, reason) = match outcome {
+        Ok(_) => (capstan_store::RunStatus::Completed, None),
+        Err(f) if f.reason == FailureReason::Cancelled => {
+            (capstan_store::RunStatus::Cancelled, Some(f.reason))
+        }
+        Err(f) => (capstan_store::RunStatus::Failed, Some(f.reason)),
+    };
+    if let Err(e) = app
+        .store
+        .finish_run(run_id, status, reason.map(FailureReason::as_str), None)
+    {
+        crate::term::warn(format_args!("run {run_id} not recorded as finished: {e}"));
+    }
+    app.flush_events();
 }

@@ -17,6 +17,7 @@ use crate::orchestrator::RETRIEVAL_KIND;
 use crate::protocol::{Event, EventSink, TaskRequest};
 use crate::services::approval::ApproveMode;
 use crate::services::{HostServices, RunContext};
+use crate::{errln, outln};
 
 #[derive(clap::Args, Debug)]
 pub struct IndexArgs {
@@ -39,7 +40,8 @@ pub struct SearchArgs {
     pub json: bool,
 }
 
-/// Shows the plugin's progress on a bar and its warnings above it.
+/// Shows the plugin's progress on a bar (bytes, rate and ETA; files as its message)
+/// and its warnings above it.
 struct BarSink {
     bar: ProgressBar,
     warnings: Mutex<Vec<String>>,
@@ -48,13 +50,28 @@ struct BarSink {
 impl EventSink for BarSink {
     fn emit(&self, event: Event) {
         match event {
-            Event::Progress { done, total, .. } => {
+            Event::Progress {
+                done, total, unit, ..
+            } if unit == "bytes" => {
                 self.bar.set_length(total);
                 self.bar.set_position(done);
             }
+            Event::Progress {
+                done, total, unit, ..
+            } => self.bar.set_message(format!("{done}/{total} {unit}")),
             Event::Activity { kind, message, .. } if kind == "kb.warning" => {
-                self.bar.println(format!("warning: {message}"));
-                self.warnings.lock().unwrap().push(message);
+                self.bar.suspend(|| crate::term::warn(&message));
+                self.warnings
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(message);
+            }
+            Event::Activity { kind, message, .. } if kind.starts_with("capabilities.") => {
+                self.bar.suspend(|| crate::errln!("{message}"))
+            }
+            // The index was busy (another process writing): say once what was searched.
+            Event::Activity { kind, message, .. } if kind == "kb.stale" => {
+                self.bar.suspend(|| crate::errln!("{message}"))
             }
             _ => {}
         }
@@ -70,6 +87,7 @@ async fn kb_task(
 ) -> Result<crate::protocol::TaskOutcome> {
     let root = workspace_root(global, &workspace)?;
     let app = App::open(global.dirs()?, ApproveMode::None).await?;
+    app.check_workspace(&root)?;
     let registry = app.registry(Some(&root)).await;
     let services = HostServices {
         index: Some(app.indexes.clone()),
@@ -87,13 +105,16 @@ async fn kb_task(
 
 pub async fn index(global: &GlobalArgs, args: IndexArgs) -> Result<ExitCode> {
     let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} indexing [{bar:30}] {pos}/{len} files {per_sec} {elapsed}",
-        )
-        .unwrap()
-        .progress_chars("=> "),
-    );
+    // Bytes drive the bar: a few big files and many small ones give an honest rate and ETA.
+    let style = ProgressStyle::with_template(
+        "{spinner} indexing [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+         {binary_bytes_per_sec}, ETA {eta} ({msg})",
+    )
+    .map(|s| s.progress_chars("=> "))
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    // Keeps the rate and ETA moving between the plugin's progress reports.
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
     let sink = Arc::new(BarSink {
         bar: bar.clone(),
         warnings: Mutex::default(),
@@ -105,8 +126,8 @@ pub async fn index(global: &GlobalArgs, args: IndexArgs) -> Result<ExitCode> {
         Ok(ok) => {
             let secs = started.elapsed().as_secs_f64();
             let mb = ok.data["bytes_parsed"].as_u64().unwrap_or(0) as f64 / 1e6;
-            println!("{}", ok.summary);
-            println!(
+            outln!("{}", ok.summary);
+            outln!(
                 "{} files in the index; parsed {mb:.2} MB in {secs:.2} s ({:.1} MB/s)",
                 ok.data["files_indexed"],
                 if secs > 0.0 { mb / secs } else { 0.0 }
@@ -114,7 +135,7 @@ pub async fn index(global: &GlobalArgs, args: IndexArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(f) => {
-            eprintln!("indexing failed ({}): {}", f.reason, f.message);
+            errln!("indexing failed ({}): {}", f.reason, f.message);
             Ok(ExitCode::from(1))
         }
     }
@@ -131,25 +152,21 @@ pub async fn search(global: &GlobalArgs, args: SearchArgs) -> Result<ExitCode> {
     let data = match outcome {
         Ok(ok) => ok.data,
         Err(f) => {
-            eprintln!("search failed ({}): {}", f.reason, f.message);
+            errln!("search failed ({}): {}", f.reason, f.message);
             return Ok(ExitCode::from(1));
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&data)?);
+        outln!("{}", crate::term::json_pretty(&data));
         return Ok(ExitCode::SUCCESS);
     }
     let passages = data["passages"].as_array().cloned().unwrap_or_default();
     if passages.is_empty() {
-        println!("no passages match \"{}\"", args.query);
+        outln!("no passages match \"{}\"", args.query);
     }
     for (i, p) in passages.iter().enumerate() {
-        let snippet = p["snippet"]
-            .as_str()
-            .unwrap_or("")
-            .replace("<b>", "\x1b[1m")
-            .replace("</b>", "\x1b[0m");
-        println!(
+        let snippet = snippet_text(p["snippet"].as_str().unwrap_or(""));
+        outln!(
             "[{}] {}:{}-{}  {}  (score {:.3})",
             i + 1,
             p["path"].as_str().unwrap_or(""),
@@ -158,10 +175,82 @@ pub async fn search(global: &GlobalArgs, args: SearchArgs) -> Result<ExitCode> {
             p["heading"].as_str().unwrap_or(""),
             p["score"].as_f64().unwrap_or(0.0)
         );
-        println!("    {}", snippet.replace('\n', " "));
+        outln!("    {}", snippet.replace('\n', " "));
     }
     if data["sufficient"] == false && !passages.is_empty() {
-        println!("(the best passage covers only part of the query)");
+        outln!("(the best passage covers only part of the query)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A search snippet as plain text: the index writes HTML (matches in
+/// `<b>…</b>`, the document's own text entity-escaped), which a terminal would
+/// show as `<b>` and `&quot;`. Every `<` of the document is escaped, so each
+/// tag is the index's own and can go.
+fn snippet_text(html: &str) -> String {
+    let mut text = String::with_capacity(html.len());
+    let mut rest = html;
+    while let Some(start) = rest.find(['<', '&']) {
+        text.push_str(&rest[..start]);
+        rest = &rest[start..];
+        if rest.starts_with('<') {
+            match rest.find('>') {
+                Some(end) => rest = &rest[end + 1..],
+                None => {
+                    text.push_str(rest);
+                    rest = "";
+                }
+            }
+            continue;
+        }
+        match decode_entity(rest) {
+            Some((c, len)) => {
+                text.push(c);
+                rest = &rest[len..];
+            }
+            None => {
+                text.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    text.push_str(rest);
+    text
+}
+
+/// The character an HTML entity at the start of `s` stands for, and the
+/// entity's length: the named ones an HTML escaper writes, and numeric ones.
+fn decode_entity(s: &str) -> Option<(char, usize)> {
+    let end = s.get(..12).unwrap_or(s).find(';')?;
+    let name = &s[1..end];
+    let c = match name {
+        "amp" => '&',
+        "lt" => '<',
+        "gt" => '>',
+        "quot" => '"',
+        "apos" => '\'',
+        "nbsp" => '\u{a0}',
+        _ => {
+            let code = match name.strip_prefix('#')? {
+                hex if hex.starts_with(['x', 'X']) => u32::from_str_radix(&hex[1..], 16).ok()?,
+                dec => dec.parse().ok()?,
+            };
+            char::from_u32(code)?
+        }
+    };
+    Some((c, end + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snippet_text;
+
+    #[test]
+    fn snippets_lose_their_markup_and_keep_their_text() {
+        assert_eq!(
+            snippet_text("run <b>make</b> &quot;check&quot; &lt;id&gt; &amp; &#39;x&#x27; &#x2F;"),
+            "run make \"check\" <id> & 'x' /"
+        );
+        assert_eq!(snippet_text("a & b; &bogus; <b>c"), "a & b; &bogus; c");
+    }
 }

@@ -16,6 +16,7 @@ use crate::app::App;
 use crate::mcp::{CapstanMcp, McpHost, http_router};
 use crate::server::guard::{self, Doors, TokenChoice};
 use crate::services::approval::ApproveMode;
+use crate::{errln, outln};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -83,6 +84,9 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
         .map(|d| workspace_root(global, d))
         .transpose()?;
     let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
+    if let Some(ws) = &workspace {
+        app.check_workspace(ws)?;
+    }
     let server = app.config.server.clone();
     let host = McpHost::new(app, workspace).await;
     match (args.listen, token) {
@@ -106,13 +110,13 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
                     guard::host_and_origin,
                 ));
             // The first line on stdout says where to connect (port 0 picks one).
-            println!("capstan mcp: listening on http://{bound}/mcp");
+            outln!("capstan mcp: listening on http://{bound}/mcp");
             match &token {
-                TokenChoice::Generated(t) => eprintln!(
+                TokenChoice::Generated(t) => errln!(
                     "capstan mcp: token {t}\n  clients send `Authorization: Bearer {t}` (choose it with --token or CAPSTAN_MCP_TOKEN)"
                 ),
                 TokenChoice::Given(_) => {
-                    eprintln!("capstan mcp: clients send `Authorization: Bearer <your token>`")
+                    errln!("capstan mcp: clients send `Authorization: Bearer <your token>`")
                 }
                 TokenChoice::Disabled => {}
             }

@@ -9,18 +9,20 @@ mod kb;
 mod mcp;
 mod plugins;
 mod serve;
+mod setup;
 mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::dirs::{DirOverrides, Dirs};
 use crate::registry::{ManifestSources, Registry};
 use crate::runtime::Runtime;
 use crate::workspace_gate::WorkspaceGate;
+use crate::{errln, outln};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -33,7 +35,8 @@ use crate::workspace_gate::WorkspaceGate;
     after_help = "Examples:\n  capstan plugins list\n  capstan invoke echo --input '{\"hi\":1}'\n  \
                   capstan invoke local_kb_retrieval --workspace ./docs --operation search --input '{\"query\":\"keys\"}'\n\n\
                   State lives in the platform's config, data and cache dirs; set CAPSTAN_HOME to keep it all \
-                  under one directory (tests do)."
+                  under one directory (tests do). `capstan config path` prints the places, `capstan config check` \
+                  checks the file, `capstan doctor` checks everything."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -89,16 +92,29 @@ pub enum Command {
     /// Register, list, bind (per session) and remove workspace folders.
     #[command(subcommand)]
     Workspace(workspace::WorkspaceCommand),
+    /// Where the config lives, what is in force, and whether it is valid.
+    #[command(subcommand)]
+    Config(setup::ConfigCommand),
+    /// Write your capstan.toml, every setting commented out and explained; never overwrites.
+    Init(setup::InitArgs),
+    /// Check the toolchain, sandbox, config, model, plugins and MCP servers, each with its fix.
+    Doctor(setup::DoctorArgs),
+    /// Print a shell completion script: `capstan completions bash > /etc/bash_completion.d/capstan`.
+    Completions(setup::CompletionsArgs),
 }
 
 #[derive(Subcommand, Debug)]
 pub enum SandboxCommand {
     /// Report Landlock, seccomp and namespace support; exit 1 if commands cannot be sandboxed.
-    Check,
+    Check {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     init_tracing(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -106,16 +122,34 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// The command line, with `--help` naming where this user's config lives (resolved
+/// now, from CAPSTAN_HOME and the other overrides, as the command itself will).
+fn parse() -> Cli {
+    let mut command = Cli::command();
+    if let Ok(dirs) = Dirs::resolve(&DirOverrides::default()) {
+        let base = command
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        command = command.after_help(format!("{base}\n\n{}", setup::locations(&dirs)));
+    }
+    let matches = command.get_matches();
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
     }
 }
 
@@ -124,9 +158,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Ask(args) => ask::run(&cli.global, args).await,
         Command::Index(args) => kb::index(&cli.global, args).await,
         Command::Search(args) => kb::search(&cli.global, args).await,
-        Command::Sandbox(SandboxCommand::Check) => {
+        Command::Sandbox(SandboxCommand::Check { json }) => {
             let report = capstan_sandbox::check();
-            println!("{report}");
+            if json {
+                let mut out = serde_json::to_value(&report)?;
+                out["sandbox_available"] = report.sandbox_available().into();
+                outln!("{}", crate::term::json_pretty(&out));
+            } else {
+                outln!("{report}");
+            }
             Ok(if report.sandbox_available() {
                 ExitCode::SUCCESS
             } else {
@@ -140,12 +180,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => serve::run(&cli.global, args).await,
         Command::Chat(args) => chat::run(&cli.global, args).await,
         Command::Workspace(cmd) => workspace::run(&cli.global, cmd).await,
+        Command::Config(cmd) => setup::config(&cli.global, cmd).await,
+        Command::Init(args) => setup::init(&cli.global, args).await,
+        Command::Doctor(args) => setup::doctor(&cli.global, args).await,
+        Command::Completions(args) => setup::completions(args),
     }
 }
 
+/// Logs are for whoever debugs Capstan: none without `-v` or `RUST_LOG`.
+/// What a user must know is said in plain lines (`crate::term::warn`). No
+/// colour: Capstan prints plain text everywhere.
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        0 => "off",
         1 => "info",
         _ => "debug",
     };
@@ -153,7 +200,8 @@ fn init_tracing(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_writer(|| crate::term::LogWriter)
         .try_init();
 }
 
@@ -175,8 +223,8 @@ pub fn workspace_root(global: &GlobalArgs, dir: &Path) -> Result<PathBuf> {
     Ok(WorkspaceGate::for_dirs(&global.dirs()?).check(dir)?)
 }
 
-/// The runtime and registry for one command: bundled plugins, the user's
-/// capstan.toml, and the workspace's capstan.toml if there is a workspace.
+/// The runtime and registry for one command: bundled plugins and the user's
+/// capstan.toml (a workspace's capstan.toml is checked, never obeyed).
 pub async fn load(
     global: &GlobalArgs,
     workspace: Option<&Path>,
@@ -186,16 +234,9 @@ pub async fn load(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
     )?;
-    let mut files = vec![dirs.user_config_file()];
-    if let Some(ws) = workspace {
-        files.push(ws.join("capstan.toml"));
-    }
     let registry = Registry::load(
         &runtime,
-        &ManifestSources {
-            bundled: true,
-            files,
-        },
+        &ManifestSources::new(dirs.user_config_file(), workspace),
     )
     .await;
     Ok((dirs, runtime, registry))

@@ -1,4 +1,5 @@
-//! `capstan plugins list|check`.
+//! `capstan plugins list|check`. The list also shows the external MCP servers your
+//! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +9,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{GlobalArgs, load, workspace_root};
+use crate::{errln, outln};
 
 #[derive(Subcommand, Debug)]
 pub enum PluginsCommand {
@@ -36,7 +38,32 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         .as_deref()
         .map(|d| workspace_root(global, d))
         .transpose()?;
-    let (_, _, registry) = load(global, workspace.as_deref()).await?;
+    let (dirs, _, registry) = load(global, workspace.as_deref()).await?;
+    // External MCP servers come from the user's file only (a workspace's are ignored).
+    let (servers, tools, mcp_problems) = if check {
+        (vec![], vec![], vec![])
+    } else {
+        let files = [dirs.user_config_file()];
+        let (servers, _) = crate::mcp::client::entries(&files);
+        let (tools, problems) = crate::mcp::client::connect_all(&files, workspace.as_deref()).await;
+        (servers, tools, problems)
+    };
+    let server_json = |name: &str| {
+        let problem = mcp_problems
+            .iter()
+            .find(|p| p.plugin.as_deref() == Some(name))
+            .map(|p| p.message.clone());
+        let tools: Vec<_> = tools
+            .iter()
+            .filter(|t| t.server_name() == name)
+            .map(|t| {
+                json!({"kind": t.kind(), "tool": t.tool_name(), "description": t.description(),
+                       "risk": t.risk()})
+            })
+            .collect();
+        json!({"name": name, "status": if problem.is_some() { "error" } else { "ok" },
+               "problem": problem, "tools": tools})
+    };
 
     if json_out {
         let plugins: Vec<_> = registry
@@ -53,10 +80,11 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 })
             })
             .collect();
-        let out = json!({"plugins": plugins, "problems": registry.problems()});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        let mcp: Vec<_> = servers.iter().map(|s| server_json(&s.name)).collect();
+        let out = json!({"plugins": plugins, "mcp_servers": mcp, "problems": registry.problems()});
+        outln!("{}", crate::term::json_pretty(&out));
     } else {
-        for p in registry.plugins() {
+        for p in &registry.plugins() {
             let e = &p.spec.entry;
             let host: Vec<String> = e.permissions.host.iter().map(|s| s.to_string()).collect();
             let ops: Vec<String> = p
@@ -64,10 +92,10 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 .iter()
                 .map(|o| format!("{}({:?})", o.name, o.risk))
                 .collect();
-            println!("{} {} [ok]", e.name, e.version);
-            println!("  kinds:      {}", e.kinds.join(", "));
-            println!("  operations: {}", ops.join(", "));
-            println!(
+            outln!("{} {} [ok]", e.name, e.version);
+            outln!("  kinds:      {}", e.kinds.join(", "));
+            outln!("  operations: {}", ops.join(", "));
+            outln!(
                 "  workspace:  {}   host services: {}",
                 e.permissions.workspace,
                 if host.is_empty() {
@@ -81,11 +109,12 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 .fuel
                 .map(|f| f.to_string())
                 .unwrap_or_else(|| "unlimited".into());
-            println!(
+            outln!(
                 "  limits:     {} MiB, {} ms, fuel {fuel}",
-                e.limits.memory_mb, e.limits.timeout_ms
+                e.limits.memory_mb,
+                e.limits.timeout_ms
             );
-            println!(
+            outln!(
                 "  component:  {} (from {}; {} in {:.1} ms)",
                 p.spec.source,
                 p.spec.origin,
@@ -97,18 +126,35 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 p.load.duration.as_secs_f64() * 1e3
             );
         }
+        for server in &servers {
+            let info = server_json(&server.name);
+            match info["problem"].as_str() {
+                Some(problem) => errln!("mcp server {} [error]\n  {problem}", server.name),
+                None => {
+                    outln!("mcp server {} [ok]", server.name);
+                    for t in info["tools"].as_array().into_iter().flatten() {
+                        outln!(
+                            "  {}  ({}) {}",
+                            t["kind"].as_str().unwrap_or_default(),
+                            t["risk"].as_str().unwrap_or_default(),
+                            t["description"].as_str().unwrap_or_default()
+                        );
+                    }
+                }
+            }
+        }
         for problem in registry.problems() {
             let who = problem.plugin.as_deref().unwrap_or("manifest");
-            eprintln!("{who} [error]\n  {}", problem.message);
+            errln!("{who} [error]\n  {}", problem.message);
         }
     }
     if check {
         let n = registry.problems().len();
         if n > 0 {
-            eprintln!("{n} problem(s) found; fix the manifest entries named above");
+            errln!("{n} problem(s) found; fix the manifest entries named above");
             return Ok(ExitCode::from(1));
         }
-        println!("all {} plugins loaded and valid", registry.plugins().len());
+        outln!("all {} plugins loaded and valid", registry.plugins().len());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -50,7 +50,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
     /// Port (0 picks a free one; the chosen address is printed on stdout).
-    #[arg(long, default_value_t = 7878)]
+    #[arg(long, env = "CAPSTAN_PORT", default_value_t = 7878)]
     pub port: u16,
     /// Token every API request must carry (`Authorization: Bearer ...`, or
     /// the web chat's cookie). Default: a random one, printed in the web chat URL.

@@ -9,6 +9,7 @@ use capstan_store::{Profile, Store, Workspace};
 
 use super::{GlobalArgs, workspace_root};
 use crate::dirs::Dirs;
+use crate::{errln, outln};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum WorkspaceCommand {
@@ -23,7 +24,11 @@ pub enum WorkspaceCommand {
         profile: String,
     },
     /// Registered workspaces with their profiles, and the sessions using them.
-    List,
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Bind a workspace to a session (default: the most recent session); its next run works there.
     Use {
         /// The folder or the workspace id.
@@ -54,7 +59,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
             let ws = match store.get_workspace_by_root(&root)? {
                 Some(ws) => {
                     store.set_profile(&ws.id, profile)?;
-                    eprintln!("already registered; profile set to {profile}");
+                    errln!("already registered; profile set to {profile}");
                     Workspace {
                         policy_profile: profile,
                         ..ws
@@ -62,22 +67,39 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                 }
                 None => store.add_workspace(&root, &name, profile)?,
             };
-            println!("{}", line(&ws));
+            outln!("{}", line(&ws));
         }
-        WorkspaceCommand::List => {
+        WorkspaceCommand::List { json } => {
             let all = store.list_workspaces()?;
-            if all.is_empty() {
-                eprintln!(
+            if all.is_empty() && !json {
+                errln!(
                     "no workspaces yet: `capstan workspace add DIR`, or pass --workspace DIR to ask, chat or serve"
                 );
             }
             let sessions = store.list_sessions(usize::MAX)?;
-            for ws in all {
-                let used = sessions
+            let used = |ws: &Workspace| {
+                sessions
                     .iter()
                     .filter(|s| s.workspace_id.as_deref() == Some(&ws.id))
-                    .count();
-                println!("{}   {used} session(s)", line(&ws));
+                    .count()
+            };
+            if json {
+                let rows: Vec<serde_json::Value> = all
+                    .iter()
+                    .map(|ws| {
+                        serde_json::json!({
+                            "id": ws.id, "name": ws.name, "root": ws.root_path,
+                            "profile": ws.policy_profile.as_str(), "sessions": used(ws),
+                        })
+                    })
+                    .collect();
+                outln!(
+                    "{}",
+                    crate::term::json_pretty(&serde_json::json!({"workspaces": rows}))
+                );
+            }
+            for ws in all.iter().filter(|_| !json) {
+                outln!("{}   {} session(s)", line(ws), used(ws));
             }
         }
         WorkspaceCommand::Use { workspace, session } => {
@@ -91,7 +113,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                 )?,
             };
             store.set_session_workspace(&session.id, Some(&ws.id))?;
-            println!(
+            outln!(
                 "session {} ({}) now uses {} (policy: {})",
                 session.id,
                 session.title,
@@ -102,7 +124,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
         WorkspaceCommand::Remove { workspace } => {
             let ws = find(&store, &workspace)?;
             store.remove_workspace(&ws.id)?;
-            println!(
+            outln!(
                 "removed {} ({}); the folder is untouched",
                 ws.id,
                 ws.root_path.display()

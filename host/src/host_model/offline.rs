@@ -364,15 +364,9 @@ fn extract(message: &str, passages: &[Passage]) -> (String, Vec<Citation>) {
             line_end: p.line_end,
         });
     }
-    if !citations.is_empty() {
-        text.push_str("\nSources:\n");
-        for c in &citations {
-            text.push_str(&format!(
-                "[{}] {} (lines {}-{})\n",
-                c.n, c.path, c.line_start, c.line_end
-            ));
-        }
-    }
+    // The sources are not repeated in the text: every frontend shows the
+    // citations themselves (the terminal after the answer, the web chat as a
+    // list), as they do for a real model's answer.
     (text.trim_end().to_string(), citations)
 }
 
@@ -473,6 +467,11 @@ fn estimate_tokens(s: &str) -> u64 {
 impl HostModel for OfflineModel {
     fn id(&self) -> String {
         ID.into()
+    }
+
+    /// It plans by kind (`has_capability`), so plugins load only when a task runs.
+    fn reads_operation_schemas(&self) -> bool {
+        false
     }
 
     async fn step(

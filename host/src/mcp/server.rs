@@ -76,11 +76,13 @@ impl McpHost {
     /// itself without end, and their tools are reachable at their source.
     pub async fn new(app: Arc<App>, workspace: Option<PathBuf>) -> Arc<Self> {
         let registry = app.plugin_registry(workspace.as_deref()).await;
+        // Tools are listed from every plugin's operations: load them all now.
+        registry.load_all(&app.runtime, None).await;
         for p in registry.problems() {
-            tracing::warn!("{}", p.message);
+            crate::term::warn(&p.message);
         }
         let mut tools = BTreeMap::new();
-        for plugin in registry.plugins() {
+        for plugin in &registry.plugins() {
             let needs_workspace = plugin.spec.entry.permissions.workspace != WorkspaceAccess::None
                 || plugin
                     .spec
@@ -96,11 +98,11 @@ impl McpHost {
                     {
                         Ok(v) => Some(v),
                         Err(e) => {
-                            tracing::warn!(
+                            crate::term::warn(format_args!(
                                 "`{name}`: the input schema of plugin `{}` is not valid JSON Schema ({e}); \
                                  arguments go to the plugin unchecked",
                                 plugin.name()
-                            );
+                            ));
                             None
                         }
                     };
@@ -154,10 +156,10 @@ impl McpHost {
             .map(|w| self.app.policy_for(w))
             .unwrap_or_else(|| self.app.config.policy.clone());
         HostServices {
-            exec: Some(Arc::new(crate::services::exec::Exec::new(
-                policy,
-                self.app.broker.clone(),
-            ))),
+            exec: Some(Arc::new(
+                crate::services::exec::Exec::new(policy, self.app.broker.clone())
+                    .with_sandbox(self.app.sandbox_for(self.workspace.as_deref())),
+            )),
             index: Some(self.app.indexes.clone()),
             approval: Some(self.app.broker.clone()),
             model: None,
@@ -594,7 +596,10 @@ impl ServerHandler for CapstanMcp {
                 .store
                 .finish_run(&stored.id, status, reason.map(FailureReason::as_str), None)
         {
-            tracing::warn!("MCP call {} not recorded as finished: {e}", stored.id);
+            crate::term::warn(format_args!(
+                "MCP call {} not recorded as finished: {e}",
+                stored.id
+            ));
         }
         host.app.flush_events();
 

@@ -150,7 +150,8 @@ impl From<crate::workspace_gate::Refusal> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.kind == ErrorKind::Internal {
-            tracing::error!("{}", self.message);
+            // The operator's copy (the client gets the body); logs are off by default.
+            crate::errln!("error: {}", self.message);
         }
         let body = json!({"error": {"code": self.code(), "message": self.message}});
         (self.status(), Json(body)).into_response()

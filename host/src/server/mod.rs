@@ -28,6 +28,7 @@ use axum::http::{Method, Uri};
 use axum::middleware;
 use axum::routing::{get, post};
 
+use crate::{errln, outln};
 use error::{ApiError, ErrorKind};
 use guard::{Doors, TokenChoice};
 use runs::RunManager;
@@ -141,7 +142,7 @@ pub async fn serve_http(
         doors,
         max_body_bytes: opts.max_body_bytes,
     });
-    println!("listening on http://{local}");
+    outln!("listening on http://{local}");
     // Jupyter-style: the URL carries the token the browser trades for its
     // cookie. A token the user chose is theirs to know; only a made one is shown.
     let chat = match &opts.token {
@@ -149,14 +150,14 @@ pub async fn serve_http(
         TokenChoice::Given(_) => format!("http://{local}/?token=<your token>"),
         TokenChoice::Disabled => format!("http://{local}/"),
     };
-    eprintln!(
+    errln!(
         "capstan serve: web chat at {chat}\n  API: http://{local}/openapi.json   AG-UI: POST http://{local}/agui   MCP: http://{local}/mcp\n  API clients send `Authorization: Bearer <token>`. Ctrl-C stops (runs in flight are cancelled)"
     );
     let shutdown = {
         let runs = runs.clone();
         async move {
             shutdown_signal().await;
-            eprintln!("capstan serve: stopping; cancelling runs in flight");
+            errln!("capstan serve: stopping; cancelling runs in flight");
             runs.cancel_all();
         }
     };

@@ -352,7 +352,7 @@ impl RunManager {
                 .execute(prepared, frontend, running.cancel.clone())
                 .await;
             if let Err(e) = result {
-                tracing::error!("run {} stopped: {e:#}", running.run_id);
+                crate::errln!("error: run {} stopped: {e:#}", running.run_id);
             }
             running.close();
             manager.active.lock().unwrap().remove(&running.run_id);

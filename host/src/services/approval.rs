@@ -2,7 +2,9 @@
 //! consent asks the broker; the broker emits `approval.requested`, waits for a
 //! decision from whichever frontend is attached (terminal prompt, HTTP, stdio),
 //! a flag (`--approve all|none`), a session grant or the timeout, emits
-//! `approval.decided` and records the decision for audit.
+//! `approval.decided` and records the decision for audit. Decisions the policy
+//! makes without asking (allow and deny verdicts) are recorded too, with
+//! `decided_by = policy`.
 //!
 //! Invariant: no path returns "approved" without either a person, an explicit
 //! flag or an earlier approve-for-session of the same command in the same cwd.
@@ -124,7 +126,10 @@ impl ApprovalBroker {
     }
 
     /// Ask, wait, record. `Aborted` also cancels the run.
-    pub async fn ask(&self, scope: &TaskScope, ask: ApprovalAsk) -> Decision {
+    pub async fn ask(&self, scope: &TaskScope, mut ask: ApprovalAsk) -> Decision {
+        // The classifier and the policy can give the same reason; say it once.
+        let mut seen = HashSet::new();
+        ask.reasons.retain(|r| seen.insert(r.clone()));
         let session = scope.run.session_key();
         let grant_key = (session, ask.command.clone(), ask.cwd.clone());
         let id = capstan_store::new_id("apr");
@@ -207,12 +212,23 @@ impl ApprovalBroker {
 
     /// Record a decision the policy made without asking (a deny rule).
     pub fn record_policy_denial(&self, scope: &TaskScope, ask: &ApprovalAsk) {
+        self.record_policy_verdict(scope, ask, Decision::Denied);
+    }
+
+    /// Record that the policy let an action run without asking (the
+    /// profile auto-runs its risk, or an allow rule matched): every decision
+    /// on an action is in the audit trail, not only the ones a person made.
+    pub fn record_policy_allow(&self, scope: &TaskScope, ask: &ApprovalAsk) {
+        self.record_policy_verdict(scope, ask, Decision::Approved);
+    }
+
+    fn record_policy_verdict(&self, scope: &TaskScope, ask: &ApprovalAsk, decision: Decision) {
         let id = capstan_store::new_id("apr");
         self.audit(
             scope,
             &id,
             ask,
-            Decision::Denied,
+            decision,
             DecidedBy::Policy,
             &capstan_store::now_rfc3339(),
         );
@@ -244,7 +260,11 @@ impl ApprovalBroker {
             requested_at,
         };
         if let Err(e) = store.record_approval(&record) {
-            tracing::warn!("cannot record approval {id} for audit: {e}");
+            crate::term::warn(format_args!(
+                "approval {id} (`{}`: {}) could not be recorded for audit: {e}",
+                ask.command,
+                decision.as_str()
+            ));
         }
     }
 }
