@@ -553,16 +553,9 @@ async fn plugin_findings(dirs: &Dirs, workspace: Option<&Path>, out: &mut Vec<Fi
             return;
         }
     };
-    let mut files = vec![dirs.user_config_file()];
-    if let Some(ws) = workspace {
-        files.push(ws.join("capstan.toml"));
-    }
     let registry = Registry::load(
         &runtime,
-        &ManifestSources {
-            bundled: true,
-            files,
-        },
+        &ManifestSources::new(dirs.user_config_file(), workspace),
     )
     .await;
     let names: Vec<String> = registry
