@@ -4,8 +4,8 @@
 //! with the nearest known key when one is close.
 //!
 //! Two kinds of file: the user's own (`<config dir>/capstan.toml`, every section)
-//! and a workspace's (only `[[plugin]]`, and `[[mcp_server]]`, which is reported and
-//! ignored there). A broken user file stops every command that reads it; a broken
+//! and a workspace's (only `[[plugin]]` and `[[mcp_server]]`, whose entries the
+//! registry then refuses with a warning: a workspace cannot add plugins or servers). A broken user file stops every command that reads it; a broken
 //! workspace file stops runs in that workspace ([`check_workspace`]).
 
 use std::fmt;
@@ -31,7 +31,8 @@ pub const USER_KEYS: &[&str] = &[
     "mcp_server",
 ];
 
-/// Top-level keys a workspace's capstan.toml may hold.
+/// Top-level keys a workspace's capstan.toml may hold (well-formed, but refused by
+/// the registry: see `registry::refuse_workspace_plugins`).
 pub const WORKSPACE_KEYS: &[&str] = &["plugin", "mcp_server"];
 
 /// Which capstan.toml a text is.
