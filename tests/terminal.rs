@@ -460,11 +460,11 @@ fn a_workspace_capstan_toml_cannot_replace_or_add_plugins() {
     assert_eq!(warning.len(), 1, "{err}");
     let user_toml = home.path().join("config/capstan.toml");
     for part in [
-        &ws.path().join("capstan.toml").display().to_string(),
-        "[[plugin]] `terminal-exec`, `hello` ignored",
-        &format!("move the entry to your own capstan.toml ({})", user_toml.display()),
+        ws.path().join("capstan.toml").display().to_string(),
+        "[[plugin]] `terminal-exec`, `hello` ignored".to_string(),
+        format!("move the entry to your own capstan.toml ({})", user_toml.display()),
     ] {
-        assert!(warning[0].contains(part.as_str()), "{part}: {err}");
+        assert!(warning[0].contains(&part), "{part}: {err}");
     }
     assert!(err.contains("unsupported-capability") || err.contains("no capability serves kind `echo`"), "{err}");
     assert!(!err.contains("WARN"), "{err}");
