@@ -15,8 +15,7 @@ use serde_json::{Value, json};
 
 /// Sequences a terminal acts on: a clipboard write (OSC 52), clear screen
 /// (CSI 2J), a window title (OSC 0), an 8-bit CSI (C1) and a bidi override.
-const PLANTED: &str =
-    "rotate \x1b]52;c;cm0gLXJmIH4=\x07keys\x1b[2J now \x1b]0;pwned\x07 then \u{9b}31m and \u{202e}gnp.exe";
+const PLANTED: &str = "rotate \x1b]52;c;cm0gLXJmIH4=\x07keys\x1b[2J now \x1b]0;pwned\x07 then \u{9b}31m and \u{202e}gnp.exe";
 
 /// Bytes a terminal would act on: ESC, BEL, the UTF-8 forms of C1 CSI and of
 /// the bidi override.
@@ -107,13 +106,23 @@ fn search_on_a_terminal_shows_planted_escapes_as_inert_text() {
     let (code, screen) = in_pty(&cmd);
     let shown = text(&screen);
     assert_eq!(code, Some(0), "{shown}");
-    assert!(live_controls(&screen).is_empty(), "{:?}: {shown}", live_controls(&screen));
+    assert!(
+        live_controls(&screen).is_empty(),
+        "{:?}: {shown}",
+        live_controls(&screen)
+    );
     // Visible, not acted on, not silently dropped.
     assert!(shown.contains("␛]52;c;cm0gLXJmIH4=␇"), "{shown}");
-    assert!(shown.contains("<U+009B>31m") && shown.contains("<U+202E>gnp.exe"), "{shown}");
+    assert!(
+        shown.contains("<U+009B>31m") && shown.contains("<U+202E>gnp.exe"),
+        "{shown}"
+    );
     // Snippets are plain text: no tags, no entities, no bold.
     assert!(shown.contains("\"like this\" & <id>"), "{shown}");
-    assert!(!shown.contains("<b>") && !shown.contains("&quot;"), "{shown}");
+    assert!(
+        !shown.contains("<b>") && !shown.contains("&quot;"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -127,8 +136,16 @@ fn search_json_keeps_planted_escapes_exact_and_escaped() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(live_controls(&out.stdout).is_empty(), "{}", text(&out.stdout));
-    assert!(text(&out.stdout).contains("\\u001b]52;c;"), "{}", text(&out.stdout));
+    assert!(
+        live_controls(&out.stdout).is_empty(),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).contains("\\u001b]52;c;"),
+        "{}",
+        text(&out.stdout)
+    );
     let data: Value = serde_json::from_slice(&out.stdout).unwrap();
     let snippets: Vec<&str> = data["passages"]
         .as_array()
@@ -160,7 +177,11 @@ fn piped_output_has_no_ansi_even_under_no_color_or_verbose() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(!out.stdout.contains(&0x1b), "{}", text(&out.stdout));
         assert!(!out.stderr.contains(&0x1b), "{}", text(&out.stderr));
-        assert!(text(&out.stdout).contains("rotate"), "{}", text(&out.stdout));
+        assert!(
+            text(&out.stdout).contains("rotate"),
+            "{}",
+            text(&out.stdout)
+        );
     }
 }
 
@@ -189,7 +210,10 @@ fn ask_passages_and_command_output_reach_the_terminal_inert() {
     assert_eq!(code, Some(0), "{shown}");
     assert!(shown.contains("$ cat keys.md"), "{shown}");
     assert!(live_controls(&screen).is_empty(), "{shown}");
-    assert!(shown.contains("│ To rotate the signing keys: rotate ␛]52;c;"), "{shown}");
+    assert!(
+        shown.contains("│ To rotate the signing keys: rotate ␛]52;c;"),
+        "{shown}"
+    );
 
     // --json: the same run's events carry the output exactly.
     let out = home
@@ -199,7 +223,11 @@ fn ask_passages_and_command_output_reach_the_terminal_inert() {
         .arg("run `cat keys.md`")
         .output()
         .unwrap();
-    assert!(live_controls(&out.stdout).is_empty(), "{}", text(&out.stdout));
+    assert!(
+        live_controls(&out.stdout).is_empty(),
+        "{}",
+        text(&out.stdout)
+    );
     let step = text(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -214,7 +242,11 @@ fn ask_passages_and_command_output_reach_the_terminal_inert() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_models_answer_reaches_the_terminal_inert_and_json_keeps_it() {
     let server = ScriptedServer::start().await.unwrap();
-    let answer = ["Here: ", "\x1b]52;c;ZWNobyBoaQ==\x07", "done\x1b[2J \u{202e}txt.exe"];
+    let answer = [
+        "Here: ",
+        "\x1b]52;c;ZWNobyBoaQ==\x07",
+        "done\x1b[2J \u{202e}txt.exe",
+    ];
     for _ in 0..2 {
         server.push(
             Reply::text([json!({"action": "answer", "reason": "chat"}).to_string()])
@@ -248,7 +280,11 @@ async fn a_models_answer_reaches_the_terminal_inert_and_json_keeps_it() {
         .await
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(live_controls(&out.stdout).is_empty(), "{}", text(&out.stdout));
+    assert!(
+        live_controls(&out.stdout).is_empty(),
+        "{}",
+        text(&out.stdout)
+    );
     let completed = text(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -293,7 +329,12 @@ fn the_feed_says_each_thing_once_in_plain_words() {
     let home = Home::new("");
     let ws = common::server::handbook();
     // An approved command: approval, output and outcome each shown once.
-    let out = ask_with_stdin(&home, &["--approve", "ask", "run `make check`"], ws.path(), "y\n");
+    let out = ask_with_stdin(
+        &home,
+        &["--approve", "ask", "run `make check`"],
+        ws.path(),
+        "y\n",
+    );
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(repeated_lines(&err), Vec::<String>::new(), "{err}");
@@ -305,7 +346,11 @@ fn the_feed_says_each_thing_once_in_plain_words() {
     let (err, answer) = (text(&out.stderr), text(&out.stdout));
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(err.matches("passages").count(), 1, "{err}");
-    assert_eq!((answer.clone() + &err).matches("Sources:").count(), 1, "{answer}{err}");
+    assert_eq!(
+        (answer.clone() + &err).matches("Sources:").count(),
+        1,
+        "{answer}{err}"
+    );
     assert!(!err.contains("· sources"), "{err}");
 
     // No terminal and no --approve: a denial says why, not "by flag"; a
@@ -318,7 +363,10 @@ fn the_feed_says_each_thing_once_in_plain_words() {
         "{err}"
     );
     assert!(!err.contains("by flag"), "{err}");
-    assert!(!err.contains("failed (failed)") && !err.contains("run failed: failed"), "{err}");
+    assert!(
+        !err.contains("failed (failed)") && !err.contains("run failed: failed"),
+        "{err}"
+    );
     assert_eq!(repeated_lines(&err), Vec::<String>::new(), "{err}");
 
     // `invoke` speaks the same feed: an exit status in words, no Debug text.
@@ -351,7 +399,10 @@ fn the_feed_says_each_thing_once_in_plain_words() {
         .unwrap();
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(!err.contains("interrupted") && !err.contains("WARN"), "{err}");
+    assert!(
+        !err.contains("interrupted") && !err.contains("WARN"),
+        "{err}"
+    );
     let run = store(&home).get_run(&left).unwrap().unwrap();
     assert_eq!(run.status, capstan_store::RunStatus::Interrupted);
 }
@@ -375,8 +426,22 @@ fn a_reader_that_goes_away_ends_capstan_quietly() {
     // The reader is gone before the first write: exactly the SIGPIPE path.
     for args in [
         &["search", "rotate keys", "-w"][..],
-        &["ask", "--approve", "none", "How do I rotate the keys?", "-w"][..],
-        &["invoke", "local_kb_retrieval", "--operation", "search", "--input", r#"{"query":"keys"}"#, "-w"][..],
+        &[
+            "ask",
+            "--approve",
+            "none",
+            "How do I rotate the keys?",
+            "-w",
+        ][..],
+        &[
+            "invoke",
+            "local_kb_retrieval",
+            "--operation",
+            "search",
+            "--input",
+            r#"{"query":"keys"}"#,
+            "-w",
+        ][..],
     ] {
         let out = with_stdout_closed(home.capstan().args(args).arg(ws.path()));
         let err = text(&out.stderr);
@@ -388,7 +453,14 @@ fn a_reader_that_goes_away_ends_capstan_quietly() {
     let ws_arg = ws.path().display().to_string();
     for args in [
         vec!["search", "rotate keys", "-n", "50", "-w", &ws_arg],
-        vec!["ask", "--approve", "none", "How do I rotate the keys?", "-w", &ws_arg],
+        vec![
+            "ask",
+            "--approve",
+            "none",
+            "How do I rotate the keys?",
+            "-w",
+            &ws_arg,
+        ],
         vec!["plugins", "list"],
         vec!["workspace", "list"],
         vec!["--help"],
@@ -438,12 +510,18 @@ fn a_workspace_capstan_toml_cannot_replace_or_add_plugins() {
         .unwrap();
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     let plugins = list["plugins"].as_array().unwrap();
-    let names: Vec<&str> = plugins.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = plugins
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["kb-retrieval", "terminal-exec", "docx"]);
     let exec = &plugins[1];
     assert_eq!(exec["origin"], "bundled manifest");
     assert_eq!(exec["limits"]["timeout_ms"], 900000);
-    assert_eq!(exec["permissions"]["host"], json!(["events", "cancel", "exec"]));
+    assert_eq!(
+        exec["permissions"]["host"],
+        json!(["events", "cancel", "exec"])
+    );
     assert_eq!(exec["permissions"]["workspace"], "none");
 
     // A task says so in one plain line naming the file, the entries and
@@ -462,11 +540,17 @@ fn a_workspace_capstan_toml_cannot_replace_or_add_plugins() {
     for part in [
         ws.path().join("capstan.toml").display().to_string(),
         "[[plugin]] `terminal-exec`, `hello` ignored".to_string(),
-        format!("move the entry to your own capstan.toml ({})", user_toml.display()),
+        format!(
+            "move the entry to your own capstan.toml ({})",
+            user_toml.display()
+        ),
     ] {
         assert!(warning[0].contains(&part), "{part}: {err}");
     }
-    assert!(err.contains("unsupported-capability") || err.contains("no capability serves kind `echo`"), "{err}");
+    assert!(
+        err.contains("unsupported-capability") || err.contains("no capability serves kind `echo`"),
+        "{err}"
+    );
     assert!(!err.contains("WARN"), "{err}");
 
     // The same entry in the user's own file is obeyed (the advice works).
@@ -486,9 +570,18 @@ fn every_decision_on_a_command_is_in_the_approvals_table() {
     std::fs::write(ws.path().join("keep.txt"), "keep me").unwrap();
     let invoke = |approve: &str, commands: Value| {
         home.capstan()
-            .args(["invoke", "terminal_exec", "--approve", approve, "--workspace"])
+            .args([
+                "invoke",
+                "terminal_exec",
+                "--approve",
+                approve,
+                "--workspace",
+            ])
             .arg(ws.path())
-            .args(["--input", &json!({"commands": commands, "continue_on_error": true}).to_string()])
+            .args([
+                "--input",
+                &json!({"commands": commands, "continue_on_error": true}).to_string(),
+            ])
             .output()
             .unwrap()
     };
@@ -499,7 +592,10 @@ fn every_decision_on_a_command_is_in_the_approvals_table() {
     let refused_policy = invoke("all", json!(["rm -rf sub"]));
     for out in [&granted, &refused, &refused_policy] {
         let err = text(&out.stderr);
-        assert!(!err.contains("cannot record") && !err.contains("not be recorded"), "{err}");
+        assert!(
+            !err.contains("cannot record") && !err.contains("not be recorded"),
+            "{err}"
+        );
     }
     assert!(ws.path().join("made.txt").exists());
     assert!(ws.path().join("keep.txt").exists());
@@ -526,12 +622,18 @@ fn every_decision_on_a_command_is_in_the_approvals_table() {
             expected.1.to_string(),
             expected.2.to_string(),
         );
-        assert!(rows.contains(&expected), "{expected:?} missing from {rows:?}");
+        assert!(
+            rows.contains(&expected),
+            "{expected:?} missing from {rows:?}"
+        );
     }
     // Each one belongs to a recorded run of `capstan invoke`.
     let store = store(&home);
     for a in &approvals {
-        let run = store.get_run(&a.run_id).unwrap().expect("the approval's run");
+        let run = store
+            .get_run(&a.run_id)
+            .unwrap()
+            .expect("the approval's run");
         assert_eq!(run.model, "invoke");
         assert_ne!(run.status, capstan_store::RunStatus::Running);
     }

@@ -96,7 +96,10 @@ impl EventSink for RunEvents {
                 json,
             };
             if let Err(e) = self.writer.push(record) {
-                crate::term::warn(format_args!("an event of run {} was not saved: {e}", self.run_id));
+                crate::term::warn(format_args!(
+                    "an event of run {} was not saved: {e}",
+                    self.run_id
+                ));
             }
         }
         (self.frontend)(&envelope);
@@ -416,7 +419,9 @@ impl App {
             Some(usage),
         )?;
         if let Err(e) = self.events.flush() {
-            crate::term::warn(format_args!("some events of run {run_id} were not saved: {e}"));
+            crate::term::warn(format_args!(
+                "some events of run {run_id} were not saved: {e}"
+            ));
         }
         Ok(AskOutcome {
             run_id,

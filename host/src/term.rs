@@ -151,7 +151,10 @@ pub struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        print(Stream::Err, format_args!("{}", String::from_utf8_lossy(buf)));
+        print(
+            Stream::Err,
+            format_args!("{}", String::from_utf8_lossy(buf)),
+        );
         Ok(buf.len())
     }
 
@@ -221,7 +224,10 @@ mod tests {
         let value = serde_json::json!({"text": "a\x1b[2J\u{9b}\u{202E}\u{7f}é\n"});
         let line = json(&value);
         assert!(!line.chars().any(is_unsafe), "{line}");
-        assert!(line.contains("\\u001b[2J\\u009b\\u202e\\u007fé\\n"), "{line}");
+        assert!(
+            line.contains("\\u001b[2J\\u009b\\u202e\\u007fé\\n"),
+            "{line}"
+        );
         let back: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(back, value);
         let pretty = json_pretty(&value);

@@ -366,11 +366,7 @@ fn print_result(r: &ExecutionResult) {
         outln!("== {} [{}] ==", t.task_id, t.status.as_str());
         if r.metadata.strategy == Strategy::Multi && t.steps.len() > 1 {
             for s in &t.steps {
-                outln!("-- {} ({}) --\n{}",
-                    s.agent,
-                    s.runtime,
-                    s.output.trim_end()
-                );
+                outln!("-- {} ({}) --\n{}", s.agent, s.runtime, s.output.trim_end());
             }
         } else if !t.output.is_empty() {
             outln!("{}", t.output.trim_end());

@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 use super::feed::{ApproveSource, Feed, Outcomes, answer_approvals, stdin_lines};
 use super::{GlobalArgs, workspace_root};
 use crate::app::{App, AskRequest};
+use crate::errln;
 use crate::orchestrator::RunStatus;
 use crate::services::approval::ApproveMode;
-use crate::errln;
 
 #[derive(clap::Args, Debug)]
 #[command(

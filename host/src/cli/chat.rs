@@ -253,7 +253,7 @@ impl Chat {
             }
             None => {
                 err!("    please answer y, n, a or b: ");
-                    }
+            }
         }
     }
 }

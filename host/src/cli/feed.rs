@@ -115,7 +115,12 @@ impl Feed {
     /// Whether a task's outcome gets its own line (see [`Outcomes`]).
     fn reports(&self, task_id: &str) -> bool {
         self.outcomes == Outcomes::EveryTask
-            || self.plan.lock().unwrap().iter().any(|(id, ..)| id == task_id)
+            || self
+                .plan
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(id, ..)| id == task_id)
     }
 
     fn print_plan(&self) {
@@ -137,8 +142,7 @@ impl Feed {
         match (by, self.approve) {
             ("flag", ApproveSource::Flag(mode)) => format!("by --approve {}", mode_word(mode)),
             ("flag", ApproveSource::NoTerminal) => {
-                "nobody to ask: stdin is not a terminal; pass --approve ask or --approve all"
-                    .into()
+                "nobody to ask: stdin is not a terminal; pass --approve ask or --approve all".into()
             }
             (by, _) => format!("by {by}"),
         }

@@ -13,10 +13,10 @@ use super::feed;
 use super::{GlobalArgs, workspace_root};
 use crate::app::App;
 use crate::dispatch::run_task;
+use crate::outln;
 use crate::protocol::{FailureReason, TaskRequest};
 use crate::services::approval::ApproveMode;
 use crate::services::{HostServices, RunContext};
-use crate::outln;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -120,7 +120,9 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
             if args.json {
                 outln!(
                     "{}",
-                    crate::term::json(&json!({"type": "result", "ok": true, "summary": success.summary, "data": success.data}))
+                    crate::term::json(
+                        &json!({"type": "result", "ok": true, "summary": success.summary, "data": success.data})
+                    )
                 );
             } else {
                 outln!("{}", crate::term::json_pretty(&success.data));
@@ -132,7 +134,9 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
             if args.json {
                 outln!(
                     "{}",
-                    crate::term::json(&json!({"type": "result", "ok": false, "reason": failure.reason, "message": failure.message}))
+                    crate::term::json(
+                        &json!({"type": "result", "ok": false, "reason": failure.reason, "message": failure.message})
+                    )
                 );
             }
             Ok(ExitCode::from(1))

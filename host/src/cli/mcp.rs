@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use super::{GlobalArgs, workspace_root};
 use crate::app::App;
 use crate::mcp::{CapstanMcp, McpHost, http_router};
-use crate::services::approval::ApproveMode;
 use crate::outln;
+use crate::services::approval::ApproveMode;
 
 #[derive(clap::Args, Debug)]
 #[command(

@@ -81,7 +81,8 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 .unwrap_or_else(|| "unlimited".into());
             outln!(
                 "  limits:     {} MiB, {} ms, fuel {fuel}",
-                e.limits.memory_mb, e.limits.timeout_ms
+                e.limits.memory_mb,
+                e.limits.timeout_ms
             );
             outln!(
                 "  component:  {} (from {}; {} in {:.1} ms)",

@@ -26,9 +26,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use crate::{errln, outln};
 use error::{ApiError, ErrorKind};
 use runs::RunManager;
-use crate::{errln, outln};
 
 /// Default cap on a request body: a message, not a file upload.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
