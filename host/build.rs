@@ -53,6 +53,8 @@ fn main() {
     let target_dir = target_root.join("wasm-plugins");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
 
+    ensure_wasm_target();
+
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&plugins)
         .args([
@@ -83,10 +85,7 @@ fn main() {
     }
     let status = cmd.status().expect("failed to run cargo for the plugins");
     if !status.success() {
-        panic!(
-            "building the plugins for wasm32-wasip2 failed (see the output above).\n\
-             If the target is missing, run: rustup target add wasm32-wasip2"
-        );
+        panic!("building the plugins for wasm32-wasip2 failed (see the output above)");
     }
 
     let out_wasm = target_dir.join("wasm32-wasip2").join("release");
@@ -107,6 +106,82 @@ fn main() {
         "cargo:rustc-env=CAPSTAN_PLUGIN_BUILD_DIR={}",
         out_wasm.display()
     );
+}
+
+const WASM_TARGET: &str = "wasm32-wasip2";
+
+/// Makes sure the compiler building this crate has the wasm32-wasip2 standard library.
+///
+/// `rust-toolchain.toml` lists the target, but rustup installs listed targets only while
+/// it auto-installs toolchains; with `RUSTUP_AUTO_INSTALL=0` (or a toolchain that was
+/// already installed) the target is missing and the plugin build dies with "can't find
+/// crate for `core`". So: look in the sysroot, and if the target is not there, add it
+/// through rustup for the toolchain running this build. Without rustup (or offline), stop
+/// with the one command to run.
+fn ensure_wasm_target() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let Some(sysroot) = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+    else {
+        // Cannot tell; the plugin build reports a missing target itself.
+        return;
+    };
+    let installed = |root: &Path| {
+        root.join("lib/rustlib")
+            .join(WASM_TARGET)
+            .join("lib")
+            .is_dir()
+    };
+    // Run again whenever the target's directory appears or goes (a missing path is always
+    // "changed" to cargo), so removing the target is noticed even with a built host.
+    println!(
+        "cargo:rerun-if-changed={}",
+        sysroot.join("lib/rustlib").join(WASM_TARGET).display()
+    );
+    if installed(&sysroot) {
+        return;
+    }
+    // The toolchain to add the target to: the one rustup picked for this build
+    // (RUSTUP_TOOLCHAIN is set by rustup's proxies), else the sysroot's own name
+    // (rustup keeps each toolchain in a directory named after it).
+    let toolchain = std::env::var("RUSTUP_TOOLCHAIN").ok().or_else(|| {
+        sysroot
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+    });
+    let fix = match &toolchain {
+        Some(t) => format!("rustup target add {WASM_TARGET} --toolchain {t}"),
+        None => format!("rustup target add {WASM_TARGET}"),
+    };
+    println!(
+        "cargo:warning=the {WASM_TARGET} target (needed to build Capstan's plugins) is missing \
+         from {}; adding it: {fix}",
+        sysroot.display()
+    );
+    let mut add = Command::new("rustup");
+    add.args(["target", "add", WASM_TARGET]);
+    if let Some(t) = &toolchain {
+        add.args(["--toolchain", t]);
+    }
+    let outcome = add.status();
+    match outcome {
+        Ok(status) if status.success() && installed(&sysroot) => {
+            println!("cargo:warning=added the {WASM_TARGET} target");
+        }
+        Ok(status) => panic!(
+            "`{fix}` failed ({status}); Capstan's plugins need the {WASM_TARGET} target. \
+             Run that command yourself (it needs network access), then build again."
+        ),
+        Err(e) => panic!(
+            "the {WASM_TARGET} target is missing from {} and rustup cannot be run ({e}). \
+             Install the target for this Rust toolchain (with rustup: `{fix}`), then build again.",
+            sysroot.display()
+        ),
+    }
 }
 
 fn write_if_changed(path: &Path, contents: &str) {

@@ -19,8 +19,9 @@ fn the_official_agui_client_runs_answers_an_interrupt_and_aborts() {
     let script = modules.parent().unwrap().join("drive.mjs");
     let home = Home::new("");
     let ws = handbook();
-    let server = Server::start(&home, &[]);
+    let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
     let out = Command::new("node")
+        .env("CAPSTAN_TOKEN", server.token.as_deref().unwrap())
         .arg(&script)
         .arg(&server.base)
         .arg(ws.path())
@@ -118,7 +119,10 @@ fn wait_until_ended(server: &Server, run_id: &str) -> String {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         for _ in 0..600 {
-            let run: Value = reqwest::get(server.url(&format!("/v1/runs/{run_id}")))
+            let run: Value = server
+                .client()
+                .get(server.url(&format!("/v1/runs/{run_id}")))
+                .send()
                 .await
                 .unwrap()
                 .json()

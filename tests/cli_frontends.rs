@@ -7,8 +7,8 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 
-use common::Home;
 use common::server::handbook;
+use common::{Home, procs};
 
 fn with_stdin(mut cmd: Command, input: &str) -> Output {
     let mut child = cmd
@@ -96,11 +96,13 @@ fn ask_renders_the_plan_asks_for_approval_and_exits_by_outcome() {
 fn ctrl_c_cancels_an_ask_cleanly() {
     let home = Home::new("");
     let ws = handbook();
+    // Ten minutes: a sleep seen gone after the cancel was killed, not finished.
+    let marker = "612.5";
     let mut child = home
         .capstan()
         .args(["ask", "--approve", "all", "-w"])
         .arg(ws.path())
-        .arg("run `sleep 60`")
+        .arg(format!("run `sleep {marker}`"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -112,10 +114,15 @@ fn ctrl_c_cancels_an_ask_cleanly() {
         let mut line = String::new();
         assert!(err.read_line(&mut line).unwrap() > 0, "ended early: {seen}");
         seen.push_str(&line);
-        if line.contains("run `sleep 60`: running") {
+        if line.contains(&format!("run `sleep {marker}`: running")) {
             break;
         }
     }
+    // The feed says running; Ctrl-C once the sandboxed sleep itself is there.
+    let bound = std::time::Duration::from_secs(60);
+    procs::wait_until("the sandboxed sleep to start", bound, || {
+        !procs::with_argv(&["sleep", marker]).is_empty()
+    });
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -129,6 +136,10 @@ fn ctrl_c_cancels_an_ask_cleanly() {
     assert!(rest.contains("· cancelled:"), "{rest}");
     let runs = store(&home).list_runs(None, 10).unwrap();
     assert_eq!(runs[0].status, capstan_store::RunStatus::Cancelled);
+    // The sleep, its shell and any launcher carrying it died with the cancel.
+    procs::wait_until("the cancelled command's processes to die", bound, || {
+        procs::mentioning(marker).is_empty()
+    });
 }
 
 /// `capstan chat` driven line by line, as a person would: each line is sent
@@ -328,4 +339,239 @@ fn workspace_add_list_use_remove() {
     let (code, _, err) = run(&["workspace", "add", "/no/such/dir"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("/no/such/dir"), "{err}");
+}
+
+#[test]
+fn approve_for_this_session_covers_that_command_in_that_session_only() {
+    let home = Home::new("");
+    let ws = handbook();
+    let mut repl = Repl::start(&home, ws.path());
+    repl.send("run `make check`");
+    repl.wait_for("? approval needed (write): make check");
+    repl.send("a");
+    repl.wait_for("approval: approved-for-session (by user)");
+    repl.wait_for("· completed:");
+    // The same command again: the grant answers, nobody is asked.
+    let before = repl.seen.len();
+    repl.send("run `make check`");
+    repl.wait_for("approval: approved (by user)");
+    repl.wait_for("· completed:");
+    let second = repl.seen[before..].to_string();
+    assert!(!second.contains("? approval needed"), "{second}");
+    // Another command is not covered by that grant.
+    repl.send("run `touch granted.txt`");
+    repl.wait_for("? approval needed (write): touch granted.txt");
+    repl.send("n");
+    repl.wait_for("approval: denied (by user)");
+    repl.send("/quit");
+    let out = repl.child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", repl.seen);
+    assert!(!ws.path().join("granted.txt").exists());
+
+    // A new session starts without the grant.
+    let mut repl = Repl::start(&home, ws.path());
+    repl.send("run `make check`");
+    repl.wait_for("? approval needed (write): make check");
+    repl.send("n");
+    repl.wait_for("approval: denied (by user)");
+    repl.send("/quit");
+    let out = repl.child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", repl.seen);
+
+    // The audit trail has each decision, oldest last.
+    let decisions: Vec<(String, String, String)> = store(&home)
+        .list_approvals(None, 10)
+        .unwrap()
+        .into_iter()
+        .map(|a| {
+            (
+                a.command,
+                a.decision.as_str().to_string(),
+                a.decided_by.as_str().to_string(),
+            )
+        })
+        .collect();
+    let s = |c: &str, d: &str, b: &str| (c.to_string(), d.to_string(), b.to_string());
+    assert_eq!(
+        decisions,
+        [
+            s("make check", "denied", "user"),
+            s("touch granted.txt", "denied", "user"),
+            s("make check", "approved", "user"),
+            s("make check", "approved-for-session", "user"),
+        ]
+    );
+}
+
+#[test]
+fn an_approval_nobody_answers_expires_as_denied() {
+    // The expiry is the behaviour under test; nobody answers, so no load makes the
+    // command run, only the expiry come later.
+    let home = Home::new("[approval]\ntimeout_secs = 1\n");
+    let ws = handbook();
+    let mut repl = Repl::start(&home, ws.path());
+    repl.send("run `touch expired.txt`");
+    repl.wait_for("? approval needed (write): touch expired.txt");
+    repl.wait_for("approval: expired (by policy)");
+    repl.wait_for("· failed:");
+    repl.send("/quit");
+    let out = repl.child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", repl.seen);
+    assert!(!ws.path().join("expired.txt").exists());
+    let approvals = store(&home).list_approvals(None, 10).unwrap();
+    assert_eq!(approvals.len(), 1, "{approvals:?}");
+    assert_eq!(approvals[0].decision, capstan_store::Decision::Expired);
+    assert_eq!(approvals[0].decided_by, capstan_store::DecidedBy::Policy);
+}
+
+/// `capstan` with no Capstan variables and HOME/XDG pointing into `user_home`, so the
+/// platform defaults would land there if an override were ignored.
+fn bare_capstan(user_home: &std::path::Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_capstan"));
+    for var in [
+        "CAPSTAN_HOME",
+        "CAPSTAN_CONFIG_DIR",
+        "CAPSTAN_DATA_DIR",
+        "CAPSTAN_CACHE_DIR",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_CACHE_HOME",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("HOME", user_home);
+    cmd
+}
+
+fn files_under(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| {
+                if e.path().is_dir() {
+                    files_under(&e.path())
+                } else {
+                    1
+                }
+            })
+            .sum()
+    })
+}
+
+#[test]
+fn home_and_dir_overrides_put_config_data_and_cache_where_they_say() {
+    let user_home = tempfile::tempdir().unwrap();
+    let ws = handbook();
+    let locked = "[policy]\nprofile = \"locked\"\n";
+
+    // --home: all three under one directory; its config is read (the locked profile
+    // refuses the command), its data and cache written.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("config")).unwrap();
+    std::fs::write(home.path().join("config/capstan.toml"), locked).unwrap();
+    let out = bare_capstan(user_home.path())
+        .arg("--home")
+        .arg(home.path())
+        .args(["ask", "--approve", "all", "-w"])
+        .arg(ws.path())
+        .arg("run `make check`")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(err.contains("profile is `locked`"), "{err}");
+    assert!(home.path().join("data/capstan.db").exists());
+    assert!(
+        files_under(&home.path().join("cache")) > 0,
+        "nothing cached"
+    );
+
+    // The three variables, each its own place.
+    let (config, data, cache) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    std::fs::write(config.path().join("capstan.toml"), locked).unwrap();
+    let out = bare_capstan(user_home.path())
+        .env("CAPSTAN_CONFIG_DIR", config.path())
+        .env("CAPSTAN_DATA_DIR", data.path())
+        .env("CAPSTAN_CACHE_DIR", cache.path())
+        .args(["ask", "--approve", "all", "-w"])
+        .arg(ws.path())
+        .arg("run `make check`")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(err.contains("profile is `locked`"), "{err}");
+    assert!(data.path().join("capstan.db").exists());
+    assert!(files_under(cache.path()) > 0, "nothing cached");
+    assert_eq!(files_under(config.path()), 1, "only the config file");
+
+    // Nothing landed in the platform's default places.
+    assert_eq!(files_under(user_home.path()), 0);
+}
+
+#[test]
+fn capstans_own_state_inside_the_workspace_is_refused() {
+    // A plugin that could rewrite Capstan's database, manifests or compiled components
+    // would own the host: a workspace holding them is refused before any plugin runs.
+    let ws = handbook();
+    let home = Home::new("");
+    let out = home
+        .capstan()
+        .env("CAPSTAN_DATA_DIR", ws.path().join(".capstan-data"))
+        .args(["invoke", "local_kb_retrieval", "-w"])
+        .arg(ws.path())
+        .args(["-o", "search", "-i", r#"{"query":"keys"}"#])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("contains Capstan's own directory") && err.contains(".capstan-data"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sandbox_check_reports_what_this_kernel_offers() {
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["sandbox", "check"])
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    // Asked independently of Capstan's probes: the kernel's Landlock ABI version
+    // (landlock_create_ruleset, syscall 444 on every architecture, with
+    // LANDLOCK_CREATE_RULESET_VERSION) and its list of seccomp actions.
+    let abi = Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes; print(ctypes.CDLL(None).syscall(444, None, 0, 1))",
+        ])
+        .output()
+        .expect("python3 is needed (bash tests/run installs it)");
+    let abi = text(&abi.stdout).trim().to_string();
+    let actions =
+        std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default();
+    assert!(
+        abi.parse::<i32>().is_ok_and(|v| v > 0) && actions.contains("errno"),
+        "this test needs a kernel with Landlock and seccomp (Landlock ABI: {abi:?}, seccomp actions: {actions:?})"
+    );
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let row = |name: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row in {report}"))
+            .to_string()
+    };
+    assert!(
+        row("Landlock").contains(&format!("yes (ABI {abi})")),
+        "{report}"
+    );
+    assert!(row("seccomp").contains("yes"), "{report}");
+    assert!(
+        report.contains("sandbox = \"required\": available"),
+        "{report}"
+    );
 }

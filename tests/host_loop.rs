@@ -17,6 +17,8 @@ use capstan_models::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use common::procs;
+
 fn handbook() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("handbook");
@@ -416,6 +418,122 @@ async fn a_tool_error_fails_fast_and_the_answer_carries_the_reason() {
     assert_eq!(types(&events).last().unwrap(), "run.failed");
 }
 
+/// `(task_id, reason, message)` of every `task.failed`.
+fn failed_tasks(events: &[Envelope]) -> Vec<(String, FailureReason, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TaskFailed {
+                task_id,
+                reason,
+                message,
+            } => Some((task_id.clone(), *reason, message.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_exits_non_zero_fails_its_task_and_the_answer_says_why() {
+    let (_d, ws) = handbook();
+    let h = Harness::new("", ApproveMode::All).await;
+    let (out, events) = h
+        .ask(
+            "run `capstan-no-such-command` and `cat README.md`",
+            Some(&ws),
+            None,
+        )
+        .await;
+    assert_eq!(out.outcome.status, RunStatus::Failed, "{:?}", out.outcome);
+    assert_eq!(out.outcome.reason, Some(FailureReason::Failed));
+    let failed = failed_tasks(&events);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let (task, reason, message) = &failed[0];
+    assert_eq!((task.as_str(), *reason), ("t1", FailureReason::Failed));
+    assert!(
+        message.contains("`capstan-no-such-command` exited 127") && message.contains("not found"),
+        "{message}"
+    );
+    // The loop stopped at the failing command: the second one never ran.
+    let ran: Vec<Option<i32>> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TerminalStep { exit_code, .. } => Some(*exit_code),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ran, [Some(127)]);
+    assert!(
+        events.iter().any(|e| matches!(&e.event,
+            Event::PlanUpdated { task_id, status: capstan::protocol::TaskStatus::Failed } if task_id == "t1")),
+        "the plan panel shows the task failed"
+    );
+    assert!(!types(&events).contains(&"task.completed".to_string()));
+    // The run still reaches its answer, which gives the reason and the output.
+    let text = answer(&events);
+    assert!(
+        text.contains("exited 127") && text.contains("not found"),
+        "{text}"
+    );
+    assert_in_order(
+        &events,
+        &["task.failed", "response.completed", "run.failed"],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_on_error_completes_its_task_and_a_failing_task_skips_its_dependants() {
+    let (_d, ws) = handbook();
+    let server = ScriptedServer::start().await.unwrap();
+    server.push(step(json!({"action": "plan", "reason": "check", "tasks": [
+        {"id": "t1", "kind": "terminal_exec", "operation": "run",
+         "input": {"commands": ["false", "echo went-on"], "continue_on_error": true}},
+        {"id": "t2", "kind": "terminal_exec", "operation": "run",
+         "input": {"command": "echo failing >&2; exit 3"}, "depends_on": ["t1"]},
+        {"id": "t3", "kind": "terminal_exec", "operation": "run",
+         "input": {"command": "ls"}, "depends_on": ["t2"]}
+    ]})));
+    server.set_responder(|_| Reply::text(["t2 failed."]).with_usage(10, 5));
+    let h = Harness::new(&scripted_config(&server, "openai"), ApproveMode::All).await;
+    let (out, events) = h.ask("check the handbook", Some(&ws), None).await;
+    assert_eq!(
+        out.outcome.reason,
+        Some(FailureReason::Failed),
+        "{:?}",
+        out.outcome
+    );
+    let completed: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TaskCompleted { task_id, data, .. } => {
+                assert_eq!(data["ran"], 2, "continue_on_error ran both commands");
+                Some(task_id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(completed, ["t1"]);
+    let failed = failed_tasks(&events);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, "t2");
+    assert!(failed[0].2.contains("exited 3: failing"), "{}", failed[0].2);
+    let skipped: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TaskSkipped { task_id, reason } => Some((task_id.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(skipped, [("t3".into(), "skipped_dependency_failed".into())]);
+    // The finalization prompt carried the reason and the command's output.
+    let last = server.requests().last().unwrap().prompt_text();
+    assert!(
+        last.contains("exited 3") && last.contains("failing"),
+        "{last}"
+    );
+    assert_eq!(types(&events).last().unwrap(), "run.failed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_and_summary_reach_the_prompt_of_the_next_turn() {
     let server = ScriptedServer::start().await.unwrap();
@@ -486,28 +604,23 @@ async fn malformed_model_output_is_retried_with_the_error_then_fails_the_run() {
     );
 }
 
-fn sleeping(marker: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline"))
-            .map(|c| String::from_utf8_lossy(&c).contains(marker))
-            .unwrap_or(false)
-    })
-}
+/// How long the lifecycle tests wait for a command to start or die. Their `sleep`s last
+/// minutes, far beyond it, so one seen gone was killed, not finished.
+const WAIT_BOUND: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_during_exec_kills_the_process_and_emits_run_cancelled() {
     let (_d, ws) = handbook();
     let h = Harness::new("", ApproveMode::All).await;
-    let marker = "31.4159";
+    let marker = "314.159";
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
-    // Cancel once the command is really running (not at a fixed delay, which on a
+    // Cancel once both sleeps are really running (not at a fixed delay, which on a
     // loaded machine can land while the component is still compiling).
     let seen_running = Arc::new(AtomicBool::new(false));
     let seen = seen_running.clone();
-    let pattern = format!("sleep {marker}");
     tokio::spawn(async move {
-        while !sleeping(&pattern) {
+        while procs::with_argv(&["sleep", marker]).len() < 2 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         seen.store(true, Ordering::SeqCst);
@@ -530,10 +643,12 @@ async fn cancel_during_exec_kills_the_process_and_emits_run_cancelled() {
     );
     assert!(seen_running.load(Ordering::SeqCst), "the command never ran");
     assert_eq!(types(&events).last().unwrap(), "run.cancelled");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !sleeping(&format!("sleep {marker}")),
-        "a process survived the cancel"
+    // Both sleeps, the shell and any launcher that carried the command: all gone (a
+    // survivor would run for another five minutes).
+    procs::wait_until(
+        "every process of the cancelled command to die",
+        WAIT_BOUND,
+        || procs::mentioning(marker).is_empty(),
     );
 }
 
@@ -606,20 +721,15 @@ fn kill_9_mid_run_loses_no_committed_turn_and_the_run_is_marked_interrupted() {
         .capstan()
         .args(["ask", "--approve", "all", "--json", "--workspace"])
         .arg(&ws)
-        .arg("run `sleep 27.1828`")
+        .arg("run `sleep 271.828`")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the command is running, then kill the host outright.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    // NUL-separated: the sleep process itself, not capstan's own argv.
-    while !sleeping("sleep\u{0}27.1828") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Wait until the command is running (the sleep itself, not capstan's own argv),
+    // then kill the host outright.
+    procs::wait_until("the command to start", WAIT_BOUND, || {
+        !procs::with_argv(&["sleep", "271.828"]).is_empty()
+    });
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -637,13 +747,12 @@ fn kill_9_mid_run_loses_no_committed_turn_and_the_run_is_marked_interrupted() {
         .find(|r| r.status == capstan_store::RunStatus::Interrupted)
         .expect("no interrupted run");
     let turns = store.recent_turns(&killed.session_id, 10).unwrap();
-    assert_eq!(turns[0].content, "run `sleep 27.1828`");
+    assert_eq!(turns[0].content, "run `sleep 271.828`");
     assert!(store.integrity_check().unwrap().is_empty());
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        !sleeping("sleep\u{0}27.1828"),
-        "the command outlived its host"
-    );
+    // The host is gone; so must its command be (a survivor would run for minutes).
+    procs::wait_until("the command to die with its host", WAIT_BOUND, || {
+        procs::mentioning("271.828").is_empty()
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -687,4 +796,35 @@ async fn cost_is_priced_from_the_table_and_a_warning_precedes_the_limit() {
         types(&events)
     );
     assert_eq!(out.outcome.status, RunStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossing_the_usd_budget_stops_the_run_with_budget_exceeded() {
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_responder(|_| step(json!({"action": "retrieve", "reason": "more", "query": "x"})));
+    // claude-3-5-sonnet family: $3 in, $15 out per 1M tokens; each step (100 in, 20
+    // out) costs $0.0006, so the second crosses $0.001.
+    let config = scripted_config(&server, "anthropic")
+        .replace("scripted-model", "claude-3-5-sonnet-latest")
+        + "\n[run]\nbudget_usd = 0.001\n";
+    let (_d, ws) = handbook();
+    let h = Harness::new(&config, ApproveMode::None).await;
+    let (out, events) = h.ask("keep going", Some(&ws), None).await;
+    assert_eq!(
+        out.outcome.reason,
+        Some(FailureReason::BudgetExceeded),
+        "{:?}",
+        out.outcome
+    );
+    assert_eq!(server.request_count(), 2, "no model call after the budget");
+    assert_eq!(types(&events).last().unwrap(), "run.failed");
+    let failed = events
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .find(|e| e["type"] == "run.failed")
+        .unwrap();
+    assert!(
+        failed.to_string().contains("$0.0010 run budget"),
+        "{failed}"
+    );
 }

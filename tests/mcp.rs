@@ -2,10 +2,16 @@
 //! over stdio and over streamable HTTP (`--listen` on 127.0.0.1): tools listed
 //! from the plugins' `describe`, each bundled capability called, a denied call,
 //! an approval through elicitation, a cancelled call whose sandboxed process
-//! dies, and bad input answered with clear errors while the server keeps
-//! serving. Then the other way: a real `capstan mcp` configured as an external
-//! server in capstan.toml, its tools planned and dispatched as `mcp:<server>/<tool>`
-//! kinds, killed mid-call. Last, a client nobody here wrote: the MCP Inspector CLI.
+//! dies (and whose run is recorded as cancelled), and bad input answered with
+//! clear errors while the server keeps serving. Then the other way: external
+//! servers configured in capstan.toml, their tools planned and dispatched as
+//! `mcp:<server>/<tool>` kinds: a real `capstan mcp` killed mid-call, and the
+//! reference filesystem and "everything" servers from the npm registry (pinned
+//! in tests/npm/mcp-servers), whose read-only annotations never lower the risk
+//! the configuration gives. Last, a client nobody here wrote: the MCP Inspector CLI.
+
+// Test harness output: the children's stderr passed through for debugging.
+#![allow(clippy::disallowed_macros)]
 
 mod common;
 
@@ -124,10 +130,12 @@ async fn stdio(home: &Home, ws: &Path, approve: &str, client: Client) -> Session
         .expect("MCP handshake over stdio")
 }
 
-/// `capstan mcp --listen 127.0.0.1:0`, and the URL it prints.
+/// `capstan mcp --listen 127.0.0.1:0`, the URL it prints and the token it
+/// made (printed on stderr) or was given.
 struct HttpServer {
     child: std::process::Child,
     url: String,
+    token: String,
 }
 
 impl HttpServer {
@@ -138,8 +146,9 @@ impl HttpServer {
             .args(extra)
             .arg("--workspace")
             .arg(ws)
+            .env_remove("CAPSTAN_MCP_TOKEN")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -151,12 +160,34 @@ impl HttpServer {
             .strip_prefix("capstan mcp: listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
             .to_string();
-        Self { child, url }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                if let Some(t) = line.strip_prefix("capstan mcp: token ") {
+                    let _ = tx.send(t.trim().to_string());
+                }
+            }
+        });
+        let token = match extra.iter().position(|a| *a == "--token") {
+            Some(i) => extra[i + 1].to_string(),
+            None => rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("capstan mcp --listen printed no token on stderr"),
+        };
+        Self { child, url, token }
     }
 
     async fn connect(&self, client: Client) -> Session {
+        let mut config =
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                self.url.as_str(),
+            );
+        config.auth_header = Some(self.token.clone());
         client
-            .serve(StreamableHttpClientTransport::from_uri(self.url.as_str()))
+            .serve(StreamableHttpClientTransport::from_config(config))
             .await
             .expect("MCP handshake over streamable HTTP")
     }
@@ -268,9 +299,14 @@ async fn capstan_serve_mounts_the_same_tools_at_mcp() {
     let ws_arg = ws.path().to_str().unwrap();
     let server = common::server::Server::start(&home, &["--approve", "all", "--workspace", ws_arg]);
     let client = Client::default();
+    let mut config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            server.url("/mcp"),
+        );
+    config.auth_header = server.token.clone();
     let session = client
         .clone()
-        .serve(StreamableHttpClientTransport::from_uri(server.url("/mcp")))
+        .serve(StreamableHttpClientTransport::from_config(config))
         .await
         .expect("MCP handshake with capstan serve's /mcp");
     lists_and_calls_every_bundled_capability(&session, &client, ws.path()).await;
@@ -391,7 +427,7 @@ fn processes_with(words: &[&str]) -> Vec<u32> {
 
 /// Waits (bounded) until `done` holds; the bound only keeps a broken build
 /// from hanging the suite.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
         assert!(Instant::now() < deadline, "gave up waiting: {what}");
@@ -399,7 +435,10 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-async fn cancel_a_long_command(session: &Session, marker: &str) {
+/// Cancels a running `sleep` through `notifications/cancelled`: its process dies, the
+/// call is recorded in the server's store as a cancelled run (with the cancel in its
+/// events), and the server goes on serving.
+async fn cancel_a_long_command(session: &Session, home: &Home, marker: &str) {
     let params = CallToolRequestParams::new("terminal_exec.run").with_arguments(
         json!({"command": format!("sleep {marker}")})
             .as_object()
@@ -427,6 +466,47 @@ async fn cancel_a_long_command(session: &Session, marker: &str) {
     wait_until("the cancelled command's process to die", || {
         processes_with(&sleep_args).is_empty()
     });
+    // The task's outcome: the run that carried this call ends as cancelled, and its
+    // events say the task failed because it was cancelled (not that it completed, or
+    // failed for another reason, once the process was gone).
+    let store = capstan_store::Store::open(home.path().join("data/capstan.db")).unwrap();
+    let ran_sleep = |run: &capstan_store::Run| {
+        store
+            .events(&run.id)
+            .unwrap()
+            .iter()
+            .any(|e| e.contains(&format!("sleep {marker}")))
+    };
+    let mut run = None;
+    wait_until(
+        "the cancelled call's run to be recorded as finished",
+        || {
+            run = store
+                .list_runs(None, 20)
+                .unwrap()
+                .into_iter()
+                .find(|r| ran_sleep(r) && r.ended_at.is_some());
+            run.is_some()
+        },
+    );
+    let run = run.unwrap();
+    assert_eq!(run.status, capstan_store::RunStatus::Cancelled, "{run:?}");
+    assert_eq!(run.reason.as_deref(), Some("cancelled"), "{run:?}");
+    let events: Vec<Value> = store
+        .events(&run.id)
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "task.failed")
+        .unwrap_or_else(|| panic!("no task.failed in {events:#?}"));
+    assert_eq!(failed["reason"], "cancelled", "{failed}");
+    assert!(
+        !events.iter().any(|e| e["type"] == "task.completed"),
+        "{events:#?}"
+    );
     // The server is still serving.
     let tools = session.list_all_tools().await.unwrap();
     assert!(!tools.is_empty());
@@ -437,12 +517,12 @@ async fn a_cancelled_call_cancels_the_task_and_kills_its_process() {
     let home = Home::new("");
     let ws = workspace();
     let session = stdio(&home, ws.path(), "all", Client::default()).await;
-    cancel_a_long_command(&session, "417.25").await;
+    cancel_a_long_command(&session, &home, "417.25").await;
     session.cancel().await.unwrap();
 
     let server = HttpServer::start(&home, ws.path(), "all", &[]);
     let session = server.connect(Client::default()).await;
-    cancel_a_long_command(&session, "418.25").await;
+    cancel_a_long_command(&session, &home, "418.25").await;
     session.cancel().await.unwrap();
 }
 
@@ -571,7 +651,13 @@ async fn http_refuses_garbage_and_wrong_tokens_and_keeps_serving() {
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
     let denied = post(init, Some("wrong")).await.unwrap();
     assert_eq!(denied.status(), 401);
-    assert!(denied.text().await.unwrap().contains("bearer token"));
+    assert!(
+        denied
+            .text()
+            .await
+            .unwrap()
+            .contains("bearer token is wrong")
+    );
     let denied = post(init, None).await.unwrap();
     assert_eq!(denied.status(), 401);
 
@@ -605,14 +691,14 @@ fn listening_beyond_loopback_needs_a_token() {
     let home = Home::new("");
     let out = home
         .capstan()
-        .args(["mcp", "--listen", "0.0.0.0:0"])
+        .args(["mcp", "--listen", "0.0.0.0:0", "--no-token"])
         .env_remove("CAPSTAN_MCP_TOKEN")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("without a bearer token"), "{err}");
-    assert!(err.contains("--token"), "{err}");
+    assert!(err.contains("without a token"), "{err}");
+    assert!(err.contains("--no-token"), "{err}");
 }
 
 // ---- External MCP servers as capabilities ----
@@ -687,8 +773,8 @@ async fn external_server_tools_are_capability_kinds_behind_the_approval_gate() {
         kinds.contains(&"local_kb_retrieval"),
         "plugins still load: {kinds:?}"
     );
-    let ghost = registry
-        .problems()
+    let problems = registry.problems();
+    let ghost = problems
         .iter()
         .find(|p| p.message.contains("ghost"))
         .expect("the server that cannot start is reported");
@@ -815,9 +901,12 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
     // SAFETY: tests in this file only read this variable, and all set the same value.
     unsafe { std::env::set_var("CAPSTAN_TEST_KEY", "sk-test-scripted") };
     let server = ScriptedServer::start().await.unwrap();
+    // The external server is the reference filesystem server from the npm registry.
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("keep.txt"), "keep me").unwrap();
     let plan = json!({"action": "plan", "reason": "use the external tool", "tasks": [
-        {"id": "t1", "kind": "mcp:inner/terminal_exec.run", "operation": "call",
-         "input": {"command": "cat keep.txt"}, "title": "read the file over MCP"}
+        {"id": "t1", "kind": "mcp:fs/read_text_file", "operation": "call",
+         "input": {"path": root.path().join("keep.txt")}, "title": "read the file over MCP"}
     ]});
     server.push(Reply::text([plan.to_string()]).with_usage(100, 20));
     server.push(Reply::text(["The file says keep me."]).with_usage(50, 5));
@@ -825,9 +914,7 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
         "[model]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\napi_key_env = \"CAPSTAN_TEST_KEY\"\n",
         server.openai_base_url()
     );
-    let inner_home = tempfile::tempdir().unwrap();
-    let inner_ws = workspace();
-    let home = Home::new(&external_config(inner_home.path(), inner_ws.path(), &model));
+    let home = Home::new(&third_party_config(root.path(), &model));
     let ws = workspace();
     let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
         .await
@@ -838,7 +925,7 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
         sink.lock().unwrap().push(serde_json::to_value(e).unwrap());
     });
     let req = capstan::app::AskRequest {
-        message: "read keep.txt through the inner MCP server".into(),
+        message: "read keep.txt through the filesystem MCP server".into(),
         session_id: None,
         workspace: Some(ws.path().to_path_buf()),
     };
@@ -862,11 +949,278 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
     );
     let asked = server.requests();
     assert!(
-        asked[0]
-            .prompt_text()
-            .contains("mcp:inner/terminal_exec.run"),
+        asked[0].prompt_text().contains("mcp:fs/read_text_file"),
         "the model is offered the external tool as a capability kind"
     );
+}
+
+// ---- Third-party MCP servers: the reference servers from the npm registry ----
+
+fn third_party_bin(bin: &str) -> String {
+    common::npm_bin("mcp-servers", bin).display().to_string()
+}
+
+/// The reference filesystem server on `root`, trusted as read-only except for
+/// `write_file`; the reference "everything" server with no risk configured (so
+/// `unknown`: every call is approved first, whatever its annotations say), and its
+/// slow tool given a 1 s call timeout.
+fn third_party_config(root: &Path, extra: &str) -> String {
+    format!(
+        r#"{extra}
+[[mcp_server]]
+name = "fs"
+command = {fs:?}
+args = [{root:?}]
+risk = "read_only"
+tool_risk = {{ write_file = "write" }}
+
+[[mcp_server]]
+name = "everything"
+command = {everything:?}
+timeout_secs = 1
+"#,
+        fs = third_party_bin("mcp-server-filesystem"),
+        everything = third_party_bin("mcp-server-everything"),
+        root = root.display().to_string(),
+    )
+}
+
+/// What a server says about its own tools: `readOnlyHint` per tool name.
+async fn read_only_hints(bin: &str, args: &[&str]) -> Vec<(String, Option<bool>)> {
+    let mut cmd = tokio::process::Command::new(third_party_bin(bin));
+    cmd.args(args);
+    let transport = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+        .0;
+    let session = ().serve(transport).await.expect("MCP handshake");
+    let tools = session.list_all_tools().await.unwrap();
+    session.cancel().await.unwrap();
+    tools
+        .into_iter()
+        .map(|t| {
+            let hint = t.annotations.as_ref().and_then(|a| a.read_only_hint);
+            (t.name.to_string(), hint)
+        })
+        .collect()
+}
+
+/// A run context for direct dispatch, with the app's approval broker and a recorder.
+fn direct_run(app: &capstan::app::App, ws: &Path) -> (RunContext, Recorder) {
+    let recorder = Recorder::default();
+    let services = HostServices {
+        approval: Some(app.broker.clone()),
+        ..Default::default()
+    };
+    let run = RunContext::new(Some(ws.to_path_buf()), Arc::new(recorder.clone()), services);
+    (run, recorder)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn third_party_servers_are_called_and_their_annotations_never_lower_the_risk() {
+    setup_sandbox_launcher();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("notes.txt"), "third-party says hello").unwrap();
+    let root_arg = root.path().display().to_string();
+
+    // The premise, from the servers themselves: they call `echo` and `read_text_file`
+    // read-only, `write_file` not.
+    let fs_hints = read_only_hints("mcp-server-filesystem", &[&root_arg]).await;
+    let everything_hints = read_only_hints("mcp-server-everything", &[]).await;
+    let hint = |hints: &[(String, Option<bool>)], tool: &str| {
+        hints
+            .iter()
+            .find(|(n, _)| n == tool)
+            .unwrap_or_else(|| panic!("{tool} not listed: {hints:?}"))
+            .1
+    };
+    assert_eq!(hint(&everything_hints, "echo"), Some(true));
+    assert_eq!(hint(&fs_hints, "read_text_file"), Some(true));
+    assert_eq!(hint(&fs_hints, "write_file"), Some(false));
+
+    let home = Home::new(&third_party_config(root.path(), ""));
+    let ws = workspace();
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(ws.path())).await;
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let kinds: Vec<&str> = registry.kinds().collect();
+    for want in [
+        "mcp:fs/read_text_file",
+        "mcp:fs/write_file",
+        "mcp:everything/echo",
+    ] {
+        assert!(kinds.contains(&want), "{want} missing from {kinds:?}");
+    }
+    let (run, recorder) = direct_run(&app, ws.path());
+    let notes = root.path().join("notes.txt").display().to_string();
+
+    // Configured read-only: runs without asking, and the server's answer comes back.
+    let read = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:fs/read_text_file", json!({"path": notes})),
+        &run,
+    )
+    .await
+    .expect("a read-only tool of the filesystem server runs");
+    assert!(
+        read.data.to_string().contains("third-party says hello"),
+        "{:?}",
+        read.data
+    );
+    assert!(!recorder.types().contains(&"approval.requested".to_string()));
+
+    // `echo` is annotated read-only, but nobody configured its server's risk: it is
+    // `unknown`, so it needs approval, and nobody can approve here.
+    let denied = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:everything/echo", json!({"message": "hi"})),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(denied.reason, FailureReason::Denied, "{denied:?}");
+    let asked: Vec<Value> = recorder
+        .events()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .filter(|e| e["type"] == "approval.requested")
+        .collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0]
+            .to_string()
+            .contains("configured with `Unknown` risk"),
+        "the approval names the configured risk, not the server's hint: {}",
+        asked[0]
+    );
+
+    // Configured `write` for `write_file`: denied, nothing written.
+    let out = root.path().join("out.txt").display().to_string();
+    let denied = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:fs/write_file",
+            json!({"path": out, "content": "not approved"}),
+        ),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(denied.reason, FailureReason::Denied, "{denied:?}");
+    assert!(!root.path().join("out.txt").exists());
+
+    // The server's own refusal (a path outside its root) is a task failure naming it.
+    let refused = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:fs/read_text_file", json!({"path": "/etc/hostname"})),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.reason, FailureReason::Failed, "{refused:?}");
+    assert!(
+        refused
+            .message
+            .contains("MCP tool `read_text_file` of `fs` reported an error"),
+        "{}",
+        refused.message
+    );
+    drop(registry);
+    drop(app);
+
+    // The same calls approved: they reach the servers and do what they say.
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::All)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(ws.path())).await;
+    let (run, recorder) = direct_run(&app, ws.path());
+    let echoed = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:everything/echo", json!({"message": "hi there"})),
+        &run,
+    )
+    .await
+    .expect("an approved call runs");
+    assert!(
+        echoed.data.to_string().contains("Echo: hi there"),
+        "{:?}",
+        echoed.data
+    );
+    run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:fs/write_file",
+            json!({"path": out, "content": "approved write"}),
+        ),
+        &run,
+    )
+    .await
+    .expect("an approved write runs");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("out.txt")).unwrap(),
+        "approved write"
+    );
+    assert_eq!(
+        recorder
+            .types()
+            .iter()
+            .filter(|t| *t == "approval.requested")
+            .count(),
+        2,
+        "{:?}",
+        recorder.types()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_third_party_tool_times_out_per_its_entry() {
+    setup_sandbox_launcher();
+    let root = tempfile::tempdir().unwrap();
+    let home = Home::new(&third_party_config(root.path(), ""));
+    let ws = workspace();
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::All)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(ws.path())).await;
+    let (run, _) = direct_run(&app, ws.path());
+    // The operation would take ten minutes; the entry allows 1 s. (The bound is the
+    // behaviour here, and no load makes a ten-minute call finish early.)
+    let failed = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:everything/trigger-long-running-operation",
+            json!({"duration": 600, "steps": 10}),
+        ),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(failed.reason, FailureReason::Timeout, "{failed:?}");
+    assert!(
+        failed.message.contains("within 1 s (timeout_secs"),
+        "{}",
+        failed.message
+    );
+    // The server is still there for the next call.
+    let echoed = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:everything/echo", json!({"message": "still here"})),
+        &run,
+    )
+    .await
+    .expect("the server answers after a timed-out call");
+    assert!(echoed.data.to_string().contains("still here"));
 }
 
 // ---- A client nobody here wrote: the MCP Inspector CLI ----
@@ -959,7 +1313,11 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
     warm_component_cache(&home);
     let ws = workspace();
     let server = HttpServer::start(&home, ws.path(), "all", &[]);
-    let (list, _) = inspector(&[&server.url, "--method", "tools/list"], &home);
+    let auth = format!("Authorization: Bearer {}", server.token);
+    let (list, _) = inspector(
+        &[&server.url, "--header", &auth, "--method", "tools/list"],
+        &home,
+    );
     assert!(
         tool_names(&list).contains(&"docx.read".to_string()),
         "{list}"
@@ -967,6 +1325,8 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
     let (called, _) = inspector(
         &[
             &server.url,
+            "--header",
+            &auth,
             "--method",
             "tools/call",
             "--tool-name",

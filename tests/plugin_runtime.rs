@@ -16,13 +16,16 @@ use capstan::services::{HostServices, RunContext};
 use common::{Home, Recorder, plugin_entry};
 use serde_json::{Value, json};
 
+/// The fault plugin with a small memory limit and a deadline. The deadline is what
+/// stops `loop`, and every other call must finish inside it too: 10 s holds a call at
+/// load 8 on 2 cores (500 ms did not), so only the spin ever reaches it.
 const FAULT: &str = r#"
 [plugin.permissions]
 workspace = "read"
 host = ["exec"]
 [plugin.limits]
 memory_mb = 32
-timeout_ms = 500
+timeout_ms = 10000
 "#;
 
 async fn setup(home: &Home) -> (Runtime, Registry) {
@@ -88,10 +91,10 @@ fn reason(outcome: &TaskOutcome) -> FailureReason {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bundled_plugin_loads_and_describes_itself() {
     let home = Home::new("");
-    let (_rt, reg) = setup(&home).await;
+    let (rt, reg) = setup(&home).await;
     assert!(reg.problems().is_empty(), "{:?}", reg.problems());
     for kind in ["local_kb_retrieval", "terminal_exec", "docx"] {
-        let plugin = reg.resolve(kind).unwrap();
+        let plugin = reg.resolve(&rt, kind, None).await.unwrap();
         assert!(
             !plugin.operations.is_empty(),
             "{kind} describes no operation"
@@ -153,7 +156,7 @@ async fn cancellation_stops_a_spinning_and_a_polling_plugin() {
         "fault",
         "fault",
         &["fault"],
-        &FAULT.replace("timeout_ms = 500", "timeout_ms = 60000"),
+        &FAULT.replace("timeout_ms = 10000", "timeout_ms = 60000"),
     ));
     let (rt, reg) = setup(&home).await;
     for op in ["loop", "cancel-poll"] {
@@ -188,7 +191,7 @@ async fn a_component_without_the_capability_export_is_an_invalid_plugin() {
     let outcome = call(&rt, &reg, "cmd", "x", json!({}), &run).await;
     assert_eq!(reason(&outcome), FailureReason::InvalidPlugin);
     // The bundled plugins are unaffected.
-    assert!(reg.resolve("docx").is_ok());
+    assert!(reg.resolve(&rt, "docx", None).await.is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,7 +208,8 @@ async fn malformed_and_missing_components_are_refused_by_name() {
     );
     let home = Home::new(&manifest);
     let (_rt, reg) = setup(&home).await;
-    let msgs: Vec<&str> = reg.problems().iter().map(|p| p.message.as_str()).collect();
+    let problems = reg.problems();
+    let msgs: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert!(
         msgs[0].contains("junk") && msgs[0].contains("not a valid WebAssembly component"),
@@ -225,13 +229,13 @@ async fn sha256_mismatch_is_refused() {
     let entry = plugin_entry("fault", "fault", &["fault"], FAULT);
     let real = common::sha256_file(&common::built_component("fault"));
     let home = Home::new(&entry.replace(&real, &"0".repeat(64)));
-    let (_rt, reg) = setup(&home).await;
+    let (rt, reg) = setup(&home).await;
     let msg = &reg.problems()[0].message;
     assert!(
         msg.contains("sha256 mismatch") && msg.contains(&real),
         "{msg}"
     );
-    assert!(reg.resolve("fault").is_err());
+    assert!(reg.resolve(&rt, "fault", None).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,13 +260,16 @@ async fn two_plugins_claiming_one_kind_is_a_load_error() {
     let manifest = plugin_entry("echo-a", "hello", &["echo"], "")
         + &plugin_entry("echo-b", "hello", &["echo"], "");
     let home = Home::new(&manifest);
-    let (_rt, reg) = setup(&home).await;
+    let (rt, reg) = setup(&home).await;
     let msg = &reg.problems()[0].message;
     assert!(
         msg.contains("echo-b") && msg.contains("already served by plugin `echo-a`"),
         "{msg}"
     );
-    assert_eq!(reg.resolve("echo").unwrap().name(), "echo-a");
+    assert_eq!(
+        reg.resolve(&rt, "echo", None).await.unwrap().name(),
+        "echo-a"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,12 +76,12 @@ fn types(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::new()
+fn client(server: &Server) -> reqwest::Client {
+    server.client()
 }
 
 async fn start_run(server: &Server, body: Value) -> (String, String, SseReader) {
-    let resp = client()
+    let resp = client(server)
         .post(server.url("/v1/runs"))
         .json(&body)
         .send()
@@ -106,13 +106,13 @@ async fn start_run(server: &Server, body: Value) -> (String, String, SseReader) 
 }
 
 async fn get(server: &Server, path: &str) -> (u16, Value) {
-    let resp = client().get(server.url(path)).send().await.unwrap();
+    let resp = client(server).get(server.url(path)).send().await.unwrap();
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
 async fn post(server: &Server, path: &str, body: Value) -> (u16, Value) {
-    let resp = client()
+    let resp = client(server)
         .post(server.url(path))
         .json(&body)
         .send()
@@ -126,7 +126,7 @@ async fn post(server: &Server, path: &str, body: Value) -> (u16, Value) {
 async fn a_question_streams_over_sse_then_lists_and_replays() {
     let home = Home::new("");
     let ws = handbook();
-    let server = Server::start(&home, &[]);
+    let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
     let (run_id, session_id, mut sse) = start_run(
         &server,
         json!({"message": "How do I rotate the signing keys?", "workspace": ws.path()}),
@@ -168,7 +168,7 @@ async fn a_question_streams_over_sse_then_lists_and_replays() {
     assert_eq!(streamed, done["text"].as_str().unwrap());
 
     // Replay: the same envelopes, from the store.
-    let resp = client()
+    let resp = client(&server)
         .get(server.url(&format!("/v1/runs/{run_id}/events")))
         .send()
         .await
@@ -178,7 +178,7 @@ async fn a_question_streams_over_sse_then_lists_and_replays() {
     SseReader::new(resp).rest(&mut replay).await;
     assert_eq!(replay, events);
     // Resuming after an event id sends only what came after it.
-    let resp = client()
+    let resp = client(&server)
         .get(server.url(&format!("/v1/runs/{run_id}/events")))
         .header("Last-Event-ID", "3")
         .send()
@@ -239,7 +239,7 @@ async fn a_question_streams_over_sse_then_lists_and_replays() {
 async fn an_approval_is_answered_over_http() {
     let home = Home::new("");
     let ws = handbook();
-    let server = Server::start(&home, &[]);
+    let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
     let (run_id, _, mut sse) = start_run(
         &server,
         json!({"message": "run `make check`", "workspace": ws.path()}),
@@ -281,6 +281,8 @@ async fn an_approval_is_answered_over_http() {
         .unwrap();
     assert_eq!(decided["decision"], "approved");
     assert_eq!(decided["by"], "user");
+    // Who answered: a request that showed the server's bearer token.
+    assert_eq!(decided["via"], "http-token");
     let step = events
         .iter()
         .find(|e| e["type"] == "terminal.step")
@@ -302,7 +304,7 @@ async fn an_approval_is_answered_over_http() {
     for want in [
         "planned 1 task(s): run `make check`",
         "waiting for approval of `make check` (write)",
-        "approval for `make check` (write): approved by user",
+        "approval for `make check` (write): approved by user via http-token",
         "ran `make check`: exit 0",
     ] {
         assert!(feed.contains(&want), "no {want:?} in {feed:?}");
@@ -327,7 +329,7 @@ async fn an_approval_is_answered_over_http() {
 async fn a_run_is_cancelled_over_http_and_its_session_is_busy_meanwhile() {
     let home = Home::new("");
     let ws = handbook();
-    let server = Server::start(&home, &[]);
+    let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
     let (run_id, session_id, mut sse) = start_run(
         &server,
         json!({"message": "run `sleep 60`", "workspace": ws.path()}),
@@ -372,7 +374,7 @@ async fn a_run_is_cancelled_over_http_and_its_session_is_busy_meanwhile() {
 async fn bad_requests_get_clear_4xx_errors_and_the_server_keeps_serving() {
     let home = Home::new("");
     let server = Server::start(&home, &["--max-body-bytes", "4096"]);
-    let c = client();
+    let c = client(&server);
     let send = |body: &'static str, ct: Option<&'static str>| {
         let mut req = c.post(server.url("/v1/runs")).body(body);
         if let Some(ct) = ct {
@@ -476,30 +478,102 @@ async fn bad_requests_get_clear_4xx_errors_and_the_server_keeps_serving() {
     assert_eq!(health["protocol"], "0.1");
 }
 
+/// Every path the host's code routes: the literal first argument of each `.route(`,
+/// `.nest_service(` and `.route_service(` under host/src. Read from the source so the
+/// list cannot drift from the router; a route written without a literal path fails
+/// here rather than going unchecked.
+fn routed_paths() -> Vec<String> {
+    fn walk(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, files);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut paths = Vec::new();
+    for file in files {
+        let src = std::fs::read_to_string(&file).unwrap();
+        for call in [".route(", ".nest_service(", ".route_service("] {
+            for (at, _) in src.match_indices(call) {
+                let rest = src[at + call.len()..].trim_start();
+                let path = rest
+                    .strip_prefix('"')
+                    .and_then(|r| r.split_once('"'))
+                    .map(|(p, _)| p.to_string())
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{}: `{call}` without a literal path; this test reads the route table from the source",
+                            file.display()
+                        )
+                    });
+                paths.push(path);
+            }
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_openapi_document_describes_every_route_the_server_has() {
+    let routed = routed_paths();
+    assert!(routed.contains(&"/v1/runs".to_string()), "{routed:?}");
+    assert!(routed.contains(&"/mcp".to_string()), "{routed:?}");
     let home = Home::new("");
     let server = Server::start(&home, &[]);
     let (s, doc) = get(&server, "/openapi.json").await;
     assert_eq!(s, 200);
     assert_eq!(doc["openapi"], "3.1.0");
     let paths = doc["paths"].as_object().unwrap();
-    assert!(paths.len() >= 14, "{:?}", paths.keys());
-    for (path, item) in paths {
-        for method in item.as_object().unwrap().keys() {
-            let url = server.url(&path.replace("{id}", "x"));
-            let req = match method.as_str() {
-                "get" => client().get(&url),
-                "post" => client().post(&url).json(&json!({})),
-                other => panic!("unexpected method {other}"),
+    let documented: Vec<String> = paths.keys().cloned().collect();
+    // The same set of paths, both ways.
+    for path in &routed {
+        assert!(
+            documented.contains(path),
+            "{path} is routed but not in openapi.json"
+        );
+    }
+    for path in &documented {
+        assert!(
+            routed.contains(path),
+            "{path} is in openapi.json but the code routes no such path"
+        );
+    }
+    // And per path, the same methods: each one the running server answers (anything
+    // but 405, or its "no route" 404) is documented, and each documented one is
+    // answered.
+    for path in &routed {
+        let url = server.url(&path.replace("{id}", "x").replace("{file}", "x"));
+        for method in ["get", "post", "put", "patch", "delete"] {
+            let req = match method {
+                "get" => client(&server).get(&url),
+                "delete" => client(&server).delete(&url),
+                "post" => client(&server).post(&url).json(&json!({})),
+                "put" => client(&server).put(&url).json(&json!({})),
+                _ => client(&server).patch(&url).json(&json!({})),
             };
             let resp = req.send().await.unwrap();
             let status = resp.status().as_u16();
-            let body = resp.text().await.unwrap();
-            assert_ne!(status, 405, "{method} {path}");
-            assert!(
-                !body.contains("no route"),
-                "{method} {path} is not routed: {body}"
+            let answered = match status {
+                405 => false,
+                404 => !resp.text().await.unwrap().contains("no route"),
+                _ => true,
+            };
+            let in_doc = paths[path.as_str()].get(method).is_some();
+            assert_eq!(
+                answered,
+                in_doc,
+                "{method} {path}: the server answers {status}, openapi.json {} it",
+                if in_doc { "documents" } else { "omits" }
             );
         }
     }
@@ -514,40 +588,116 @@ async fn the_openapi_document_describes_every_route_the_server_has() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_token_guards_the_api_and_non_loopback_binds_need_one() {
     let home = Home::new("");
+    // Beyond loopback, opting out of the token is refused before binding.
     let out = home
         .capstan()
-        .args(["serve", "--host", "0.0.0.0", "--port", "0"])
+        .args(["serve", "--host", "0.0.0.0", "--port", "0", "--no-token"])
         .env_remove("CAPSTAN_TOKEN")
         .output()
         .unwrap();
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--token"), "{err}");
+    assert!(err.contains("without a token"), "{err}");
+    assert!(err.contains("--no-token"), "{err}");
 
     let server = Server::start(&home, &["--token", "s3cret-token"]);
-    let (s, e) = get(&server, "/v1/sessions").await;
-    assert_eq!(s, 401);
+    let bare = reqwest::Client::new();
+    let resp = bare.get(server.url("/v1/sessions")).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let e: Value = resp.json().await.unwrap();
     assert!(e["error"]["message"].as_str().unwrap().contains("Bearer"));
-    let resp = client()
+    let resp = bare
         .get(server.url("/v1/sessions"))
         .bearer_auth("wrong")
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 401);
-    let resp = client()
+    let resp = bare
         .get(server.url("/v1/sessions"))
         .bearer_auth("s3cret-token")
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let (s, _) = post(&server, "/agui", json!({})).await;
-    assert_eq!(s, 401);
+    let resp = bare
+        .post(server.url("/agui"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    for path in ["/v1/health", "/openapi.json", "/v1/workspaces"] {
+        let resp = bare.get(server.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 401, "{path}");
+    }
     // The page itself holds no data and loads without the token.
-    let resp = client().get(server.url("/")).send().await.unwrap();
+    let resp = bare.get(server.url("/")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("set-cookie").is_none());
     assert!(resp.text().await.unwrap().contains("Capstan"));
+    // A token chosen by the user is not printed.
+    assert!(
+        server.chat_url.ends_with("?token=<your token>"),
+        "{}",
+        server.chat_url
+    );
+
+    // --no-token on loopback: served, with a warning; Host and Origin still hold.
+    let open = Server::start(&home, &["--no-token"]);
+    let resp = bare.get(open.url("/v1/sessions")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = bare
+        .get(open.url("/v1/sessions"))
+        .header("Origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_start_up_url_trades_its_token_for_an_http_only_cookie() {
+    let home = Home::new("");
+    let server = Server::start(&home, &[]);
+    let token = server.token.clone().unwrap();
+    assert_eq!(token.len(), 64, "a made token is 256 random bits in hex");
+    assert_eq!(server.chat_url, server.url(&format!("/?token={token}")));
+    let bare = reqwest::Client::new();
+    let resp = bare.get(&server.chat_url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+    let port = server.base.rsplit(':').next().unwrap();
+    assert!(
+        cookie.starts_with(&format!("capstan_token_{port}={token};")),
+        "{cookie}"
+    );
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attr), "{cookie}");
+    }
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    // The cookie alone opens the API (this is what the web chat sends).
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let resp = bare
+        .get(server.url("/v1/sessions"))
+        .header("Cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // A wrong token in the URL gets the page but no cookie.
+    let resp = bare.get(server.url("/?token=guess")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("set-cookie").is_none());
+    // A second server's cookie name differs (cookies ignore ports).
+    let other = Server::start(&home, &[]);
+    let resp = bare
+        .get(other.url("/v1/sessions"))
+        .header("Cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
 }
 
 /// `capstan serve --stdio` as a frontend spawns it.

@@ -23,9 +23,12 @@ use crate::services::approval::{ApprovalBroker, ApproveMode};
 use crate::services::exec::Exec;
 use crate::services::index::Indexes;
 use crate::services::{HostServices, RunContext};
+use crate::workspace_gate::WorkspaceGate;
 
 pub struct App {
     pub dirs: Dirs,
+    /// Which folders may be workspaces (crate::workspace_gate).
+    pub gate: WorkspaceGate,
     pub config: Config,
     pub store: Arc<Store>,
     pub runtime: Arc<Runtime>,
@@ -120,6 +123,10 @@ impl App {
     ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
         let mut config = Config::load(&dirs.user_config_file())?;
+        config.sandbox.check(
+            &[dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+            home_dir().as_deref(),
+        )?;
         if model.is_some() {
             config.model = model;
         }
@@ -138,7 +145,7 @@ impl App {
         }
         let runtime = Arc::new(Runtime::new(
             dirs.component_cache(),
-            vec![dirs.config.clone(), dirs.data.clone()],
+            vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
         )?);
         let indexes = Arc::new(Indexes::new(
             dirs.data.join("indexes"),
@@ -152,6 +159,7 @@ impl App {
         let model = crate::host_model::build(&config)?;
         let events = Arc::new(EventWriter::new(store.clone()));
         Ok(Self {
+            gate: WorkspaceGate::for_dirs(&dirs),
             dirs,
             config,
             store,
@@ -195,13 +203,27 @@ impl App {
         registry
     }
 
-    /// The registry with plugins only, no external MCP servers.
+    /// The registry with plugins only, no external MCP servers. Plugins load
+    /// when first used (see [`Registry`]).
     pub async fn plugin_registry(&self, workspace: Option<&Path>) -> Registry {
-        Registry::load(
-            &self.runtime,
-            &ManifestSources::new(self.dirs.user_config_file(), workspace),
-        )
-        .await
+        Registry::lazy(&ManifestSources::new(
+            self.dirs.user_config_file(),
+            workspace,
+        ))
+    }
+
+    /// The sandbox settings (`[sandbox]`) of commands in a workspace.
+    pub fn sandbox_for(&self, workspace: Option<&Path>) -> crate::config::SandboxSettings {
+        self.config
+            .sandbox
+            .settings_for(workspace, home_dir().as_deref())
+    }
+
+    /// Stops a run in a workspace whose capstan.toml is broken (before anything,
+    /// indexing included, reads the folder), naming the file, the line and the fix.
+    pub fn check_workspace(&self, workspace: &Path) -> Result<()> {
+        crate::config_check::check_workspace(workspace, &self.dirs.user_config_file())
+            .context("this workspace's capstan.toml has problems; runs here stop until it is fixed")
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile
@@ -261,6 +283,13 @@ impl App {
     /// turn. A server learns the run id here, before any event flows, so it
     /// can register the run (and its cancel token) first.
     pub async fn prepare(&self, req: &AskRequest) -> Result<PreparedRun> {
+        // The gate again, whoever resolved the path (a frontend's check and
+        // this one see the same rules), before anything is written.
+        let asked = req
+            .workspace
+            .as_deref()
+            .map(|root| self.gate.check(root))
+            .transpose()?;
         // The session, and the workspace it remembers.
         let session = match &req.session_id {
             Some(id) => self
@@ -272,7 +301,8 @@ impl App {
                 self.store.create_session(&title, None)?
             }
         };
-        let workspace = match &req.workspace {
+        // A session's remembered folder passes the gate too.
+        let workspace = match &asked {
             Some(root) => {
                 let ws = match self.store.get_workspace_by_root(root)? {
                     Some(ws) => ws,
@@ -290,11 +320,17 @@ impl App {
                 Some(ws.root_path)
             }
             None => match &session.workspace_id {
-                Some(id) => self.store.get_workspace_by_id(id)?.map(|w| w.root_path),
+                Some(id) => match self.store.get_workspace_by_id(id)? {
+                    Some(w) => Some(self.gate.check(&w.root_path)?),
+                    None => None,
+                },
                 None => None,
             },
         };
 
+        if let Some(ws) = &workspace {
+            self.check_workspace(ws)?;
+        }
         let registry = Arc::new(self.registry(workspace.as_deref()).await);
         for p in registry.problems() {
             crate::term::warn(&p.message);
@@ -353,7 +389,10 @@ impl App {
             .map(|w| self.policy_for(w))
             .unwrap_or_else(|| self.config.policy.clone());
         let services = HostServices {
-            exec: Some(Arc::new(Exec::new(policy, self.broker.clone()))),
+            exec: Some(Arc::new(
+                Exec::new(policy, self.broker.clone())
+                    .with_sandbox(self.sandbox_for(workspace.as_deref())),
+            )),
             index: Some(self.indexes.clone()),
             approval: Some(self.broker.clone()),
             model: None,
@@ -454,4 +493,9 @@ pub fn roll_summary(previous: &str, question: &str, answer: &str) -> String {
         s = s[start..].to_string();
     }
     s
+}
+
+/// The user's home directory, for `~/` in `[sandbox] read`.
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from)
 }

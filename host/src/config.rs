@@ -4,12 +4,13 @@
 //! field has a default, so no file at all means: the offline model, the
 //! `cautious` profile, no budget.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default)]
 pub struct Config {
     /// `[model]`: which model the host loop uses. Absent: the offline model.
@@ -25,10 +26,163 @@ pub struct Config {
     /// `[agents]`: runtimes for `capstan agent run` (docs/AGENTS.md).
     pub agents: Option<capstan_agents::AgentsConfig>,
     pub index: IndexSection,
+    /// `[sandbox]`: limits and extra read paths of sandboxed commands.
+    pub sandbox: SandboxSection,
+    pub server: ServerSection,
+}
+
+/// `[sandbox]`: what every sandboxed command gets (docs/ARCHITECTURE.md,
+/// security model). Only the user's own capstan.toml is read for it: a
+/// workspace's file could be written by a command, and must not widen its own
+/// sandbox.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSection {
+    /// Memory of one command and everything it starts, in MiB (a memory
+    /// cgroup; `RLIMIT_AS` per process where none can be made). Files in the
+    /// private /tmp and writes not yet copied back count too. 0: no limit.
+    pub memory_mb: u64,
+    /// Size of the command's private /tmp, in MiB.
+    pub tmp_mb: u64,
+    /// Bytes one command may write to the workspace in total, in MiB (every
+    /// file it creates or changes counts whole). 0: no quota, writes go
+    /// straight to the workspace.
+    pub write_quota_mb: u64,
+    /// Extra paths every command may read (and execute), read-only. `~/` is
+    /// the home directory. None may contain Capstan's own directories.
+    pub read: Vec<PathBuf>,
+    /// Per-workspace additions: `[sandbox.workspace."/path/to/ws"] read = [...]`.
+    pub workspace: BTreeMap<PathBuf, WorkspaceSandbox>,
+}
+
+impl Default for SandboxSection {
+    fn default() -> Self {
+        Self {
+            memory_mb: capstan_sandbox::DEFAULT_MEMORY >> 20,
+            tmp_mb: capstan_sandbox::DEFAULT_TMP_SIZE >> 20,
+            write_quota_mb: capstan_sandbox::DEFAULT_WRITE_QUOTA >> 20,
+            read: Vec::new(),
+            workspace: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[sandbox.workspace."<root>"]`: what commands in that workspace get on top
+/// of `[sandbox]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceSandbox {
+    /// Extra read-only paths for this workspace only.
+    pub read: Vec<PathBuf>,
+}
+
+/// The sandbox settings of commands in one workspace, resolved from `[sandbox]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    pub limits: capstan_sandbox::Limits,
+    pub read: Vec<PathBuf>,
+}
+
+impl SandboxSection {
+    /// The settings for commands in `workspace` (canonical root, or `None`),
+    /// with `~/` expanded against `home`.
+    pub fn settings_for(&self, workspace: Option<&Path>, home: Option<&Path>) -> SandboxSettings {
+        let mb = |v: u64| (v > 0).then_some(v << 20);
+        let limits = capstan_sandbox::Limits {
+            max_memory: mb(self.memory_mb),
+            tmp_size: self.tmp_mb.max(1) << 20,
+            workspace_write_quota: mb(self.write_quota_mb),
+            ..capstan_sandbox::Limits::default()
+        };
+        let per_workspace = workspace.into_iter().flat_map(|ws| {
+            self.workspace
+                .iter()
+                .filter(move |(root, _)| {
+                    let root = expand_home(root, home);
+                    root == ws || std::fs::canonicalize(&root).is_ok_and(|r| r == ws)
+                })
+                .flat_map(|(_, w)| w.read.iter())
+        });
+        let read = self
+            .read
+            .iter()
+            .chain(per_workspace)
+            .map(|p| expand_home(p, home))
+            .collect();
+        SandboxSettings { limits, read }
+    }
+
+    /// Refuses read paths that would show a command Capstan's own state
+    /// (`protected`: config, data and cache dirs), or that are not absolute.
+    pub fn check(&self, protected: &[PathBuf], home: Option<&Path>) -> Result<()> {
+        let all = self
+            .read
+            .iter()
+            .chain(self.workspace.values().flat_map(|w| w.read.iter()));
+        for p in all {
+            let path = expand_home(p, home);
+            if !path.is_absolute() {
+                anyhow::bail!(
+                    "[sandbox] read: {} is not an absolute path; write it as /... or ~/...",
+                    p.display()
+                );
+            }
+            let real = std::fs::canonicalize(&path).unwrap_or(path.clone());
+            for dir in protected {
+                let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+                if dir.starts_with(&real) || real.starts_with(&dir) {
+                    anyhow::bail!(
+                        "[sandbox] read: {} would let commands read Capstan's own directory {}; \
+                         list a narrower path",
+                        p.display(),
+                        dir.display()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `~/x` against `home`; anything else unchanged.
+fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
+    match (p.strip_prefix("~"), home) {
+        (Ok(rest), Some(h)) => h.join(rest),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// `[server]`: the doors of `capstan serve` and `capstan mcp --listen`
+/// (docs/ARCHITECTURE.md, security model). Flags add to the lists and
+/// override the caps.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSection {
+    /// Extra names the server answers to in `Host` (`name` or `name:port`),
+    /// besides its bound address and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// Extra origins whose pages may call the server (`https://app.example.com`).
+    pub allowed_origins: Vec<String>,
+    /// Event streams (SSE, AG-UI) open at once, over all runs.
+    pub max_streams: usize,
+    /// Event streams open at once on one run.
+    pub max_streams_per_run: usize,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        let limits = crate::server::runs::StreamLimits::default();
+        Self {
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_streams: limits.total,
+            max_streams_per_run: limits.per_run,
+        }
+    }
 }
 
 /// `[index]`: how workspace search indexes are built.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct IndexSection {
     /// `"english"` (default: stop words dropped, words stemmed, best for prose
@@ -46,7 +200,7 @@ impl IndexSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunSection {
     pub max_retrievals: u32,
@@ -70,7 +224,7 @@ impl Default for RunSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalSection {
     /// Seconds an approval waits for an answer before it expires (denied).
@@ -84,10 +238,21 @@ impl Default for ApprovalSection {
 }
 
 impl Config {
+    /// Reads and checks the user's capstan.toml (see [`crate::config_check`]): any
+    /// problem, an unknown key included, is an error naming the line and the fix.
     pub fn load(path: &Path) -> Result<Self> {
         match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text)
-                .with_context(|| format!("{} is not a valid Capstan config", path.display())),
+            Ok(text) => {
+                let errors =
+                    crate::config_check::check_text(&text, path, crate::config_check::Scope::User);
+                if !errors.is_empty() {
+                    return Err(crate::config_check::ConfigErrors(errors)).context(
+                        "your capstan.toml has problems (`capstan config check` lists them)",
+                    );
+                }
+                toml::from_str(&text)
+                    .with_context(|| format!("{} is not a valid Capstan config", path.display()))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
         }

@@ -1,8 +1,18 @@
 //! Dispatch one task through the registry to its plugin, with the task events
 //! around it. The orchestrator calls this for every plan task; `capstan invoke`
 //! calls it directly.
+//!
+//! The host, not the plugin, decides whether a task whose commands failed
+//! succeeded: every command a task runs goes through the host's exec service,
+//! which reports it as a `terminal.step`; a task with a command that exited
+//! non-zero, was killed or timed out fails, whatever the plugin answered,
+//! unless the task's input says `"continue_on_error": true`.
 
-use crate::protocol::{Event, FailureReason, TaskFailure, TaskOutcome, TaskRequest};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use crate::protocol::{Event, EventSink, FailureReason, TaskFailure, TaskOutcome, TaskRequest};
 use crate::registry::Registry;
 use crate::runtime::Risk;
 use crate::runtime::Runtime;
@@ -15,6 +25,27 @@ pub async fn run_task(
     task: &TaskRequest,
     run: &RunContext,
 ) -> TaskOutcome {
+    run_task_with_steps(runtime, registry, task, run).await.0
+}
+
+/// [`run_task`], also returning the commands the task ran as the host saw them
+/// (`command`, `exit_code`, `signal`, `timed_out`, `stdout`: the output tail), so
+/// a failed task's report can still show what its commands printed.
+pub async fn run_task_with_steps(
+    runtime: &Runtime,
+    registry: &Registry,
+    task: &TaskRequest,
+    run: &RunContext,
+) -> (TaskOutcome, Vec<Value>) {
+    let log = Arc::new(StepLog {
+        inner: run.events.clone(),
+        task_id: task.id.clone(),
+        steps: Mutex::new(Vec::new()),
+    });
+    let run = &RunContext {
+        events: log.clone(),
+        ..run.clone()
+    };
     let events = &run.events;
     events.emit(Event::TaskStarted {
         task_id: task.id.clone(),
@@ -34,7 +65,11 @@ pub async fn run_task(
             Err(failure) => Err(failure),
         }
     } else {
-        match registry.resolve(&task.kind) {
+        // The plugin compiles here on its first use (with a "preparing" line in the feed).
+        match registry
+            .resolve(runtime, &task.kind, Some(run.events.as_ref()))
+            .await
+        {
             Ok(plugin) => {
                 let risk = plugin
                     .operation(&task.operation)
@@ -45,13 +80,15 @@ pub async fn run_task(
                     task.operation
                 );
                 match approve_risk(plugin.name(), risk, why, task, run).await {
-                    Ok(()) => runtime.invoke(plugin, task, run).await,
+                    Ok(()) => runtime.invoke(&plugin, task, run).await,
                     Err(failure) => Err(failure),
                 }
             }
             Err(failure) => Err(failure),
         }
     };
+    let steps = log.take();
+    let outcome = enforce_exit_status(task, &steps, outcome);
     match &outcome {
         Ok(success) => events.emit(Event::TaskCompleted {
             task_id: task.id.clone(),
@@ -75,7 +112,98 @@ pub async fn run_task(
             })
         }
     }
-    outcome
+    (outcome, steps.into_iter().map(|s| s.data).collect())
+}
+
+/// One command of the task, from its `terminal.step` event.
+struct CommandStep {
+    /// `None` when the command succeeded; else why it did not, and the reason.
+    failure: Option<(FailureReason, String)>,
+    data: Value,
+}
+
+/// Forwards every event and keeps this task's `terminal.step`s.
+struct StepLog {
+    inner: Arc<dyn EventSink>,
+    task_id: String,
+    steps: Mutex<Vec<CommandStep>>,
+}
+
+impl StepLog {
+    fn take(&self) -> Vec<CommandStep> {
+        std::mem::take(&mut *self.steps.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl EventSink for StepLog {
+    fn emit(&self, event: Event) {
+        if let Event::TerminalStep {
+            task_id,
+            command,
+            exit_code,
+            signal,
+            timed_out,
+            output_tail,
+            ..
+        } = &event
+            && *task_id == self.task_id
+        {
+            let failure = match (exit_code, signal, timed_out) {
+                (_, _, true) => Some((FailureReason::Timeout, format!("`{command}` timed out"))),
+                (Some(0), _, _) => None,
+                (Some(code), _, _) => Some((
+                    FailureReason::Failed,
+                    format!("`{command}` exited {code}{}", last_line(output_tail)),
+                )),
+                (None, Some(sig), _) => Some((
+                    FailureReason::Failed,
+                    format!("`{command}` was killed by signal {sig}"),
+                )),
+                (None, None, _) => Some((
+                    FailureReason::Failed,
+                    format!("`{command}` ended without an exit status"),
+                )),
+            };
+            let data = json!({
+                "command": command, "exit_code": exit_code, "signal": signal,
+                "timed_out": timed_out, "stdout": output_tail,
+            });
+            self.steps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(CommandStep { failure, data });
+        }
+        self.inner.emit(event);
+    }
+}
+
+/// `: <the output's last line>`, the usual place of a command's error message.
+fn last_line(output: &str) -> String {
+    match output.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+        Some(line) => format!(": {}", line.chars().take(200).collect::<String>()),
+        None => String::new(),
+    }
+}
+
+/// A command that failed fails its task (seed 001: a failed task sends the run
+/// to its answer) unless the task asked to go on. A plugin's own failure stays
+/// as it is, except that a timed-out command makes it a `timeout`.
+fn enforce_exit_status(
+    task: &TaskRequest,
+    steps: &[CommandStep],
+    outcome: TaskOutcome,
+) -> TaskOutcome {
+    if task.input.get("continue_on_error") == Some(&Value::Bool(true)) {
+        return outcome;
+    }
+    let Some((reason, message)) = steps.iter().find_map(|s| s.failure.clone()) else {
+        return outcome;
+    };
+    match outcome {
+        Ok(_) => Err(TaskFailure::new(reason, message)),
+        Err(f) if f.reason == FailureReason::Failed => Err(TaskFailure::new(reason, f.message)),
+        Err(f) => Err(f),
+    }
 }
 
 /// An operation that declares more than `read-only` risk (a document write,
@@ -107,6 +235,7 @@ async fn approve_risk(
         task_id: task.id.clone(),
         plugin: owner.to_string(),
         run: run.clone(),
+        resource_limit: Default::default(),
     };
     let risk = match op_risk {
         Risk::ReadOnly => types::Risk::ReadOnly,

@@ -11,11 +11,13 @@
 //! - [`protocol`]: the event and task types every layer speaks;
 //! - [`dirs`]: where Capstan keeps config, data and cache;
 //! - [`term`]: the one door to the terminal (untrusted text made inert).
+//! - [`workspace_gate`]: which folders may be a workspace, for every entry point.
 
 pub mod app;
 pub mod bundled;
 pub mod cli;
 pub mod config;
+pub mod config_check;
 pub mod dirs;
 pub mod dispatch;
 pub mod host_model;
@@ -28,3 +30,4 @@ pub mod runtime;
 pub mod server;
 pub mod services;
 pub mod term;
+pub mod workspace_gate;

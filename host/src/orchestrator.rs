@@ -19,7 +19,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::json;
 
-use crate::dispatch::run_task;
+use crate::dispatch::{run_task, run_task_with_steps};
 use crate::host_model::{
     CapabilitySummary, FinalInput, HostContext, HostModel, ModelFailure, OperationSummary, Passage,
     Step, TaskReport, Turn,
@@ -136,13 +136,23 @@ struct Meter {
 }
 
 impl Host {
-    fn capabilities(&self) -> Vec<CapabilitySummary> {
+    /// What the model may plan with. A model that reads operation schemas gets every
+    /// plugin loaded first (compiling what is not cached, with "preparing" lines); one
+    /// that plans by kind alone (the offline model) gets the manifests' kinds, and
+    /// plugins compile only when a task runs on them.
+    async fn capabilities(&self, run: &RunContext) -> Vec<CapabilitySummary> {
+        if self.model.reads_operation_schemas() {
+            self.registry
+                .load_all(&self.runtime, Some(run.events.as_ref()))
+                .await;
+        }
         let mut out = Vec::new();
-        for plugin in self.registry.plugins() {
-            for kind in &plugin.spec.entry.kinds {
-                out.push(CapabilitySummary {
-                    kind: kind.clone(),
-                    operations: plugin
+        for spec in self.registry.specs() {
+            let operations: Vec<OperationSummary> = self
+                .registry
+                .loaded(&spec.entry.name)
+                .map(|plugin| {
+                    plugin
                         .operations
                         .iter()
                         .map(|o| OperationSummary {
@@ -150,8 +160,16 @@ impl Host {
                             description: o.description.clone(),
                             input_schema: o.input_schema.clone(),
                         })
-                        .collect(),
-                });
+                        .collect()
+                })
+                .unwrap_or_default();
+            for kind in &spec.entry.kinds {
+                if self.registry.check(kind).is_ok() {
+                    out.push(CapabilitySummary {
+                        kind: kind.clone(),
+                        operations: operations.clone(),
+                    });
+                }
             }
         }
         for tool in self.registry.mcp_tools() {
@@ -182,7 +200,7 @@ impl Host {
             history: req.history,
             summary: req.summary,
             workspace: run.workspace.as_ref().map(|w| w.display().to_string()),
-            capabilities: self.capabilities(),
+            capabilities: self.capabilities(run).await,
             ..Default::default()
         };
         let meter = Mutex::new(Meter {
@@ -562,9 +580,9 @@ impl Host {
             let needing: Vec<String> = valid
                 .iter()
                 .filter(|t| {
-                    self.registry.resolve(&t.kind).is_ok_and(|p| {
-                        p.spec.entry.permissions.workspace != WorkspaceAccess::None
-                            || p.spec.entry.permissions.host.contains(&HostService::Exec)
+                    self.registry.spec(&t.kind).is_some_and(|spec| {
+                        spec.entry.permissions.workspace != WorkspaceAccess::None
+                            || spec.entry.permissions.host.contains(&HostService::Exec)
                     })
                 })
                 .map(|t| t.id.clone())
@@ -670,11 +688,13 @@ impl Host {
                 };
                 let task_run = &task_run;
                 running.push(async move {
-                    let outcome = run_task(&self.runtime, &self.registry, &request, task_run).await;
-                    (t, outcome)
+                    let (outcome, steps) =
+                        run_task_with_steps(&self.runtime, &self.registry, &request, task_run)
+                            .await;
+                    (t, outcome, steps)
                 });
             }
-            let Some((task, outcome)) = running.next().await else {
+            let Some((task, outcome, steps)) = running.next().await else {
                 break;
             };
             match outcome {
@@ -696,12 +716,19 @@ impl Host {
                         task_id: task.id.clone(),
                         status: TaskStatus::Failed,
                     });
+                    // What the task's commands printed stays in the report: the
+                    // answer says why they failed.
+                    let data = if steps.is_empty() {
+                        json!(null)
+                    } else {
+                        json!({ "steps": steps })
+                    };
                     reports.push(report(
                         &task,
                         "failed",
                         Some(f.reason),
                         f.message.clone(),
-                        json!(null),
+                        data,
                     ));
                     // Tasks share a child token; before any failure only an
                     // aborted approval cancels it, and an abort ends the run

@@ -220,6 +220,10 @@ pub enum Event {
         decision: String,
         /// `user`, `policy` or `flag`.
         by: String,
+        /// For a person's answer, the door it came through: `terminal`,
+        /// `stdio`, `http-token`, `http-cookie`, `http-no-token`, `mcp-client`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<String>,
     },
     /// One command of `terminal_exec`, reported by the host that ran it.
     #[serde(rename = "terminal.step")]

@@ -1,4 +1,4 @@
-//! The capability registry: task kind -> loaded plugin.
+//! The capability registry: task kind -> plugin.
 //!
 //! Manifests are read in order (bundled, then the user's `capstan.toml`); a
 //! later entry with the same plugin name replaces an earlier one. A
@@ -7,17 +7,24 @@
 //! plugin, a replacement with more host services or longer limits) would widen
 //! what the user granted. Such entries are refused whole, each file with one
 //! [`Problem`] saying where to move them.
-//! Each entry loads on its own: a bad one becomes a [`Problem`] and the rest load.
-//! Two plugins claiming one kind is a load error for the later one, and no plugin
-//! may claim a retired writing-workflow kind.
+//! Kinds are routed by what the manifest declares: two entries claiming one kind is
+//! a problem for the later one, and no entry may claim a retired writing-workflow kind.
+//!
+//! Plugins load lazily: a component is compiled (or taken from the compiled cache)
+//! the first time a task needs it, so a question on a fresh home compiles the
+//! retrieval plugin and nothing else. [`Registry::load`] and [`Registry::load_all`]
+//! load everything (listing, checking, serving as MCP tools, planning with a model
+//! that reads operation schemas). Each plugin loads on its own: a bad one becomes a
+//! [`Problem`] and its tasks fail as `invalid-plugin`; the rest load.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::manifest::{self, PluginSpec};
 use crate::mcp::client::McpTool;
-use crate::protocol::{FailureReason, TaskFailure};
+use crate::protocol::{Event, EventSink, FailureReason, TaskFailure};
 use crate::runtime::{LoadedPlugin, Runtime};
 
 /// Kinds of the retired writing workflow (seed 002). Tasks of these kinds fail
@@ -85,20 +92,43 @@ pub struct Problem {
     pub message: String,
 }
 
+/// One admitted manifest entry and, once loaded, its plugin (or why it failed).
+struct Entry {
+    spec: PluginSpec,
+    loaded: tokio::sync::OnceCell<Result<Arc<LoadedPlugin>, String>>,
+}
+
 #[derive(Default)]
 pub struct Registry {
-    plugins: Vec<Arc<LoadedPlugin>>,
-    by_kind: BTreeMap<String, Arc<LoadedPlugin>>,
-    /// Kinds whose plugin failed to load, with the reason: their tasks fail as
-    /// `invalid-plugin`, not as an unknown kind.
-    broken: BTreeMap<String, String>,
-    problems: Vec<Problem>,
+    entries: Vec<Arc<Entry>>,
+    by_kind: BTreeMap<String, Arc<Entry>>,
+    problems: Mutex<Vec<Problem>>,
     /// Tools of external MCP servers, by kind (`mcp:<server>/<tool>`).
     mcp: BTreeMap<String, Arc<McpTool>>,
 }
 
+/// Where the "preparing capabilities" lines go while components compile.
+pub type Progress<'a> = Option<&'a dyn EventSink>;
+
+fn activity(kind: &str, message: String) -> Event {
+    Event::Activity {
+        task_id: None,
+        kind: kind.into(),
+        message,
+        data: serde_json::Value::Null,
+    }
+}
+
 impl Registry {
+    /// Reads the manifests and loads every plugin now.
     pub async fn load(runtime: &Runtime, sources: &ManifestSources) -> Self {
+        let registry = Self::lazy(sources);
+        registry.load_all(runtime, None).await;
+        registry
+    }
+
+    /// Reads the manifests; plugins load when first needed.
+    pub fn lazy(sources: &ManifestSources) -> Self {
         let mut problems = Vec::new();
         let mut specs: Vec<PluginSpec> = Vec::new();
         let mut add = |found: Vec<PluginSpec>,
@@ -125,66 +155,131 @@ impl Registry {
         if let Some(file) = &sources.workspace {
             problems.extend(refuse_workspace_plugins(file, &sources.files));
         }
-
-        let mut registry = Registry {
-            problems,
-            ..Default::default()
-        };
+        let mut registry = Registry::default();
         for spec in specs {
-            let name = spec.entry.name.clone();
-            let kinds = spec.entry.kinds.clone();
-            match runtime.load_spec(spec).await {
-                Ok(plugin) => registry.admit(plugin),
-                Err(e) => {
-                    for kind in kinds {
-                        registry.broken.insert(kind, e.to_string());
-                    }
-                    registry.problems.push(Problem {
-                        plugin: Some(name),
-                        message: e.to_string(),
-                    });
-                }
+            if let Err(p) = registry.admit(spec) {
+                problems.push(p);
             }
         }
+        registry.problems = Mutex::new(problems);
         registry
     }
 
-    fn admit(&mut self, plugin: LoadedPlugin) {
+    fn admit(&mut self, spec: PluginSpec) -> Result<(), Problem> {
+        let name = spec.entry.name.clone();
         let refuse = |message: String| Problem {
-            plugin: Some(plugin.name().to_string()),
+            plugin: Some(name.clone()),
             message,
         };
-        for kind in &plugin.spec.entry.kinds {
+        for kind in &spec.entry.kinds {
             if is_legacy_kind(kind) {
-                let p = refuse(format!(
-                    "plugin `{}` claims `{kind}`, a retired writing-workflow kind; rename the kind",
-                    plugin.name()
-                ));
-                self.problems.push(p);
-                return;
+                return Err(refuse(format!(
+                    "plugin `{name}` claims `{kind}`, a retired writing-workflow kind; rename the kind"
+                )));
             }
             if let Some(other) = self.by_kind.get(kind) {
-                let p = refuse(format!(
-                    "plugin `{}` ({}) claims kind `{kind}`, already served by plugin `{}` ({}); \
+                return Err(refuse(format!(
+                    "plugin `{name}` ({}) claims kind `{kind}`, already served by plugin `{}` ({}); \
                      remove the kind from one of them or give the replacement the same name",
-                    plugin.name(),
-                    plugin.spec.origin,
-                    other.name(),
-                    other.spec.origin
-                ));
-                self.problems.push(p);
-                return;
+                    spec.origin, other.spec.entry.name, other.spec.origin
+                )));
             }
         }
-        let plugin = Arc::new(plugin);
-        for kind in &plugin.spec.entry.kinds {
-            self.by_kind.insert(kind.clone(), plugin.clone());
+        let entry = Arc::new(Entry {
+            spec,
+            loaded: tokio::sync::OnceCell::new(),
+        });
+        for kind in &entry.spec.entry.kinds {
+            self.by_kind.insert(kind.clone(), entry.clone());
         }
-        self.plugins.push(plugin);
+        self.entries.push(entry);
+        Ok(())
     }
 
-    /// The plugin serving `kind`, or the failure the task gets.
-    pub fn resolve(&self, kind: &str) -> Result<&Arc<LoadedPlugin>, TaskFailure> {
+    /// The entry's plugin, loading it on first use (and saying so on `progress` when
+    /// that means compiling).
+    async fn ensure(
+        &self,
+        runtime: &Runtime,
+        entry: &Entry,
+        progress: Progress<'_>,
+        step: (usize, usize),
+    ) -> Result<Arc<LoadedPlugin>, String> {
+        entry
+            .loaded
+            .get_or_init(|| async {
+                let name = entry.spec.entry.name.clone();
+                let compiling = progress.filter(|_| runtime.needs_compile(&entry.spec));
+                if let Some(sink) = compiling {
+                    let (i, n) = step;
+                    sink.emit(activity(
+                        "capabilities.preparing",
+                        format!("preparing capabilities (first run): compiling {name} ({i}/{n})"),
+                    ));
+                }
+                let started = Instant::now();
+                let result = runtime.load_spec(entry.spec.clone()).await;
+                match result {
+                    Ok(plugin) => {
+                        if let Some(sink) = compiling {
+                            sink.emit(activity(
+                                "capabilities.ready",
+                                format!(
+                                    "{name} ready in {:.1} s (cached for later runs)",
+                                    started.elapsed().as_secs_f64()
+                                ),
+                            ));
+                        }
+                        Ok(Arc::new(plugin))
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        self.problems
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(Problem {
+                                plugin: Some(name),
+                                message: message.clone(),
+                            });
+                        Err(message)
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// Loads every plugin not loaded yet. Failures become [`Problem`]s.
+    pub async fn load_all(&self, runtime: &Runtime, progress: Progress<'_>) {
+        let pending: Vec<(&Arc<Entry>, bool)> = self
+            .entries
+            .iter()
+            .filter(|e| e.loaded.get().is_none())
+            .map(|e| (e, runtime.needs_compile(&e.spec)))
+            .collect();
+        let n = pending.iter().filter(|(_, compile)| *compile).count();
+        let mut i = 0;
+        for (entry, compile) in pending {
+            i += usize::from(compile);
+            let _ = self.ensure(runtime, entry, progress, (i.max(1), n)).await;
+        }
+    }
+
+    /// The plugin serving `kind` (loaded now if it was not yet), or the failure the
+    /// task gets.
+    pub async fn resolve(
+        &self,
+        runtime: &Runtime,
+        kind: &str,
+        progress: Progress<'_>,
+    ) -> Result<Arc<LoadedPlugin>, TaskFailure> {
+        let entry = self.entry(kind)?;
+        self.ensure(runtime, entry, progress, (1, 1))
+            .await
+            .map_err(|why| TaskFailure::new(FailureReason::InvalidPlugin, why))
+    }
+
+    fn entry(&self, kind: &str) -> Result<&Arc<Entry>, TaskFailure> {
         if is_legacy_kind(kind) {
             return Err(TaskFailure::new(
                 FailureReason::UnsupportedLegacyCapability,
@@ -193,10 +288,7 @@ impl Registry {
                 ),
             ));
         }
-        if let (None, Some(why)) = (self.by_kind.get(kind), self.broken.get(kind)) {
-            return Err(TaskFailure::new(FailureReason::InvalidPlugin, why.clone()));
-        }
-        self.by_kind.get(kind).ok_or_else(|| {
+        let entry = self.by_kind.get(kind).ok_or_else(|| {
             TaskFailure::new(
                 FailureReason::UnsupportedCapability,
                 format!(
@@ -204,21 +296,34 @@ impl Registry {
                     self.kinds().collect::<Vec<_>>().join(", ")
                 ),
             )
-        })
+        })?;
+        if let Some(Err(why)) = entry.loaded.get() {
+            return Err(TaskFailure::new(FailureReason::InvalidPlugin, why.clone()));
+        }
+        Ok(entry)
+    }
+
+    /// The manifest entry serving `kind` (without loading it): its permissions.
+    pub fn spec(&self, kind: &str) -> Option<&PluginSpec> {
+        self.by_kind.get(kind).map(|e| &e.spec)
     }
 
     /// Whether a task of `kind` can run here (a plugin or an MCP tool), or the
-    /// failure it gets.
+    /// failure it gets. A plugin that has not loaded yet counts as available: if it
+    /// then fails to load, its task fails as `invalid-plugin`.
     pub fn check(&self, kind: &str) -> Result<(), TaskFailure> {
         if self.mcp.contains_key(kind) {
             return Ok(());
         }
-        self.resolve(kind).map(|_| ())
+        self.entry(kind).map(|_| ())
     }
 
     /// Add the tools of external MCP servers, and why any server is missing.
     pub fn add_mcp(&mut self, tools: Vec<Arc<McpTool>>, problems: Vec<Problem>) {
-        self.problems.extend(problems);
+        self.problems
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(problems);
         for tool in tools {
             self.mcp.insert(tool.kind().to_string(), tool);
         }
@@ -233,19 +338,45 @@ impl Registry {
         self.mcp.values()
     }
 
-    pub fn plugins(&self) -> &[Arc<LoadedPlugin>] {
-        &self.plugins
+    /// The plugins loaded so far, in manifest order (all of them after
+    /// [`Registry::load_all`], except those that failed).
+    pub fn plugins(&self) -> Vec<Arc<LoadedPlugin>> {
+        self.entries
+            .iter()
+            .filter_map(|e| e.loaded.get().and_then(|r| r.as_ref().ok()).cloned())
+            .collect()
+    }
+
+    /// Every admitted manifest entry, loaded or not.
+    pub fn specs(&self) -> impl Iterator<Item = &PluginSpec> {
+        self.entries.iter().map(|e| &e.spec)
+    }
+
+    /// The loaded plugin of a manifest entry, if it has loaded.
+    pub fn loaded(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        self.entries
+            .iter()
+            .find(|e| e.spec.entry.name == name)
+            .and_then(|e| e.loaded.get())
+            .and_then(|r| r.as_ref().ok())
+            .cloned()
     }
 
     pub fn kinds(&self) -> impl Iterator<Item = &str> {
         self.by_kind
             .keys()
+            .filter(|k| !matches!(self.by_kind[*k].loaded.get(), Some(Err(_))))
             .chain(self.mcp.keys())
             .map(String::as_str)
     }
 
-    pub fn problems(&self) -> &[Problem] {
-        &self.problems
+    /// Manifest problems, plugins that failed to load so far and MCP servers that
+    /// could not be reached.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.problems
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

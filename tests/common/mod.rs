@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use capstan::protocol::{Event, EventSink};
 
+pub mod procs;
 pub mod server;
 
 /// A built component from plugins/ (test plugins included).

@@ -1,9 +1,13 @@
 //! `capstan serve` as a child process on 127.0.0.1, for the HTTP, AG-UI and
 //! web chat tests; and a workspace copied from examples/handbook.
 
+// Test harness output: the children's stderr passed through for debugging.
+#![allow(clippy::disallowed_macros)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::time::Duration;
 
 use super::Home;
 
@@ -11,18 +15,25 @@ pub struct Server {
     pub child: Child,
     /// `http://127.0.0.1:PORT`
     pub base: String,
+    /// The token every API request needs (`None` with `--no-token`): the
+    /// one passed with `--token`, else the one the server made and printed.
+    pub token: Option<String>,
+    /// The web chat URL printed at start-up (`http://.../?token=...`).
+    pub chat_url: String,
 }
 
 impl Server {
     /// Start `capstan serve --port 0` with extra arguments; waits for the
-    /// address line it prints on stdout.
+    /// address line on stdout and the web chat URL (with its token) on stderr.
+    /// Its stderr is passed through to the test's.
     pub fn start(home: &Home, args: &[&str]) -> Server {
         let mut child = home
             .capstan()
             .args(["serve", "--port", "0"])
             .args(args)
+            .env_remove("CAPSTAN_TOKEN")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -34,11 +45,59 @@ impl Server {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("capstan serve printed {line:?}"))
             .to_string();
-        Server { child, base }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                if let Some(url) = line.strip_prefix("capstan serve: web chat at ") {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let chat_url = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("capstan serve printed no web chat URL on stderr");
+        let given = args
+            .iter()
+            .position(|a| *a == "--token")
+            .map(|i| args[i + 1].to_string());
+        let token = if args.contains(&"--no-token") {
+            None
+        } else {
+            Some(given.unwrap_or_else(|| {
+                chat_url
+                    .split_once("?token=")
+                    .map(|(_, t)| t.to_string())
+                    .unwrap_or_else(|| panic!("no token in the start-up URL {chat_url}"))
+            }))
+        };
+        Server {
+            child,
+            base,
+            token,
+            chat_url,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// An HTTP client that sends the server's token on every request.
+    pub fn client(&self) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(t) = &self.token {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {t}").parse().unwrap(),
+            );
+        }
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap()
     }
 }
 

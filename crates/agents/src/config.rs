@@ -15,6 +15,8 @@ pub struct AgentsConfig {
     /// Prompt size limit in (estimated) tokens; larger prompts are cut to fit, keeping
     /// the role and the task whole (see [`crate::context`]).
     pub context_tokens: u64,
+    /// How a prompt over `context_tokens` is made to fit.
+    pub context: ContextMode,
     /// Output tokens assumed for a step that has not run yet, to warn before a budget
     /// would be exceeded.
     pub expected_output_tokens: u64,
@@ -29,12 +31,26 @@ impl Default for AgentsConfig {
         Self {
             max_parallel: 4,
             context_tokens: 150_000,
+            context: ContextMode::Truncate,
             expected_output_tokens: 2_000,
             skills_dir: PathBuf::from(".capstan/skills"),
             claude: ClaudeConfig::default(),
             opencode: OpenCodeConfig::default(),
         }
     }
+}
+
+/// How a prompt over the context limit is made to fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextMode {
+    /// Cut the sections (head and tail kept): free, and nothing is spent behind the
+    /// user's back. The default.
+    Truncate,
+    /// Have the configured `[model]` summarise the sections that do not fit: a step of
+    /// its own, counted in the budget. Falls back to cutting what is still too long.
+    #[serde(alias = "summarize")]
+    Summarise,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,7 +107,7 @@ pub struct OpenCodeConfig {
     /// Seconds without an event from the server before the step is abandoned.
     pub idle_timeout_secs: u64,
     /// When the server cannot be reached, run `opencode` tasks on Claude Code instead
-    /// (with a `runtime_fallback` event).
+    /// (with a `runtime.fallback` event).
     pub fallback_to_claude: bool,
 }
 

@@ -168,6 +168,38 @@ pub fn load_files(workspace: &Path, task: &TaskSpec) -> Result<Vec<FileItem>, Ag
     Ok(out)
 }
 
+/// A section of a prompt, by its place in the lists given to [`render`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    File(usize),
+    Skill(usize),
+    Context(usize),
+}
+
+/// A section that must shrink for the prompt to fit, and how much of it may stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overflow {
+    pub section: Section,
+    /// How events name it: `file big.log`, `skill rust`, `context <label>`.
+    pub label: String,
+    /// Characters of the section that fit.
+    pub keep_chars: usize,
+}
+
+/// The text of `section`, to shorten in place.
+pub fn section_text<'a>(
+    skills: &'a mut [Skill],
+    context: &'a mut [ContextItem],
+    files: &'a mut [FileItem],
+    section: Section,
+) -> &'a mut String {
+    match section {
+        Section::File(i) => &mut files[i].content,
+        Section::Skill(i) => &mut skills[i].body,
+        Section::Context(i) => &mut context[i].text,
+    }
+}
+
 /// Render a prompt and fit it into `limit_tokens`: the role and the task stay whole;
 /// files are cut first, then skills, then context (the prerequisites' and the
 /// architect's output, the most relevant part), each keeping its head and tail.
@@ -175,39 +207,55 @@ pub fn render(
     role: &str,
     role_template: &str,
     task: &TaskSpec,
-    skills: Vec<Skill>,
-    context: Vec<ContextItem>,
-    files: Vec<FileItem>,
+    mut skills: Vec<Skill>,
+    mut context: Vec<ContextItem>,
+    mut files: Vec<FileItem>,
     limit_tokens: u64,
 ) -> Result<Prompt, AgentError> {
-    let env = minijinja::Environment::new();
-    let tpl_err = |e: minijinja::Error| AgentError::Template {
-        role: role.to_string(),
-        message: format!("{e:#}"),
-    };
-    let render_with = |skills: &[Skill], context: &[ContextItem], files: &[FileItem]| {
-        let vars = minijinja::context! {
-            role => role,
-            task => minijinja::context! {
-                id => &task.id,
-                description => &task.description,
-                depends_on => &task.depends_on,
-            },
-            skills => skills,
-            context => context,
-            files => files,
-        };
-        let role_prompt = env.render_str(role_template, &vars).map_err(tpl_err)?;
-        let vars = minijinja::context! { role_prompt => role_prompt, ..vars };
-        env.render_str(LAYOUT, vars).map_err(tpl_err)
-    };
-    let full = render_with(&skills, &context, &files)?;
-    let original = estimate_tokens(&full);
-    if original <= limit_tokens {
+    let full = render_parts(role, role_template, task, &skills, &context, &files)?;
+    let Some((original, over)) = overflow_of(&full, &skills, &context, &files, limit_tokens) else {
         return Ok(Prompt {
             text: full,
             truncated: None,
         });
+    };
+    let mut cut = Vec::new();
+    for o in over {
+        let text = section_text(&mut skills, &mut context, &mut files, o.section);
+        *text = cut_middle(text, o.keep_chars);
+        cut.push(o.label);
+    }
+    Ok(Prompt {
+        text: render_parts(role, role_template, task, &skills, &context, &files)?,
+        truncated: Some((original, cut)),
+    })
+}
+
+/// `None` when the prompt fits `limit_tokens`; else its estimated tokens and the
+/// sections that must shrink, in the order [`render`] cuts them.
+pub fn overflow(
+    role: &str,
+    role_template: &str,
+    task: &TaskSpec,
+    skills: &[Skill],
+    context: &[ContextItem],
+    files: &[FileItem],
+    limit_tokens: u64,
+) -> Result<Option<(u64, Vec<Overflow>)>, AgentError> {
+    let full = render_parts(role, role_template, task, skills, context, files)?;
+    Ok(overflow_of(&full, skills, context, files, limit_tokens))
+}
+
+fn overflow_of(
+    full: &str,
+    skills: &[Skill],
+    context: &[ContextItem],
+    files: &[FileItem],
+    limit_tokens: u64,
+) -> Option<(u64, Vec<Overflow>)> {
+    let original = estimate_tokens(full);
+    if original <= limit_tokens {
+        return None;
     }
     // Characters to remove, at the estimator's 4 chars per token, plus room for the
     // cut markers.
@@ -216,33 +264,68 @@ pub fn render(
         .count()
         .saturating_sub(limit_tokens as usize * 4)
         + 256;
-    let mut files = files;
-    let mut skills = skills;
-    let mut context = context;
-    let mut cut = Vec::new();
-    let mut shrink = |text: &mut String, label: String, excess: &mut usize| {
-        if *excess == 0 {
-            return;
+    let sections = files
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, f)| (Section::File(i), format!("file {}", f.path), &f.content))
+        .chain(
+            skills
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(i, s)| (Section::Skill(i), format!("skill {}", s.name), &s.body)),
+        )
+        .chain(
+            context
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (Section::Context(i), format!("context {}", c.label), &c.text)),
+        );
+    let mut out = Vec::new();
+    for (section, label, text) in sections {
+        if excess == 0 {
+            break;
         }
         let len = text.chars().count();
-        let keep = len.saturating_sub(*excess);
-        *excess = excess.saturating_sub(len - keep);
-        *text = cut_middle(text, keep);
-        cut.push(label);
+        let keep = len.saturating_sub(excess);
+        excess = excess.saturating_sub(len - keep);
+        out.push(Overflow {
+            section,
+            label,
+            keep_chars: keep,
+        });
+    }
+    Some((original, out))
+}
+
+fn render_parts(
+    role: &str,
+    role_template: &str,
+    task: &TaskSpec,
+    skills: &[Skill],
+    context: &[ContextItem],
+    files: &[FileItem],
+) -> Result<String, AgentError> {
+    let env = minijinja::Environment::new();
+    let tpl_err = |e: minijinja::Error| AgentError::Template {
+        role: role.to_string(),
+        message: format!("{e:#}"),
     };
-    for f in files.iter_mut().rev() {
-        shrink(&mut f.content, format!("file {}", f.path), &mut excess);
-    }
-    for s in skills.iter_mut().rev() {
-        shrink(&mut s.body, format!("skill {}", s.name), &mut excess);
-    }
-    for c in context.iter_mut() {
-        shrink(&mut c.text, format!("context {}", c.label), &mut excess);
-    }
-    Ok(Prompt {
-        text: render_with(&skills, &context, &files)?,
-        truncated: Some((original, cut)),
-    })
+    let vars = minijinja::context! {
+        role => role,
+        task => minijinja::context! {
+            id => &task.id,
+            description => &task.description,
+            depends_on => &task.depends_on,
+        },
+        skills => skills,
+        context => context,
+        files => files,
+    };
+    let role_prompt = env.render_str(role_template, &vars).map_err(tpl_err)?;
+    let vars = minijinja::context! { role_prompt => role_prompt, ..vars };
+    env.render_str(LAYOUT, vars).map_err(tpl_err)
 }
 
 /// `text` cut to at most about `keep` characters: its head and tail with a marker

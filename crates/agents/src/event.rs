@@ -25,9 +25,11 @@ pub struct AgentEvent {
     pub kind: EventKind,
 }
 
+/// `type` is a dotted name, like the run events of docs/EVENTS.md.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type")]
 pub enum EventKind {
+    #[serde(rename = "execution.started")]
     ExecutionStarted {
         strategy: Strategy,
         /// Why this strategy (given, or the auto-selection rule that chose it).
@@ -35,10 +37,10 @@ pub enum EventKind {
         tasks: usize,
         budget_usd: Option<f64>,
     },
-    TaskStarted {
-        task: String,
-    },
+    #[serde(rename = "task.started")]
+    TaskStarted { task: String },
     /// One agent of a task starts on a runtime.
+    #[serde(rename = "agent.started")]
     AgentStarted {
         task: String,
         agent: String,
@@ -46,6 +48,7 @@ pub enum EventKind {
         model: Option<String>,
     },
     /// Incremental output of a running agent.
+    #[serde(rename = "progress")]
     Progress {
         task: String,
         agent: String,
@@ -54,6 +57,7 @@ pub enum EventKind {
         progress: Progress,
     },
     /// The prompt was over the context limit and was cut to fit.
+    #[serde(rename = "context.truncated")]
     ContextTruncated {
         task: String,
         agent: String,
@@ -62,6 +66,18 @@ pub enum EventKind {
         /// Which sections were shortened, most expendable first.
         cut: Vec<String>,
     },
+    /// The prompt was over the context limit and the configured model summarised
+    /// these sections (`[agents] context = "summarise"`); each summary is a step of
+    /// its own (agent `summariser`), counted in the budget.
+    #[serde(rename = "context.summarised")]
+    ContextSummarised {
+        task: String,
+        agent: String,
+        original_tokens: u64,
+        limit_tokens: u64,
+        summarised: Vec<String>,
+    },
+    #[serde(rename = "agent.finished")]
     AgentFinished {
         task: String,
         agent: String,
@@ -72,6 +88,7 @@ pub enum EventKind {
         error: Option<String>,
     },
     /// A runtime failed; the step is tried again on another one.
+    #[serde(rename = "runtime.retry")]
     RuntimeRetry {
         task: String,
         agent: String,
@@ -79,17 +96,21 @@ pub enum EventKind {
         to: RuntimeKind,
         error: String,
     },
-    /// A runtime could not be used at all; another one takes its place.
+    /// A runtime could not be used at all; another one takes its place: for every
+    /// task (OpenCode unreachable, Claude Code used instead; `task` is absent) or for
+    /// one task, on its `retry_runtime`.
+    #[serde(rename = "runtime.fallback")]
     RuntimeFallback {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        task: Option<String>,
         from: RuntimeKind,
         to: RuntimeKind,
         reason: String,
     },
-    TaskFinished {
-        task: String,
-        status: TaskStatus,
-    },
+    #[serde(rename = "task.finished")]
+    TaskFinished { task: String, status: TaskStatus },
     /// A task did not run because a prerequisite did not complete.
+    #[serde(rename = "task.skipped")]
     TaskSkipped {
         task: String,
         status: TaskStatus,
@@ -97,6 +118,7 @@ pub enum EventKind {
     },
     /// The next step would take spending over the budget. An approval-style event: the
     /// [`crate::BudgetGate`] answers it, and [`EventKind::BudgetDecision`] says how.
+    #[serde(rename = "budget.warning")]
     BudgetWarning {
         spent_usd: f64,
         next_step_usd: f64,
@@ -104,9 +126,9 @@ pub enum EventKind {
         task: String,
         agent: String,
     },
-    BudgetDecision {
-        proceed: bool,
-    },
+    #[serde(rename = "budget.decision")]
+    BudgetDecision { proceed: bool },
+    #[serde(rename = "execution.finished")]
     ExecutionFinished {
         status: ExecutionStatus,
         total_tokens: TokenUsage,

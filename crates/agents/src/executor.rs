@@ -11,6 +11,7 @@ use futures::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::{Budget, BudgetGate, Check};
+use crate::config::ContextMode;
 use crate::context::{self, ContextItem, FileItem, Skill};
 use crate::event::{Emitter, EventKind, EventSink};
 use crate::result::{AgentStep, Metadata, TaskResult, TokenUsage};
@@ -36,6 +37,9 @@ pub struct ExecuteOptions {
     pub cancel: CancellationToken,
     pub deps: RunnerDeps,
 }
+
+/// The agent name of a context-summarising step.
+pub const SUMMARISER: &str = "summariser";
 
 /// A task's inputs, loaded before anything runs so a bad file path or skill name
 /// stops the execution up front.
@@ -82,6 +86,7 @@ pub async fn execute(file: &TaskFile, opts: ExecuteOptions) -> Result<ExecutionR
             runtime: factory.resolve(t.runtime.or(opts.runtime).or(file.runtime))?,
         });
     }
+    let notices = check_runtimes(&factory, file, &opts, &mut prepared).await?;
     let budget_usd = opts.budget_usd.or(file.budget_usd);
     let run = Run {
         file,
@@ -100,6 +105,9 @@ pub async fn execute(file: &TaskFile, opts: ExecuteOptions) -> Result<ExecutionR
         tasks: file.tasks.len(),
         budget_usd,
     });
+    for n in notices {
+        run.events.emit(n);
+    }
     let timer = file
         .timeout_secs
         .map(Duration::from_secs)
@@ -154,6 +162,74 @@ pub async fn execute(file: &TaskFile, opts: ExecuteOptions) -> Result<ExecutionR
         },
         tasks,
     })
+}
+
+/// Builds the runtime of every task before anything runs. A task whose runtime cannot
+/// start moves to its `retry_runtime` when that one can (a `runtime.fallback` event,
+/// returned to be emitted after `execution.started`); otherwise the execution stops
+/// here, with one line saying what each runtime needs.
+async fn check_runtimes(
+    factory: &RunnerFactory,
+    file: &TaskFile,
+    opts: &ExecuteOptions,
+    prepared: &mut [Prepared],
+) -> Result<Vec<EventKind>, AgentError> {
+    let mut notices = Vec::new();
+    // (runtime, what it needs, the tasks it was to run)
+    let mut problems: Vec<(RuntimeKind, String, Vec<String>)> = Vec::new();
+    for (task, prep) in file.tasks.iter().zip(prepared.iter_mut()) {
+        let reason = match factory.build(prep.runtime).await {
+            Ok((_, notice)) => {
+                notices.extend(notice);
+                continue;
+            }
+            Err(e) => e.to_string(),
+        };
+        let retry = task
+            .retry_runtime
+            .or(opts.retry_runtime)
+            .filter(|r| *r != prep.runtime);
+        if let Some(to) = retry
+            && let Ok((_, notice)) = factory.build(to).await
+        {
+            notices.extend(notice);
+            notices.push(EventKind::RuntimeFallback {
+                task: Some(task.id.clone()),
+                from: prep.runtime,
+                to,
+                reason,
+            });
+            prep.runtime = to;
+            continue;
+        }
+        match problems.iter_mut().find(|p| p.0 == prep.runtime) {
+            Some(p) => p.2.push(task.id.clone()),
+            None => problems.push((prep.runtime, reason, vec![task.id.clone()])),
+        }
+    }
+    if opts.deps.config.context == ContextMode::Summarise && opts.deps.cli_model.is_none() {
+        return Err(AgentError::Runtime(format!(
+            "no task was started: {}, or set it back to \"truncate\"",
+            factory.needs_model("[agents] context = \"summarise\"")
+        )));
+    }
+    if problems.is_empty() {
+        return Ok(notices);
+    }
+    let what: Vec<String> = problems
+        .iter()
+        .map(|(_, reason, tasks)| {
+            format!(
+                "{} {}: {reason}",
+                if tasks.len() == 1 { "task" } else { "tasks" },
+                tasks.join(", ")
+            )
+        })
+        .collect();
+    Err(AgentError::Runtime(format!(
+        "no task was started: {}",
+        what.join("; ")
+    )))
 }
 
 impl Run<'_> {
@@ -336,22 +412,43 @@ impl Run<'_> {
     ) -> Result<String, (TaskStatus, Option<String>)> {
         let fail = |e: AgentError| (TaskStatus::Failed, Some(e.to_string()));
         let (template, role_model) = context::role_template(self.file, agent).map_err(fail)?;
-        let prompt = context::render(
-            agent,
-            template,
-            task,
-            prep.skills.clone(),
-            context.to_vec(),
-            prep.files.clone(),
-            self.opts.deps.config.context_tokens,
-        )
-        .map_err(fail)?;
+        let limit = self.opts.deps.config.context_tokens;
+        let mut skills = prep.skills.clone();
+        let mut earlier = context.to_vec();
+        let mut files = prep.files.clone();
+        if self.opts.deps.config.context == ContextMode::Summarise
+            && let Some((original_tokens, over)) =
+                context::overflow(agent, template, task, &skills, &earlier, &files, limit)
+                    .map_err(fail)?
+        {
+            let mut summarised = Vec::new();
+            for o in &over {
+                let text = context::section_text(&mut skills, &mut earlier, &mut files, o.section);
+                if let Some(summary) = self.summarise(task, o, text, steps).await? {
+                    *text = summary;
+                    summarised.push(o.label.clone());
+                }
+            }
+            if !summarised.is_empty() {
+                self.events.emit(EventKind::ContextSummarised {
+                    task: task.id.clone(),
+                    agent: agent.to_string(),
+                    original_tokens,
+                    limit_tokens: limit,
+                    summarised,
+                });
+            }
+        }
+        // Whatever is still over the limit (a summary that came out too long, a
+        // failed summary) is cut.
+        let prompt =
+            context::render(agent, template, task, skills, earlier, files, limit).map_err(fail)?;
         if let Some((original_tokens, cut)) = prompt.truncated.clone() {
             self.events.emit(EventKind::ContextTruncated {
                 task: task.id.clone(),
                 agent: agent.to_string(),
                 original_tokens,
-                limit_tokens: self.opts.deps.config.context_tokens,
+                limit_tokens: limit,
                 cut,
             });
         }
@@ -392,6 +489,51 @@ impl Run<'_> {
         };
         steps.push(step);
         result
+    }
+
+    /// One section summarised by the configured model, as a step of its own (agent
+    /// [`SUMMARISER`], budget-checked and counted like any step). `None` when the
+    /// summary failed: the section is then cut instead.
+    async fn summarise(
+        &self,
+        task: &TaskSpec,
+        over: &context::Overflow,
+        text: &str,
+        steps: &mut Vec<AgentStep>,
+    ) -> Result<Option<String>, (TaskStatus, Option<String>)> {
+        let limit_chars = self.opts.deps.config.context_tokens as usize * 4;
+        // The summariser's own prompt must fit the limit too.
+        let source = context::cut_middle(text, limit_chars.saturating_sub(2_000).max(1_000));
+        let words = (over.keep_chars / 6).max(20);
+        let prompt = format!(
+            "Summarise the {} below for an agent working on task `{}`: {}\n\
+             Keep what matters for that task (names, numbers, decisions, errors, file paths). \
+             At most {words} words. Answer with the summary only.\n\n{source}",
+            over.label, task.id, task.description
+        );
+        let job = AgentJob {
+            task_id: task.id.clone(),
+            agent: SUMMARISER.to_string(),
+            prompt,
+            model: None,
+            workspace: self.opts.deps.workspace.clone(),
+        };
+        let runner = self
+            .factory
+            .get(RuntimeKind::Cli, &self.events)
+            .await
+            .map_err(|e| (TaskStatus::Failed, Some(e.to_string())))?;
+        self.check_budget(&job, runner.as_ref()).await?;
+        let step = self.run_step(runner.as_ref(), &job).await;
+        let summary = (step.status == TaskStatus::Completed && !step.output.trim().is_empty())
+            .then(|| format!("[summary of {}]\n{}", over.label, step.output.trim()));
+        if matches!(step.status, TaskStatus::Cancelled | TaskStatus::Timeout) {
+            let status = step.status;
+            steps.push(step);
+            return Err((status, Some("stopped while summarising the context".into())));
+        }
+        steps.push(step);
+        Ok(summary)
     }
 
     /// Warn before a step that would take spending over the budget; on "stop", cancel

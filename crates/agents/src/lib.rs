@@ -26,7 +26,7 @@ pub mod runner;
 pub mod task;
 
 pub use budget::{Budget, BudgetGate, BudgetWarning, FixedGate};
-pub use config::AgentsConfig;
+pub use config::{AgentsConfig, ContextMode};
 pub use error::AgentError;
 pub use event::{AgentEvent, EventKind, EventSink};
 pub use executor::{ExecuteOptions, execute};

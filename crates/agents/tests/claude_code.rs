@@ -10,7 +10,7 @@ use std::time::Duration;
 use capstan_agents::event::{EventKind, Progress};
 use capstan_agents::{AgentsConfig, ExecutionStatus, RuntimeKind, TaskFile, TaskStatus, execute};
 use capstan_models::scripted::{RecordedRequest, Reply, ScriptedServer};
-use common::{Events, IsolatedHome, claude_config, cli_model, deps, options};
+use common::{Events, IsolatedHome, claude_config, cli_model, deps, options, processes_in};
 
 /// The request that carried Capstan's task (Claude Code may make side requests).
 fn task_request(server: &ScriptedServer) -> RecordedRequest {
@@ -221,7 +221,10 @@ async fn a_timeout_interrupts_claude_code_and_keeps_its_partial_output() {
 #[tokio::test]
 async fn the_idle_watchdog_kills_a_hung_claude_code_and_keeps_partial_output() {
     // The real Claude Code, hung on a model stream that stops sending: its own stream
-    // timeouts are minutes long, so Capstan's watchdog (1 s here) ends it.
+    // timeouts are minutes long, so Capstan's watchdog ends it. The watchdog counts from
+    // Claude Code's last line, and its start-up (node loading the CLI) prints nothing
+    // either: 20 s keeps that start-up, at load 8 on 2 cores, inside the bound, so the
+    // only silence that trips it is the hang.
     let server = ScriptedServer::with_responder(responder(
         Reply::text(["before the hang"])
             .with_usage(100, 5)
@@ -232,7 +235,7 @@ async fn the_idle_watchdog_kills_a_hung_claude_code_and_keeps_partial_output() {
     let home = IsolatedHome::new();
     let ws = tempfile::tempdir().unwrap();
     let mut c = config(&home, &server);
-    c.claude.idle_timeout_secs = 1;
+    c.claude.idle_timeout_secs = 20;
     let file = TaskFile::parse("runtime: claude\ntasks:\n  - {id: hang, description: anything}\n")
         .unwrap();
     let events = Events::default();
@@ -240,48 +243,118 @@ async fn the_idle_watchdog_kills_a_hung_claude_code_and_keeps_partial_output() {
         .await
         .unwrap();
     let t = r.task("hang").unwrap();
-    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.status, TaskStatus::Failed, "{t:#?}");
     assert_eq!(t.output, "before the hang");
     assert!(
-        t.error.as_deref().unwrap().contains("idle watchdog"),
+        t.error
+            .as_deref()
+            .unwrap()
+            .contains("sent nothing for 20 s (idle watchdog)"),
         "{:?}",
         t.error
     );
     assert_eq!(r.metadata.status, ExecutionStatus::Failed);
+    // Killed, not left behind: no process of this run is still in its workspace, and
+    // its stream to the model was closed.
+    // (A process that would not die would hang here: it is stuck on a stream that never
+    // resumes, so nothing but the kill ends it.)
+    wait_until("Claude Code's processes to be gone", || {
+        processes_in(ws.path()).is_empty()
+    })
+    .await;
+    assert!(server.wait_for_aborted(1, Duration::from_secs(30)).await);
+}
+
+/// Polls `done` every 50 ms; the bound only keeps a broken build from hanging the suite.
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
-async fn a_crash_mid_stream_keeps_partial_output_and_stderr() {
-    // A stand-in: the real Claude Code cannot be made to crash on cue. This script
-    // prints what Claude Code prints at the start of a turn (init, a text delta), then
-    // dies with an error on stderr, as a crashing CLI would.
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("claude-crashing");
-    std::fs::write(
-        &script,
-        "#!/bin/sh\nread line\n\
-         echo '{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s1\",\"model\":\"claude-sonnet-4-5\"}'\n\
-         echo '{\"type\":\"stream_event\",\"event\":{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"half an answer\"}}}'\n\
-         echo 'FATAL: out of memory' >&2\nexit 3\n",
-    )
+async fn a_crash_mid_stream_keeps_partial_output() {
+    // The real Claude Code, killed with SIGKILL (as the OOM killer would) once it has
+    // streamed part of its answer: the model stream hangs after one piece, so the
+    // process is mid-turn when it dies.
+    let server = ScriptedServer::with_responder(responder(
+        Reply::text(["half an answer", "never sent"])
+            .with_usage(100, 5)
+            .hang_after(1),
+    ))
+    .await
     .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = IsolatedHome::new();
     let ws = tempfile::tempdir().unwrap();
-    let mut c = AgentsConfig::default();
-    c.claude.command = script.display().to_string();
     let file = TaskFile::parse("runtime: claude\ntasks:\n  - {id: crash, description: anything}\n")
         .unwrap();
+    let events = Events::default();
+    let watcher = {
+        let (events, ws) = (events.clone(), ws.path().to_path_buf());
+        tokio::spawn(async move {
+            wait_until("Claude Code to stream its first piece", || {
+                events.all().iter().any(|e| {
+                    matches!(&e.kind, EventKind::Progress { progress: Progress::Text { text }, .. } if text == "half an answer")
+                })
+            })
+            .await;
+            let pids = processes_in(&ws);
+            assert!(!pids.is_empty(), "no Claude Code process in the workspace");
+            for pid in &pids {
+                // SAFETY: kill(2) on a pid this test just read from /proc; no memory is involved.
+                unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+            }
+            pids
+        })
+    };
+    let r = execute(
+        &file,
+        options(deps(ws.path(), config(&home, &server), None), &events),
+    )
+    .await
+    .unwrap();
+    let killed = watcher.await.unwrap();
+    let t = r.task("crash").unwrap();
+    assert_eq!(t.status, TaskStatus::Failed, "{t:#?}");
+    assert_eq!(t.output, "half an answer");
+    let err = t.error.as_deref().unwrap();
+    assert!(
+        err.contains("before its result line") && err.contains("SIGKILL"),
+        "{err} (killed {killed:?})"
+    );
+    assert!(t.token_usage.estimated);
+}
+
+#[tokio::test]
+async fn claude_code_failing_at_start_reports_its_stderr() {
+    // The real CLI refuses an option it does not know, on stderr, before any line of
+    // its stream: the step fails with that message, not just an exit code.
+    let server = ScriptedServer::with_responder(responder(Reply::text(["unused"])))
+        .await
+        .unwrap();
+    let home = IsolatedHome::new();
+    let ws = tempfile::tempdir().unwrap();
+    let mut c = config(&home, &server);
+    c.claude.extra_args = vec!["--no-such-capstan-flag".into()];
+    let file =
+        TaskFile::parse("runtime: claude\ntasks:\n  - {id: bad, description: anything}\n").unwrap();
     let events = Events::default();
     let r = execute(&file, options(deps(ws.path(), c, None), &events))
         .await
         .unwrap();
-    let t = r.task("crash").unwrap();
-    assert_eq!(t.status, TaskStatus::Failed);
-    assert_eq!(t.output, "half an answer");
+    let t = r.task("bad").unwrap();
+    assert_eq!(t.status, TaskStatus::Failed, "{t:#?}");
     let err = t.error.as_deref().unwrap();
     assert!(
-        err.contains("before its result line") && err.contains("FATAL: out of memory"),
+        err.contains("before its result line")
+            && err.contains("stderr ends with")
+            && err.contains("--no-such-capstan-flag"),
         "{err}"
     );
-    assert!(t.token_usage.estimated);
+    assert_eq!(server.request_count(), 0, "nothing reached the model");
 }

@@ -16,7 +16,17 @@
 //!   uncommitted changes; reopening yields the previous commit.
 //! * [`WorkspaceIndex::known_files`] answers for the writer's view: committed state plus
 //!   the changes made since, so an interrupted refresh in the same process resumes where it
-//!   stopped.
+//!   stopped. With no change pending it re-reads the last commit from disk, so it sees what
+//!   another process committed.
+//!
+//! # Many processes on one index
+//! Any number of Capstan processes may open one workspace's index (a `serve`, a `chat` and
+//! a few `ask`s at once). Reading never needs tantivy's writer lock: searches and
+//! [`WorkspaceIndex::known_files`] reload the last commit from disk. The writer (and its
+//! directory lock) is taken only by the first change of a refresh and given back by
+//! [`WorkspaceIndex::commit`], so a process holds it only while it is actually writing. A
+//! change that finds another process writing waits up to [`IndexOptions::writer_wait`],
+//! then fails with [`IndexError::WriterBusy`]; the caller searches the last commit instead.
 //!
 //! # Schema
 //! One tantivy document per passage: `path` (raw string, the delete-by-file term),
@@ -37,7 +47,7 @@
 //! # Thread safety
 //! [`WorkspaceIndex`] is `Send + Sync`: the writer sits behind a mutex (one mutation at a
 //! time), searches run concurrently on the reader, reloaded explicitly after each commit
-//! (`ReloadPolicy::Manual`: no file watcher thread).
+//! and before each search (`ReloadPolicy::Manual`: no file watcher thread).
 
 mod analysis;
 mod fusion;
@@ -45,9 +55,11 @@ mod fusion;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tantivy::collector::TopDocs;
+use tantivy::directory::error::LockError;
 use tantivy::indexer::UserOperation;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{
@@ -146,6 +158,9 @@ pub struct IndexOptions {
     pub heading_boost: f32,
     /// Maximum length of [`Hit::snippet`] before escaping, in characters.
     pub snippet_chars: usize,
+    /// How long a change waits for another process to finish writing before giving up with
+    /// [`IndexError::WriterBusy`].
+    pub writer_wait: Duration,
 }
 
 impl Default for IndexOptions {
@@ -158,6 +173,9 @@ impl Default for IndexOptions {
             writer_threads: 2,
             heading_boost: 0.0,
             snippet_chars: 200,
+            // Long enough for another process's small refresh to commit, short enough
+            // that a question is not kept waiting on a big one.
+            writer_wait: Duration::from_secs(2),
         }
     }
 }
@@ -181,6 +199,13 @@ pub enum IndexError {
     SchemaMismatch(String),
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// Another process is writing this index (it holds the writer lock) and did not finish
+    /// within [`IndexOptions::writer_wait`]. Nothing changed; the last commit is readable.
+    #[error(
+        "another Capstan process is updating this workspace's index (waited {:.1} s)",
+        waited.as_secs_f64()
+    )]
+    WriterBusy { waited: Duration },
 }
 
 pub type Result<T, E = IndexError> = std::result::Result<T, E>;
@@ -424,6 +449,9 @@ fn simple_analyzer() -> TextAnalyzer {
 /// `MEMORY_BUDGET_NUM_BYTES_MIN`, not exported).
 const WRITER_MEMORY_PER_THREAD_MIN: usize = 15_000_000;
 
+/// How often a change waiting for another process's writer tries again.
+const WRITER_POLL: Duration = Duration::from_millis(50);
+
 /// Version of the commit payload format.
 const PAYLOAD_VERSION: u32 = 1;
 
@@ -497,7 +525,9 @@ fn files_from_docs(searcher: &tantivy::Searcher, f: Fields) -> Result<BTreeMap<S
 }
 
 struct WriterState {
-    writer: IndexWriter,
+    /// Held from the first change of a refresh until its commit: the writer owns the
+    /// directory's lock, which other processes need to write.
+    writer: Option<IndexWriter>,
     /// Committed files plus the changes since the last commit.
     files: BTreeMap<String, FileMeta>,
     /// The file list of the last commit, restored on a failed commit.
@@ -561,9 +591,6 @@ impl WorkspaceIndex {
             .tokenizers()
             .register(Analyzer::Simple.tokenizer_name(), simple_analyzer());
 
-        let threads = opts.writer_threads.max(1);
-        let min = threads * WRITER_MEMORY_PER_THREAD_MIN;
-        let writer = index.writer_with_num_threads(threads, opts.writer_memory_bytes.max(min))?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -592,7 +619,7 @@ impl WorkspaceIndex {
             parser,
             opts,
             writer: Mutex::new(WriterState {
-                writer,
+                writer: None,
                 files: committed.clone(),
                 committed,
             }),
@@ -624,8 +651,68 @@ impl WorkspaceIndex {
     }
 
     /// The files the index holds, including uncommitted changes, sorted by path.
-    pub fn known_files(&self) -> Vec<FileMeta> {
-        self.lock().files.values().cloned().collect()
+    ///
+    /// # Errors
+    /// I/O or corruption reading the last commit (re-read when nothing is pending, so a
+    /// commit by another process is seen).
+    pub fn known_files(&self) -> Result<Vec<FileMeta>> {
+        let mut st = self.lock();
+        if st.writer.is_none() {
+            self.sync_committed(&mut st)?;
+        }
+        Ok(st.files.values().cloned().collect())
+    }
+
+    /// Re-reads the last commit's file list from disk (another process may have committed).
+    fn sync_committed(&self, st: &mut WriterState) -> Result<()> {
+        self.reader.reload()?;
+        let committed = match self
+            .index
+            .load_metas()?
+            .payload
+            .as_deref()
+            .map(decode_payload)
+        {
+            Some(Ok(files)) => files,
+            _ => files_from_docs(&self.reader.searcher(), self.fields)?,
+        };
+        st.files = committed.clone();
+        st.committed = committed;
+        Ok(())
+    }
+
+    /// The writer, taken now if this process does not hold it yet (waiting up to
+    /// [`IndexOptions::writer_wait`] for another process to let go of it).
+    fn writer<'a>(&self, st: &'a mut WriterState) -> Result<&'a mut IndexWriter> {
+        if st.writer.is_none() {
+            let threads = self.opts.writer_threads.max(1);
+            let memory = self
+                .opts
+                .writer_memory_bytes
+                .max(threads * WRITER_MEMORY_PER_THREAD_MIN);
+            let started = Instant::now();
+            let writer = loop {
+                match self.index.writer_with_num_threads(threads, memory) {
+                    Ok(w) => break w,
+                    Err(TantivyError::LockFailure(LockError::LockBusy, _)) => {
+                        if started.elapsed() >= self.opts.writer_wait {
+                            return Err(IndexError::WriterBusy {
+                                waited: started.elapsed(),
+                            });
+                        }
+                        std::thread::sleep(WRITER_POLL);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            // The previous holder may have committed: start from its commit.
+            self.sync_committed(st)?;
+            st.writer = Some(writer);
+        }
+        match st.writer.as_mut() {
+            Some(w) => Ok(w),
+            None => unreachable!("the writer was just set"),
+        }
     }
 
     /// Replaces everything indexed for `meta.path` with `passages` (none is fine: the file
@@ -678,7 +765,7 @@ impl WorkspaceIndex {
             }
         }
         let mut st = self.lock();
-        st.writer.run(ops)?;
+        self.writer(&mut st)?.run(ops)?;
         for (meta, _) in files {
             st.files.insert(meta.path.clone(), meta.clone());
         }
@@ -687,9 +774,12 @@ impl WorkspaceIndex {
 
     /// Removes `path` and its passages (a no-op for an unknown path). Visible after
     /// [`commit`](Self::commit). A rename is `remove_file(old)` + `upsert_file(new, ..)`.
+    ///
+    /// # Errors
+    /// [`IndexError::WriterBusy`] if another process is writing the index.
     pub fn remove_file(&self, path: &str) -> Result<()> {
         let mut st = self.lock();
-        st.writer
+        self.writer(&mut st)?
             .delete_term(Term::from_field_text(self.fields.path, path));
         st.files.remove(path);
         Ok(())
@@ -701,23 +791,36 @@ impl WorkspaceIndex {
     /// # Errors
     /// On failure nothing of the pending changes is kept (the writer rolls back to the last
     /// commit) and the error is returned; the previous commit stays readable.
+    ///
+    /// The writer is given back afterwards (after its merges finish), so other processes
+    /// can write. With no change pending this is a no-op that reports the current counts.
     pub fn commit(&self) -> Result<IndexStats> {
         let mut st = self.lock();
+        let Some(mut writer) = st.writer.take() else {
+            self.sync_committed(&mut st)?;
+            return Ok(IndexStats {
+                files: st.files.len() as u64,
+                passages: self.reader.searcher().num_docs(),
+            });
+        };
         let payload = encode_payload(&st.files);
         let result = (|| -> Result<()> {
-            let mut prepared = st.writer.prepare_commit()?;
+            let mut prepared = writer.prepare_commit()?;
             prepared.set_payload(&payload);
             prepared.commit()?;
             Ok(())
         })();
         if let Err(e) = result {
-            // Drop the uncommitted operations so the in-memory file list and the index
-            // agree again.
-            let _ = st.writer.rollback();
+            // Drop the uncommitted operations (and the writer, so its lock) so the
+            // in-memory file list and the index agree again.
+            let _ = writer.rollback();
+            drop(writer);
             st.files = st.committed.clone();
             return Err(e);
         }
         st.committed = st.files.clone();
+        // Let the merges the commit started finish, then release the lock.
+        writer.wait_merging_threads()?;
         self.reader.reload()?;
         Ok(IndexStats {
             files: st.files.len() as u64,
@@ -750,6 +853,8 @@ impl WorkspaceIndex {
             return Ok(Vec::new());
         }
         let q = self.build_query(query);
+        // Another process may have committed since the last look.
+        self.reader.reload()?;
         let searcher = self.reader.searcher();
         let top = searcher.search(&*q, &TopDocs::with_limit(limit).order_by_score())?;
         if top.is_empty() {

@@ -1,6 +1,7 @@
 use std::path::Path;
 
 use super::*;
+use std::time::Duration;
 
 fn meta(path: &str, n: u64) -> FileMeta {
     FileMeta {
@@ -251,7 +252,7 @@ fn upsert_replaces_remove_deletes_and_rename_moves() {
     assert!(idx.search("keyring", 5).unwrap().is_empty());
     let hits = idx.search("hardware token", 5).unwrap();
     assert_eq!(keys(&hits), [("docs/keys.md", "Keys", 1, 2)]);
-    let known = idx.known_files();
+    let known = idx.known_files().unwrap();
     assert_eq!(
         known.iter().find(|m| m.path == "docs/keys.md"),
         Some(&meta("docs/keys.md", 10))
@@ -288,14 +289,24 @@ fn upsert_replaces_remove_deletes_and_rename_moves() {
     idx.commit().unwrap();
     let hits = idx.search("proxy", 5).unwrap();
     assert_eq!(keys(&hits), [("src/bin/app.rs", "src/bin/app.rs", 1, 3)]);
-    let paths: Vec<_> = idx.known_files().into_iter().map(|m| m.path).collect();
+    let paths: Vec<_> = idx
+        .known_files()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.path)
+        .collect();
     assert_eq!(paths, ["docs/keys.md", "src/bin/app.rs", "x.md"]);
 
     // A file with no passages is known but not searchable.
     idx.upsert_file(meta("empty.md", 9), &[]).unwrap();
     let stats = idx.commit().unwrap();
     assert_eq!(stats.files, 4);
-    assert!(idx.known_files().iter().any(|m| m.path == "empty.md"));
+    assert!(
+        idx.known_files()
+            .unwrap()
+            .iter()
+            .any(|m| m.path == "empty.md")
+    );
 }
 
 #[test]
@@ -326,15 +337,15 @@ fn known_files_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
     {
         let idx = open(dir.path());
-        assert!(idx.known_files().is_empty());
+        assert!(idx.known_files().unwrap().is_empty());
         populate(&idx);
         // The writer's view includes uncommitted changes.
-        assert_eq!(idx.known_files().len(), 3);
+        assert_eq!(idx.known_files().unwrap().len(), 3);
         idx.commit().unwrap();
     }
     let idx = open(dir.path());
     assert_eq!(
-        idx.known_files(),
+        idx.known_files().unwrap(),
         [
             meta("docs/keys.md", 1),
             meta("docs/network.md", 2),
@@ -367,7 +378,7 @@ fn dropping_without_commit_keeps_the_previous_commit() {
         // Dropped here: writer and pending changes discarded.
     }
     let idx = open(dir.path());
-    assert_eq!(idx.known_files().len(), 3);
+    assert_eq!(idx.known_files().unwrap().len(), 3);
     assert!(idx.search("uncommitted", 5).unwrap().is_empty());
     assert_eq!(idx.search("keyring", 5).unwrap().len(), 1);
 }
@@ -389,7 +400,7 @@ fn another_analyzer_is_a_schema_mismatch_and_rebuild_recreates() {
         Err(IndexError::SchemaMismatch(_))
     ));
     let idx = WorkspaceIndex::open_or_rebuild(dir.path(), simple).unwrap();
-    assert!(idx.known_files().is_empty());
+    assert!(idx.known_files().unwrap().is_empty());
     // The simple analyzer does not stem.
     idx.upsert_file(meta("a.md", 1), &[passage("A", "rotating keys", 1, 1)])
         .unwrap();
@@ -399,11 +410,99 @@ fn another_analyzer_is_a_schema_mismatch_and_rebuild_recreates() {
 }
 
 #[test]
-fn a_second_writer_on_the_same_directory_is_refused() {
+fn two_opens_of_one_directory_read_and_write_in_turn() {
+    // Two processes on one workspace: each opens the index; neither holds the writer
+    // lock until it changes something, and each sees the other's commits.
     let dir = tempfile::tempdir().unwrap();
-    let _idx = open(dir.path());
-    let err = WorkspaceIndex::open(dir.path(), IndexOptions::default()).unwrap_err();
-    assert!(matches!(err, IndexError::Tantivy(_)), "{err}");
+    let a = open(dir.path());
+    let b = open(dir.path());
+    populate(&a);
+    a.commit().unwrap();
+    assert_eq!(b.known_files().unwrap().len(), 3);
+    assert_eq!(b.search("egress", 5).unwrap().len(), 1);
+    b.upsert_file(
+        meta("b.md", 1),
+        &[passage("B", "written by the second", 1, 1)],
+    )
+    .unwrap();
+    assert_eq!(b.commit().unwrap().files, 4);
+    assert_eq!(a.search("second", 5).unwrap().len(), 1);
+    // A's next change starts from B's commit, so B's file survives A's commit.
+    a.remove_file("docs/keys.md").unwrap();
+    assert_eq!(a.commit().unwrap().files, 3);
+    let paths: Vec<_> = b
+        .known_files()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.path)
+        .collect();
+    assert_eq!(paths, ["b.md", "docs/network.md", "src/main.rs"]);
+}
+
+#[test]
+fn a_change_while_another_writes_is_busy_and_the_last_commit_stays_searchable() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = open(dir.path());
+    populate(&a);
+    a.commit().unwrap();
+    // A is mid-refresh: it holds the writer with a change pending.
+    a.upsert_file(
+        meta("pending.md", 1),
+        &[passage("P", "pending words", 1, 1)],
+    )
+    .unwrap();
+    let b = WorkspaceIndex::open(
+        dir.path(),
+        IndexOptions {
+            writer_wait: Duration::from_millis(200),
+            ..IndexOptions::default()
+        },
+    )
+    .unwrap();
+    let err = b
+        .upsert_file(meta("b.md", 1), &[passage("B", "from b", 1, 1)])
+        .unwrap_err();
+    assert!(matches!(err, IndexError::WriterBusy { .. }), "{err}");
+    assert!(err.to_string().contains("another Capstan process"), "{err}");
+    assert!(matches!(
+        b.remove_file("docs/keys.md"),
+        Err(IndexError::WriterBusy { .. })
+    ));
+    // Reading needs no lock: the last commit, without A's pending change.
+    assert_eq!(b.search("keyring", 5).unwrap().len(), 1);
+    assert!(b.search("pending", 5).unwrap().is_empty());
+    assert_eq!(b.known_files().unwrap().len(), 3);
+    // A commit with nothing pending (B's refresh found nothing to change) is fine too.
+    assert_eq!(b.commit().unwrap().files, 3);
+    // Once A commits, the lock is free and B writes.
+    a.commit().unwrap();
+    b.upsert_file(meta("b.md", 1), &[passage("B", "from b", 1, 1)])
+        .unwrap();
+    assert_eq!(b.commit().unwrap().files, 5);
+}
+
+#[test]
+fn a_change_waits_for_the_other_writer_to_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = open(dir.path());
+    let b = WorkspaceIndex::open(
+        dir.path(),
+        IndexOptions {
+            writer_wait: Duration::from_secs(60),
+            ..IndexOptions::default()
+        },
+    )
+    .unwrap();
+    populate(&a);
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            b.upsert_file(meta("b.md", 1), &[passage("B", "from b", 1, 1)])
+                .unwrap();
+            b.commit().unwrap()
+        });
+        a.commit().unwrap();
+        assert_eq!(waiting.join().unwrap().files, 4);
+    });
 }
 
 #[test]
@@ -508,7 +607,7 @@ fn crash_mid_index_keeps_the_previous_commit() {
         .unwrap();
     assert!(!status.success(), "the child must have aborted");
     let idx = open(dir.path());
-    assert_eq!(idx.known_files().len(), 3);
+    assert_eq!(idx.known_files().unwrap().len(), 3);
     assert_eq!(idx.stats().passages, 4);
     assert!(idx.search("crashing", 5).unwrap().is_empty());
     assert_eq!(idx.search("keyring", 5).unwrap().len(), 1);
@@ -537,7 +636,7 @@ fn missing_file_list_is_rebuilt_from_the_passages() {
     let idx = open(dir.path());
     // Files with passages come back with their metas; the empty one is simply unknown.
     assert_eq!(
-        idx.known_files(),
+        idx.known_files().unwrap(),
         [
             meta("docs/keys.md", 1),
             meta("docs/network.md", 2),
@@ -572,6 +671,7 @@ fn a_batch_replaces_each_file_and_a_bad_entry_rejects_all_of_it() {
     assert_eq!(texts, ["beta rotation", "gamma rotation"]);
     assert_eq!(
         idx.known_files()
+            .unwrap()
             .iter()
             .map(|m| m.path.as_str())
             .collect::<Vec<_>>(),

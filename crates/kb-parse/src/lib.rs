@@ -5,7 +5,9 @@
 //! the file system itself: the caller hands it a path (for the format and the heading of
 //! source files) and the file's bytes.
 //!
-//! [`parse`] picks a format by the path's extension (see [`detect_format`]), turns the file
+//! [`parse`] picks a format by the path's extension (see [`detect_format`]), or for a file
+//! whose name says nothing (`copyright`, `GPL-2`, `Apache-2.0`) by its content (see
+//! [`detect_format_by_content`]), turns the file
 //! into a flat list of blocks (headings, prose, code) and chunks them into [`Passage`]s:
 //!
 //! * a passage never spans two sections (the heading path is in [`Passage::heading`],
@@ -169,6 +171,82 @@ pub fn detect_format(path: &str) -> Option<Format> {
     })
 }
 
+/// Where [`detect_format_by_content`] looks: enough to judge, little enough to read for
+/// every unknown file of a big tree.
+pub const SNIFF_BYTES: usize = 8 * 1024;
+
+/// Extensions that are never text, so a file with one is skipped without being read.
+const BINARY_EXTENSIONS: &[&str] = &[
+    "png", "jpg", "jpeg", "gif", "bmp", "ico", "webp", "tif", "tiff", "psd", "pdf", "zip", "gz",
+    "tgz", "bz2", "xz", "zst", "lz4", "7z", "rar", "tar", "jar", "war", "class", "o", "a", "so",
+    "dylib", "dll", "exe", "bin", "wasm", "cwasm", "rlib", "mp3", "mp4", "wav", "ogg", "flac",
+    "avi", "mov", "mkv", "webm", "woff", "woff2", "ttf", "otf", "eot", "pyc", "db", "sqlite",
+    "iso", "dmg", "deb", "rpm", "xlsx", "pptx", "odt", "ods",
+];
+
+/// Names that may hold secrets: never indexed on the strength of their content (a
+/// knowledge-base passage goes to the model). Dot files are excluded as a whole.
+const SECRET_EXTENSIONS: &[&str] = &["pem", "key", "p12", "pfx", "jks", "keystore", "gpg", "kdbx"];
+const SECRET_NAMES: &[&str] = &["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "credentials"];
+
+/// Whether the path's extension is one that is never text (images, archives, objects).
+pub fn is_binary_extension(path: &str) -> bool {
+    let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
+    name.to_ascii_lowercase()
+        .rsplit_once('.')
+        .is_some_and(|(stem, ext)| !stem.is_empty() && BINARY_EXTENSIONS.contains(&ext))
+}
+
+/// Whether a file the extension says nothing about may be judged by its content: not a
+/// dot file, not a known binary or secret extension, not a private key's name.
+pub fn may_sniff(path: &str) -> bool {
+    let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
+    let lower = name.to_ascii_lowercase();
+    if lower.starts_with('.') || SECRET_NAMES.contains(&lower.as_str()) {
+        return false;
+    }
+    match lower.rsplit_once('.') {
+        Some((_, ext)) => !BINARY_EXTENSIONS.contains(&ext) && !SECRET_EXTENSIONS.contains(&ext),
+        None => true,
+    }
+}
+
+/// Whether the start of a file reads as text: no NUL byte, UTF-8 (a character cut at the
+/// end of the sample is fine), and almost no control characters other than tab, line
+/// feed, carriage return and form feed. An empty file is not text (nothing to index).
+pub fn looks_like_text(head: &[u8]) -> bool {
+    let head = &head[..head.len().min(SNIFF_BYTES)];
+    if head.is_empty() || head.contains(&0) {
+        return false;
+    }
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        // Up to 3 bytes of a character cut by the sample's end.
+        Err(e) if e.error_len().is_none() && head.len() - e.valid_up_to() < 4 => {
+            match std::str::from_utf8(&head[..e.valid_up_to()]) {
+                Ok(t) => t,
+                Err(_) => return false,
+            }
+        }
+        Err(_) => return false,
+    };
+    let total = text.chars().count();
+    let control = text
+        .chars()
+        .filter(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r' | '\x0c'))
+        .count();
+    // Allow a stray escape or two (coloured logs), not a binary format's structure.
+    control * 100 <= total
+}
+
+/// [`detect_format`], and for a path it does not know, plain text when the content reads
+/// as text (see [`may_sniff`] and [`looks_like_text`]). `head` is the start of the file
+/// (at least [`SNIFF_BYTES`] of it when the file is that long).
+pub fn detect_format_by_content(path: &str, head: &[u8]) -> Option<Format> {
+    detect_format(path)
+        .or_else(|| (may_sniff(path) && looks_like_text(head)).then_some(Format::PlainText))
+}
+
 /// Parses one file into passages.
 ///
 /// `path` is the workspace-relative path (used for the format, see [`detect_format`], and
@@ -176,7 +254,8 @@ pub fn detect_format(path: &str) -> Option<Format> {
 ///
 /// # Errors
 /// [`ParseError::TooLarge`] when `bytes` is over [`ChunkOptions::max_file_bytes`],
-/// [`ParseError::Unsupported`] for unknown formats, [`ParseError::Binary`] for text formats
+/// [`ParseError::Unsupported`] for unknown formats (an unknown name whose content is not
+/// text, see [`detect_format_by_content`]), [`ParseError::Binary`] for text formats
 /// with a NUL byte in the first 8 KiB, [`ParseError::Malformed`] for unreadable `.docx`.
 /// Never panics on any input.
 pub fn parse(path: &str, bytes: &[u8], opts: &ChunkOptions) -> Result<Parsed, ParseError> {
@@ -187,7 +266,7 @@ pub fn parse(path: &str, bytes: &[u8], opts: &ChunkOptions) -> Result<Parsed, Pa
             limit: opts.max_file_bytes,
         });
     }
-    let format = detect_format(path).ok_or_else(|| ParseError::Unsupported {
+    let format = detect_format_by_content(path, bytes).ok_or_else(|| ParseError::Unsupported {
         path: path.to_owned(),
     })?;
     let mut warnings = Vec::new();

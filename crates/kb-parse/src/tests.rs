@@ -39,6 +39,55 @@ fn format_detection() {
     assert_eq!(detect_format("noext"), None);
 }
 
+#[test]
+fn files_without_a_known_name_are_text_by_content() {
+    let licence = b"Copyright (c) 2024 The Authors\n\nPermission is hereby granted...\n";
+    for name in [
+        "copyright",
+        "usr/share/doc/x/GPL-2",
+        "Apache-2.0",
+        "notes.unknownext",
+    ] {
+        assert_eq!(
+            detect_format_by_content(name, licence),
+            Some(Format::PlainText),
+            "{name}"
+        );
+    }
+    let parsed = parse("doc/copyright", licence, &ChunkOptions::default()).unwrap();
+    assert_eq!(parsed.passages.len(), 1);
+    assert!(
+        parsed.passages[0]
+            .text
+            .contains("Permission is hereby granted")
+    );
+    // Binary content, a known binary extension, secrets and dot files stay out.
+    assert_eq!(
+        detect_format_by_content("blob", b"\x7fELF\x02\x01\x01\0\0"),
+        None
+    );
+    assert_eq!(detect_format_by_content("logo.png", licence), None);
+    assert_eq!(
+        detect_format_by_content("id_rsa", b"-----BEGIN KEY-----\n"),
+        None
+    );
+    assert_eq!(
+        detect_format_by_content("server.pem", b"-----BEGIN KEY-----\n"),
+        None
+    );
+    assert_eq!(detect_format_by_content(".env", b"TOKEN=secret\n"), None);
+    assert_eq!(detect_format_by_content("empty", b""), None);
+    // Control characters everywhere: not text. A UTF-8 character cut by the sample: text.
+    assert_eq!(
+        detect_format_by_content("ctl", &[1u8, 2, 3, 4, b'a', 5, 6][..]),
+        None
+    );
+    let mut cut = "é".repeat(10).into_bytes();
+    cut.pop();
+    assert!(looks_like_text(&cut));
+    assert!(!looks_like_text(b"\xff\xfe\xfd plain"));
+}
+
 const MD: &str = "# Title
 
 Intro para.

@@ -24,13 +24,35 @@
 //!   known at run time (`$X`, `$(...)`) is treated as possibly being any
 //!   option, so `git $SUB` is unknown and `sed "$OPTS" f` may be `-i`.
 //! - **Configuration that runs code is code.** `git -c core.pager=...`,
-//!   `GIT_PAGER=... git log`, `LD_PRELOAD=...`, `PATH=...`, and writes to
-//!   `.git/`, shell start-up files or `.cargo/config*` are unknown.
+//!   `GIT_PAGER=... git log`, `LD_PRELOAD=...`, `PATH=...`, and anything that
+//!   changes or unsets such a variable (`unset`, `env -i`, `exec -c`, `read`,
+//!   `declare`, ...) are unknown.
+//! - **Protected files are their own class.** A write naming `.git/`,
+//!   `.envrc`, `.capstan/`, a `capstan.toml`, shell start-up files,
+//!   `.cargo/config*`, ... (see [`protected_path`]), every `git config`
+//!   write, a write whose target is only known at run time, a glob that may
+//!   match one, and a write made from inside a protected directory are
+//!   listed in [`Classification::protected`]; the policy asks for them in
+//!   every profile and no allow rule covers them.
+//! - **Data is never evaluated.** Bash evaluates arithmetic on variable
+//!   values recursively, and a value holding `a[$(cmd)]` runs `cmd`. Any
+//!   arithmetic context (`$(( ))`, `(( ))`, `let`, `declare -i`, array
+//!   subscripts, `${x:offset}`, `${!x}`, `[[ a -eq b ]]`) that names a
+//!   variable whose value may come from a file or a command (`read`,
+//!   `mapfile`, `x=$(...)`, `for x in $(...)`, `getopts`, positional
+//!   parameters, `REPLY`, `BASH_REMATCH`, ...), or contains a command
+//!   substitution, is unknown. Values the command line computes itself
+//!   (literals, arithmetic) are fine.
+//! - **The repository's configuration is part of the command.** The host
+//!   passes the keys of the git configuration that run programs
+//!   ([`RepoFacts`], read by [`RepoFacts::scan`]) in a [`Context`]; with any
+//!   present, every `git` command is unknown and the reason names the key.
 //!
 //! # Policy
 //!
 //! [`Policy`] maps a classification to a [`Verdict`] for a workspace
-//! profile, with allow and deny prefix rules; see [`Policy::evaluate_shell`].
+//! profile, with allow and deny prefix rules; see [`Policy::evaluate_shell`]
+//! and, with a [`Context`], [`Policy::evaluate_shell_in`].
 //!
 //! # Assumptions and known limits
 //!
@@ -40,18 +62,17 @@
 //!   arithmetic, but not for valid arithmetic such as `((reboot))`).
 //! - Risk is about the command line, not the files it touches: `trusted`
 //!   auto-runs writes and builds, and a write can plant code that a later
-//!   build, test or git hook runs. Sensitive locations (`.git/`, shell
-//!   start-up files, `.cargo/config*`, system directories, `~`) are
-//!   `unknown` when written by name, but not when written indirectly (by
-//!   extracting an archive, applying a patch, copying a directory). The
+//!   build or test runs. Protected locations are caught when written by
+//!   name, by a run-time name, by a glob or from a protected directory, but
+//!   not when written indirectly (by extracting an archive, applying a
+//!   patch, copying a directory, or through a symlink planted earlier). The
 //!   sandbox remains the boundary.
-//! - Bash evaluates arithmetic on variable *values* (`$((x))`, `${a[$i]}`),
-//!   and a value holding `a[$(cmd)]` runs `cmd`. Literal such values in the
-//!   command line are caught; values read at run time (from a file or
-//!   command output) are not, except in `[[ ... -eq ... ]]`.
-//! - Configuration already present in the workspace (a repository's
-//!   `.git/config` fsmonitor or hooks, `.cargo/config.toml` runners, npm
-//!   scripts) runs under commands classified by their usual risk.
+//! - Configuration already present in the workspace other than git's
+//!   (`.cargo/config.toml` runners, npm scripts, a project `.npmrc`) runs
+//!   under commands classified by their usual risk. git's is read by the
+//!   host for the repository found from the command's cwd only; a nested
+//!   repository reached with `cd sub` or `git -C sub` is not scanned (the
+//!   host's git overrides still apply there).
 //! - Aliases and functions defined outside the command line (in the user's
 //!   shell start-up files or git config) are not seen; the runner should
 //!   start bash without start-up files.
@@ -63,16 +84,37 @@
 //! more than 48 brackets deep, is refused as unknown before parsing.
 
 mod display;
+pub mod gitconfig;
 mod parse;
 mod policy;
+mod protect;
 mod risk;
 mod table;
+mod vars;
 mod word;
 
 use serde::{Deserialize, Serialize};
 
+pub use gitconfig::{ConfigHazard, RepoFacts};
 pub use policy::{Evaluation, Policy, PolicyError, Profile, SandboxMode, Verdict};
+pub use protect::protected_path;
 pub use risk::{ParseRiskError, Risk, effective_risk};
+
+/// What the host knows about where a command will run, beyond its text.
+/// The classifier stays a pure function of the command and this value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Context {
+    /// The command's working directory relative to the workspace root
+    /// (`""` or `"."` for the root). Writes made from inside a protected
+    /// directory (`.git/`, `.capstan/`) are protected writes.
+    #[serde(default)]
+    pub cwd: String,
+    /// Keys of the repository's git configuration that run programs
+    /// (computed by the host with [`RepoFacts::scan`]). When there are any,
+    /// every `git` command is `unknown`.
+    #[serde(default)]
+    pub repo: RepoFacts,
+}
 
 /// One simple command found in a command line, including commands nested
 /// in substitutions, scripts and wrappers (`sudo rm x` yields both
@@ -128,6 +170,11 @@ pub struct Classification {
     /// Why the top-level command line failed to parse, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parse_error: Option<String>,
+    /// Protected locations the command writes (or may write), each with
+    /// the reason: see [`protected_path`]. When not empty, the policy asks
+    /// in every profile and no allow rule covers the command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected: Vec<String>,
 }
 
 impl Classification {
@@ -159,6 +206,7 @@ impl Classification {
             findings,
             empty,
             parse_error: a.parse_error,
+            protected: a.protected,
         }
     }
 }
@@ -169,15 +217,25 @@ impl Classification {
 /// with a reason. The runner should execute the command with bash (or a
 /// POSIX shell, whose syntax bash's parser accepts a superset of).
 pub fn classify_shell(command: &str) -> Classification {
-    Classification::from_analysis(parse::analyze_shell(command))
+    classify_shell_in(command, &Context::default())
+}
+
+/// [`classify_shell`] for a command run in a known place: see [`Context`].
+pub fn classify_shell_in(command: &str, context: &Context) -> Classification {
+    Classification::from_analysis(parse::analyze_shell(command, context))
 }
 
 /// Classifies an argv executed directly, without a shell: no word is
 /// expanded, but `argv[0]` may itself be a shell or wrapper (`sh -c ...`,
 /// `sudo ...`), which is analysed as usual. An empty argv is unknown.
 pub fn classify_argv(argv: &[String]) -> Classification {
+    classify_argv_in(argv, &Context::default())
+}
+
+/// [`classify_argv`] for a command run in a known place: see [`Context`].
+pub fn classify_argv_in(argv: &[String], context: &Context) -> Classification {
     if argv.is_empty() {
         return Classification::from_analysis(parse::Analysis::default());
     }
-    Classification::from_analysis(parse::analyze_argv(argv))
+    Classification::from_analysis(parse::analyze_argv(argv, context))
 }

@@ -21,11 +21,11 @@ use brush_parser::ast::{
 };
 use brush_parser::{ParserOptions, word};
 
-use crate::display;
 use crate::risk::Risk;
 use crate::table::{self, Effect};
 use crate::word::{Arg, scan_word};
-use crate::{CommandInfo, Finding};
+use crate::{CommandInfo, Context, Finding};
+use crate::{display, protect, vars};
 
 /// Largest command line analysed, in bytes. Agents do not need more, and it
 /// bounds the parser's work.
@@ -47,6 +47,8 @@ pub(crate) struct Analysis {
     /// How many commands of any kind (simple, compound, function
     /// definitions, tests) were seen; zero means there was nothing to run.
     pub nodes: usize,
+    /// Protected locations written, each with its reason.
+    pub protected: Vec<String>,
 }
 
 /// Input a command reads on standard input, when statically known.
@@ -63,16 +65,27 @@ struct Analyzer {
     /// The text of each script being walked, innermost last, for looking
     /// at source spans.
     texts: Vec<Vec<char>>,
+    /// Where the command runs.
+    context: Context,
+    /// Variables whose value may be data (see `vars`), with how they got it.
+    tainted: Vec<(String, String)>,
+    /// Variables given the integer attribute (`declare -i`), with where.
+    integers: Vec<(String, String)>,
+    /// Variables named in arithmetic, with the arithmetic text.
+    arith_refs: Vec<(String, String)>,
+    /// A `cd`/`pushd` into a protected or run-time directory, after which
+    /// relative writes may land in protected files.
+    cd_protected: Option<String>,
 }
 
-pub(crate) fn analyze_shell(command: &str) -> Analysis {
-    let mut a = Analyzer::new();
+pub(crate) fn analyze_shell(command: &str, context: &Context) -> Analysis {
+    let mut a = Analyzer::new(context);
     a.script(command, None);
     a.finish()
 }
 
-pub(crate) fn analyze_argv(argv: &[String]) -> Analysis {
-    let mut a = Analyzer::new();
+pub(crate) fn analyze_argv(argv: &[String], context: &Context) -> Analysis {
+    let mut a = Analyzer::new(context);
     let args: Vec<Arg> = argv.iter().map(Arg::literal).collect();
     a.out.nodes = 1;
     a.argv(args, None, None);
@@ -129,7 +142,7 @@ fn via_suffix(via: &Option<String>) -> String {
 }
 
 impl Analyzer {
-    fn new() -> Self {
+    fn new(context: &Context) -> Self {
         Analyzer {
             out: Analysis::default(),
             functions: HashSet::new(),
@@ -137,6 +150,11 @@ impl Analyzer {
             depth: 0,
             exhausted: false,
             texts: Vec::new(),
+            context: context.clone(),
+            tainted: Vec::new(),
+            integers: Vec::new(),
+            arith_refs: Vec::new(),
+            cd_protected: None,
         }
     }
 
@@ -159,7 +177,106 @@ impl Analyzer {
                 self.out.commands[command].risk = risk;
             }
         }
+        self.resolve_arithmetic();
+        self.resolve_protected();
         self.out
+    }
+
+    /// Arithmetic that names a variable whose value may be data runs any
+    /// `$(...)` in that data (see `vars`).
+    fn resolve_arithmetic(&mut self) {
+        let tainted = |name: &str| -> Option<String> {
+            if vars::holds_data(name) {
+                return Some(format!("`{name}` holds data bash or the caller put there"));
+            }
+            self.tainted
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, how)| how.clone())
+        };
+        let mut found: Vec<String> = Vec::new();
+        for (name, text) in &self.arith_refs {
+            if let Some(how) = tainted(name) {
+                found.push(format!(
+                    "the arithmetic `{}` evaluates `{name}`, whose value may come from a file or a command ({how}); bash runs any `$(...)` inside such a value",
+                    display::clip(text.trim())
+                ));
+            }
+        }
+        for (name, what) in &self.integers {
+            if let Some(how) = tainted(name) {
+                found.push(format!(
+                    "`{what}` makes `{name}` an integer, so the value it is given ({how}) is evaluated as arithmetic, which runs any `$(...)` inside it"
+                ));
+            }
+        }
+        for reason in found {
+            if !self.out.findings.iter().any(|f| f.reason == reason) {
+                self.finding(Risk::Unknown, reason);
+            }
+        }
+    }
+
+    /// Writes made from a protected directory (the exec's cwd, or one the
+    /// command line changes into) may land in protected files.
+    fn resolve_protected(&mut self) {
+        let writes = self.out.findings.iter().any(|f| f.risk >= Risk::Write);
+        if !writes {
+            return;
+        }
+        let cwd = self.context.cwd.trim_start_matches("./").to_owned();
+        if !cwd.is_empty() && cwd != "." && protect::protected_path(&format!("{cwd}/")) {
+            self.protect(format!(
+                "the command writes files and runs in `{}`: {}",
+                display::clip(&cwd),
+                protect::describe(&cwd)
+            ));
+        }
+        if let Some(dir) = self.cd_protected.take() {
+            self.protect(format!(
+                "the command writes files after changing into `{dir}`, which is or may be a protected directory (git internals, Capstan's own config)"
+            ));
+        }
+    }
+
+    /// Records a protected write (also `unknown`: see `protect.rs`).
+    fn protect(&mut self, reason: String) {
+        if !self.out.findings.iter().any(|f| f.reason == reason) {
+            self.finding(Risk::Unknown, reason.clone());
+        }
+        if !self.out.protected.contains(&reason) {
+            self.out.protected.push(reason);
+        }
+    }
+
+    fn taint(&mut self, name: &str, how: String) {
+        if !self.tainted.iter().any(|(n, _)| n == name) {
+            self.tainted.push((name.to_owned(), how));
+        }
+    }
+
+    /// Records an arithmetic context: command output in it is evaluated as
+    /// code, and the variables it names are checked in `finish`.
+    fn arith_use(&mut self, text: &str) {
+        let refs = vars::arith_refs(text);
+        if refs.substitution {
+            self.finding(
+                Risk::Unknown,
+                format!(
+                    "the arithmetic `{}` evaluates the output of a command substitution, and bash runs any `$(...)` inside that output",
+                    display::clip(text.trim())
+                ),
+            );
+        }
+        for name in refs.names {
+            if table::dangerous_env_var(&name) {
+                self.finding(
+                    Risk::Unknown,
+                    format!("the arithmetic `{}` may assign `{name}`, which can make programs run other code", display::clip(text.trim())),
+                );
+            }
+            self.arith_refs.push((name, text.to_owned()));
+        }
     }
 
     /// Records a finding not attributable to a single command (and so not
@@ -313,9 +430,18 @@ impl Analyzer {
             CompoundCommand::BraceGroup(b) => self.compound_list(&b.list, via),
             CompoundCommand::Subshell(s) => self.compound_list(&s.list, via),
             CompoundCommand::ForClause(f) => {
+                let mut data = f.values.is_none();
                 for w in f.values.iter().flatten() {
-                    self.word(&w.value, via);
+                    let args = self.word(&w.value, via);
+                    data |= args.iter().any(|a| a.dynamic || a.glob);
                 }
+                if data {
+                    self.taint(
+                        &f.variable_name,
+                        format!("`for {}` loops over run-time words", f.variable_name),
+                    );
+                }
+                self.assigns_name(&f.variable_name, "a `for` loop");
                 self.compound_list(&f.body.list, via);
             }
             CompoundCommand::CaseClause(c) => {
@@ -353,8 +479,10 @@ impl Analyzer {
         }
     }
 
-    /// Arithmetic text may contain command substitutions, which run.
+    /// Arithmetic text may contain command substitutions, which run, and
+    /// names variables whose values bash evaluates in turn.
     fn arithmetic(&mut self, text: &str, via: &Option<String>) {
+        self.arith_use(text);
         if !text.contains('$') && !text.contains('`') {
             return;
         }
@@ -408,13 +536,20 @@ impl Analyzer {
     }
 
     /// Bash evaluates some operands as arithmetic or subscripts, which runs
-    /// any `$(...)` in their (already expanded) text.
+    /// any `$(...)` in their (already expanded) text, and evaluates the
+    /// values of the variables they name.
     fn check_evaluated(&mut self, args: &[Arg], evaluates: bool) {
-        if evaluates && args.iter().any(|a| a.literal_code || a.dynamic) {
+        if !evaluates {
+            return;
+        }
+        if args.iter().any(|a| a.literal_code) {
             self.finding(
                 Risk::Unknown,
-                "a `[[ ]]` operand is evaluated as arithmetic and may contain a command substitution, which would run".into(),
+                "a `[[ ]]` operand is evaluated as arithmetic and contains a command substitution, which would run".into(),
             );
+        }
+        for a in args {
+            self.arith_use(&a.text);
         }
     }
 
@@ -427,6 +562,16 @@ impl Analyzer {
         }
         for body in &scan.substitutions {
             self.script(body, Some("$(...)".into()));
+        }
+        for text in &scan.arith {
+            self.arith_use(text);
+        }
+        for name in &scan.assigned {
+            self.taint(
+                name,
+                format!("`${{{name}:=...}}` assigns it a run-time value"),
+            );
+            self.assigns_name(name, "a `${...:=...}` expansion");
         }
         scan.args
     }
@@ -481,6 +626,8 @@ impl Analyzer {
                     ast::AssignmentValue::Array(items) => {
                         for (k, v) in items {
                             if let Some(k) = k {
+                                // An indexed array's keys are arithmetic.
+                                self.arith_use(&k.value);
                                 values.extend(self.word(&k.value, via));
                             }
                             values.extend(self.word(&v.value, via));
@@ -526,6 +673,12 @@ impl Analyzer {
     }
 
     fn assignment(&mut self, name: &str, value: &[Arg], via: &Option<String>) {
+        if let Some(v) = value
+            .iter()
+            .find(|v| v.dynamic && !vars::numeric_value(&v.text))
+        {
+            self.taint(name, format!("it is assigned `{}`", display::clip(&v.text)));
+        }
         if table::dangerous_env_var(name) {
             self.finding(
                 Risk::Unknown,
@@ -662,11 +815,11 @@ impl Analyzer {
                 Risk::Unknown,
                 format!("output redirected to the device `{path}`{suffix}"),
             );
-        } else if table::sensitive_path(t) {
-            self.finding(
-                Risk::Unknown,
-                format!("output redirected to `{path}`, a sensitive location (git internals, shell start-up files, tool configuration or system files){suffix}"),
-            );
+        } else if protect::protected_path(t) {
+            self.protect(format!(
+                "output is redirected to `{path}`{suffix}: {}",
+                protect::describe(t)
+            ));
         } else {
             self.finding(
                 Risk::Write,
@@ -724,6 +877,32 @@ impl Analyzer {
             return;
         }
         let mut own = Risk::ReadOnly;
+        self.variables(&name_of(&argv[0].text), &argv[1..]);
+        if name_of(&argv[0].text) == "git" && !self.context.repo.hazards.is_empty() {
+            let keys: Vec<String> = self
+                .context
+                .repo
+                .hazards
+                .iter()
+                .take(4)
+                .map(|h| format!("`{}` (in {})", h.key, display::clip(&h.file)))
+                .collect();
+            let more = self.context.repo.hazards.len().saturating_sub(4);
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            own = Risk::Unknown;
+            self.finding(
+                Risk::Unknown,
+                format!(
+                    "`{}` reads the repository's git configuration, which sets {}{more}: git may run the program it names{suffix}",
+                    display::argv(&texts_of(&argv)),
+                    keys.join(", ")
+                ),
+            );
+        }
         // Bash itself only treats these paths specially in redirections,
         // but a word naming one is a strong sign of intent to connect.
         if let Some(a) = argv
@@ -769,6 +948,7 @@ impl Analyzer {
                     self.argv(inner, Some(via), stdin.clone());
                     self.depth -= 1;
                 }
+                Effect::Protected(reason) => self.protect(format!("{reason}{suffix}")),
                 Effect::Script { text, via } => self.script(&text, Some(via)),
                 Effect::StdinScript { via } => match &stdin {
                     Some(body) => self.script(body, Some(via)),
@@ -781,6 +961,174 @@ impl Analyzer {
         }
         self.out.commands[index].risk = own;
     }
+
+    /// Shell builtins that give variables values, name them, or evaluate
+    /// them as arithmetic (see `vars`).
+    fn variables(&mut self, name: &str, args: &[Arg]) {
+        let operands = |with_value: &str| -> Vec<&Arg> {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i < args.len() {
+                let t = args[i].text.as_str();
+                if out.is_empty() && t.len() > 1 && (t.starts_with('-') || t.starts_with('+')) {
+                    if t == "--" {
+                        out.extend(args[i + 1..].iter());
+                        break;
+                    }
+                    // A value-taking option consumes the next word unless
+                    // its value is attached (`-d,` vs `-d ,`).
+                    if let Some(last) = t.chars().last()
+                        && with_value.contains(last)
+                    {
+                        i += 1;
+                    }
+                    i += 1;
+                    continue;
+                }
+                out.push(&args[i]);
+                i += 1;
+            }
+            out
+        };
+        let option_value = |flag: char| -> Option<&Arg> {
+            let pos = args.iter().position(|a| {
+                a.text.starts_with('-') && !a.text.starts_with("--") && a.text.ends_with(flag)
+            })?;
+            args.get(pos + 1)
+        };
+        match name {
+            "read" => {
+                let how = "`read` reads it from input".to_owned();
+                if let Some(a) = option_value('a') {
+                    self.name_operand(a, "read", Some(&how));
+                }
+                for a in operands("adinNptu") {
+                    self.name_operand(a, "read", Some(&how));
+                }
+            }
+            "mapfile" | "readarray" => {
+                let how = format!("`{name}` reads it from input");
+                for a in operands("dnOsuCc") {
+                    self.name_operand(a, name, Some(&how));
+                }
+            }
+            "printf" => {
+                if let Some(a) = option_value('v') {
+                    let data = args.iter().any(|x| x.dynamic);
+                    let how = "`printf -v` formats run-time words into it".to_owned();
+                    self.name_operand(a, "printf -v", data.then_some(&how));
+                }
+            }
+            "getopts" => {
+                if let Some(a) = operands("").get(1) {
+                    let how = "`getopts` stores an argument in it".to_owned();
+                    self.name_operand(a, "getopts", Some(&how));
+                }
+            }
+            "declare" | "typeset" | "local" | "export" | "readonly" => {
+                let flags: String = args
+                    .iter()
+                    .take_while(|a| a.text.starts_with('-') || a.text.starts_with('+'))
+                    .filter(|a| a.text.starts_with('-'))
+                    .map(|a| a.text.as_str())
+                    .collect();
+                let integer = flags.contains('i');
+                let nameref = flags.contains('n');
+                for a in operands("") {
+                    let (var, _) = vars::name_and_subscript(&a.text);
+                    let var = var.to_owned();
+                    if integer {
+                        self.integers
+                            .push((var.clone(), format!("{name} -i {var}")));
+                    }
+                    let how = format!("`{name} -n` makes it refer to another variable");
+                    self.name_operand(a, name, nameref.then_some(&how));
+                    if nameref && a.dynamic {
+                        self.finding(
+                            Risk::Unknown,
+                            format!(
+                                "`{name} -n` makes `{var}` refer to a variable named at run time: bash evaluates a name like `a[$(cmd)]` as a subscript, running the command"
+                            ),
+                        );
+                    }
+                }
+            }
+            "let" => {
+                for a in args {
+                    self.arith_use(&a.text);
+                }
+            }
+            "unset" => {
+                for a in operands("") {
+                    self.name_operand(a, "unset", None);
+                }
+            }
+            "test" | "[" => {
+                if let Some(a) = args
+                    .iter()
+                    .position(|a| a.text == "-v")
+                    .and_then(|i| args.get(i + 1))
+                {
+                    let (_, sub) = vars::name_and_subscript(&a.text);
+                    if let Some(sub) = sub {
+                        self.arith_use(sub);
+                    }
+                }
+            }
+            "cd" | "pushd" => {
+                if let Some(a) = operands("").first()
+                    && (a.dynamic || protect::protected_path(&format!("{}/", a.text)))
+                {
+                    self.cd_protected = Some(display::clip(&a.text));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A variable name given to a builtin that assigns or tests it. Its
+    /// subscript is arithmetic; a name only known at run time may be
+    /// `a[$(cmd)]`; `taint` says how the value may be data.
+    fn name_operand(&mut self, a: &Arg, builtin: &str, taint: Option<&String>) {
+        let (var, sub) = vars::name_and_subscript(&a.text);
+        if a.dynamic && (var.contains('$') || var.contains('`')) {
+            self.finding(
+                Risk::Unknown,
+                format!(
+                    "`{builtin}` is given the variable name `{}`, which is only known at run time: bash evaluates a name like `a[$(cmd)]` as a subscript, running the command",
+                    display::clip(&a.text)
+                ),
+            );
+            return;
+        }
+        if let Some(sub) = sub {
+            self.arith_use(sub);
+        }
+        if let Some(how) = taint {
+            self.taint(var, how.clone());
+        }
+        self.assigns_name(var, &format!("`{builtin}`"));
+    }
+
+    /// Changing (or unsetting) a variable that steers which code programs
+    /// run is code; it would also undo the host's git safety settings.
+    fn assigns_name(&mut self, name: &str, what: &str) {
+        if table::dangerous_env_var(name) {
+            self.finding(
+                Risk::Unknown,
+                format!("{what} changes `{name}`, which can make programs run other code"),
+            );
+        }
+    }
+}
+
+/// The table name of a command word (`/usr/bin/git` is `git`).
+fn name_of(word: &str) -> String {
+    table::program_name(word).unwrap_or(word).to_owned()
+}
+
+fn texts_of(argv: &[Arg]) -> Vec<&str> {
+    argv.iter().map(|a| a.text.as_str()).collect()
 }
 
 #[cfg(test)]
@@ -793,7 +1141,7 @@ mod tests {
         assert!(parse_program(&deep).is_err());
         let subst = format!("{}true{}", "$(echo ".repeat(40), ")".repeat(40));
         // Within limits: must parse and analyse without overflowing.
-        let a = analyze_shell(&subst);
+        let a = analyze_shell(&subst, &Context::default());
         assert!(!a.commands.is_empty());
     }
 }

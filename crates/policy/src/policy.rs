@@ -6,15 +6,19 @@
 //! 3. Any command anywhere in the line (including nested under `sh -c`,
 //!    `env`, `xargs`, `$(...)`, functions, ...) matching a `deny` prefix →
 //!    deny.
-//! 4. Overall risk within the profile's auto-run level (`cautious`:
+//! 4. The command writes a protected location (`.git/config`, `.git/hooks/`,
+//!    `.envrc`, `.capstan/`, the workspace's `capstan.toml`, ...; see
+//!    [`crate::protected_path`]) → ask, in every profile and whatever the
+//!    allow rules say. The explanation names the file.
+//! 5. Overall risk within the profile's auto-run level (`cautious`:
 //!    `read_only`; `trusted`: `read_only` and `write`) → allow.
-//! 5. Every finding above that level belongs to a command matched by an
+//! 6. Every finding above that level belongs to a command matched by an
 //!    `allow` prefix → allow. Findings not tied to a command (redirections,
 //!    assignments such as `PATH=...`, dynamic command names, parse
 //!    failures) can never be allowed this way, so `allow = ["cargo test"]`
 //!    does not let `cargo test; rm -rf /` or `cargo test > .git/config`
 //!    through.
-//! 6. Otherwise → ask.
+//! 7. Otherwise → ask.
 //!
 //! Network: `network = false` does not change verdicts. Network-risk
 //! commands are never auto-run by a profile, so they reach the user as
@@ -29,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::display;
 use crate::risk::Risk;
 use crate::word::scan_word;
-use crate::{Classification, CommandInfo, classify_argv, classify_shell};
+use crate::{Classification, CommandInfo, Context, classify_argv_in, classify_shell_in};
 
 /// How much a workspace lets run without asking.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -296,7 +300,13 @@ impl Policy {
     /// shell punctuation, so that a construct the parser does not
     /// understand cannot hide a denied command from its rule.
     pub fn evaluate_shell(&self, command: &str) -> Evaluation {
-        let classification = classify_shell(command);
+        self.evaluate_shell_in(command, &Context::default())
+    }
+
+    /// [`Policy::evaluate_shell`] for a command run in a known place (see
+    /// [`Context`]): the host's entry point.
+    pub fn evaluate_shell_in(&self, command: &str, context: &Context) -> Evaluation {
+        let classification = classify_shell_in(command, context);
         if classification.risk == Risk::Unknown
             && self.profile != Profile::Locked
             && let Some(rule) = self.deny_in_text(command)
@@ -336,7 +346,12 @@ impl Policy {
 
     /// Classifies an argv run without a shell and decides what to do with it.
     pub fn evaluate_argv(&self, argv: &[String]) -> Evaluation {
-        self.evaluate(classify_argv(argv))
+        self.evaluate_argv_in(argv, &Context::default())
+    }
+
+    /// [`Policy::evaluate_argv`] for a command run in a known place.
+    pub fn evaluate_argv_in(&self, argv: &[String], context: &Context) -> Evaluation {
+        self.evaluate(classify_argv_in(argv, context))
     }
 
     /// Decides what to do with an existing classification.
@@ -387,6 +402,14 @@ impl Policy {
                     );
                 }
             }
+        }
+        if !c.protected.is_empty() {
+            let mut explanation = vec![
+                "the command writes a protected location, which every profile asks about (even `trusted`, whatever the allow rules say)"
+                    .to_owned(),
+            ];
+            explanation.extend(c.protected.iter().cloned());
+            return (Verdict::Ask, explanation);
         }
         if c.risk <= limit {
             let why = format!(

@@ -30,6 +30,9 @@ pub(crate) enum Effect {
     Script { text: String, via: String },
     /// The command runs a shell script read from its standard input.
     StdinScript { via: String },
+    /// The command writes (or may write) a protected location; the reason
+    /// names it. See `protect.rs`.
+    Protected(String),
     /// The command name is not in the table. It is `unknown` unless the
     /// script defines a shell function of that name (whose body is then
     /// classified where it is defined).
@@ -218,8 +221,6 @@ const READ_ONLY: &[&str] = &[
     "xzcat",
     "zstdcat",
     "look",
-    "ag",
-    "ack",
     "exa",
     "eza",
     "lsd",
@@ -227,18 +228,13 @@ const READ_ONLY: &[&str] = &[
     "objdump",
     "readelf",
     "size",
-    "getent",
     "pgrep",
     "pidof",
     "shasum",
-    "fzf",
     "uuidgen",
-    "iconv",
     "tsort",
     "shellcheck",
     "tokei",
-    "cloc",
-    "ptx",
     "pr",
     "factor",
     "yes",
@@ -246,7 +242,6 @@ const READ_ONLY: &[&str] = &[
     "umask",
     "ulimit",
     "hash",
-    "history",
     "help",
     "dircolors",
 ];
@@ -357,58 +352,6 @@ const WRITE: &[&str] = &[
     "rake",
 ];
 
-/// Where a write is no longer "just a write": files that configure code
-/// execution (git hooks and config, shell start-up files, cargo config) or
-/// system locations. Writing them turns later read-only commands into
-/// arbitrary code, e.g. `core.fsmonitor` in `.git/config` runs on `git status`.
-pub(crate) fn sensitive_path(path: &str) -> bool {
-    let p = path.trim_start_matches("./");
-    const NAMES: &[&str] = &[
-        ".git",
-        ".gitconfig",
-        ".gitmodules",
-        ".gitattributes",
-        ".bashrc",
-        ".bash_profile",
-        ".bash_login",
-        ".bash_logout",
-        ".profile",
-        ".zshrc",
-        ".zprofile",
-        ".zshenv",
-        ".zlogin",
-        ".inputrc",
-        ".ssh",
-        ".npmrc",
-        ".yarnrc",
-        ".yarnrc.yml",
-        ".envrc",
-        ".husky",
-        ".vscode",
-        ".pre-commit-config.yaml",
-    ];
-    // Case-insensitive: on macOS `.GIT/config` is `.git/config`.
-    let lower = p.to_ascii_lowercase();
-    let components: Vec<&str> = lower.split('/').collect();
-    if components.iter().any(|c| NAMES.contains(c)) {
-        return true;
-    }
-    if components
-        .windows(2)
-        .any(|w| w[0] == ".cargo" && w[1].starts_with("config"))
-    {
-        return true;
-    }
-    if p.starts_with('~') {
-        return true;
-    }
-    const SYSTEM: &[&str] = &[
-        "/etc/", "/dev/", "/proc/", "/sys/", "/boot/", "/usr/", "/bin/", "/sbin/", "/lib/",
-        "/lib64/",
-    ];
-    SYSTEM.iter().any(|s| lower.starts_with(s))
-}
-
 /// Classifies one simple command. `argv[0]` must be static and non-empty;
 /// the caller handles dynamic command names.
 pub(crate) fn classify(argv: &[Arg]) -> Vec<Effect> {
@@ -421,24 +364,102 @@ pub(crate) fn classify(argv: &[Arg]) -> Vec<Effect> {
         }
     };
     dispatch(&mut c, &name);
-    if c.own_risk() == Risk::Write {
-        // A write aimed at a file that configures code execution is worth
-        // more than a write: see `sensitive_path`.
-        if let Some(path) = c
-            .args
-            .iter()
-            .filter(|a| !a.dynamic)
-            .map(|a| a.text.split_once('=').map_or(a.text.as_str(), |(_, v)| v))
-            .find(|t| sensitive_path(t))
-        {
-            let what = format!(
-                "touches `{}`, a sensitive location (git internals, shell start-up files, tool configuration or system files)",
-                display::clip(path)
-            );
-            c.risk(Risk::Unknown, &what);
-        }
+    // Unknown too: `sed -i` with a run-time argument is unknown, and an
+    // allow rule for `sed` must still not cover a write to `.git/config`.
+    if matches!(c.own_risk(), Risk::Write | Risk::Unknown) {
+        protected_writes(&mut c, &name);
     }
     c.out
+}
+
+/// Commands whose operands are the files they write, so that an operand
+/// only known at run time (`cp x "$D"`, `xargs sed -i`, `find -exec chmod`)
+/// may be a protected file.
+const FILE_WRITERS: &[&str] = &[
+    "touch",
+    "mkdir",
+    "cp",
+    "mv",
+    "install",
+    "ln",
+    "chmod",
+    "chown",
+    "chgrp",
+    "truncate",
+    "patch",
+    "mkfifo",
+    "split",
+    "csplit",
+    "sponge",
+    "rename",
+    "tee",
+    "sed",
+    "dd",
+    "tar",
+    "bsdtar",
+    "unzip",
+    "rsync",
+    "zip",
+    "gzip",
+    "gunzip",
+    "bzip2",
+    "bunzip2",
+    "xz",
+    "unxz",
+    "zstd",
+    "unzstd",
+    "lz4",
+    "sort",
+    "uniq",
+    "xxd",
+    "iconv",
+    "history",
+    "find",
+    "tree",
+    "file",
+    "prettier",
+    "black",
+    "ruff",
+    "gofmt",
+    "rustfmt",
+    "clang-format",
+    "cloc",
+    "ptx",
+    "less",
+];
+
+/// A write aimed at a protected location (see `protect.rs`) is worth more
+/// than a write: it is `unknown` and asks in every profile.
+fn protected_writes(c: &mut Cmd<'_>, name: &str) {
+    let mut hits: Vec<String> = Vec::new();
+    for a in c.args {
+        let path = a.text.split_once('=').map_or(a.text.as_str(), |(_, v)| v);
+        let from_expansion = a.text.contains('$') || a.text.contains('`');
+        if !a.dynamic && crate::protect::protected_path(path) {
+            hits.push(crate::protect::describe(path));
+        } else if a.glob && !from_expansion && crate::protect::glob_may_be_protected(path) {
+            hits.push(format!(
+                "the pattern `{}` may match a protected file",
+                display::clip(path)
+            ));
+        } else if a.dynamic && FILE_WRITERS.contains(&name) && (from_expansion || !a.glob) {
+            hits.push(format!(
+                "`{}` is only known at run time and may name a protected file",
+                display::clip(&a.text)
+            ));
+        }
+    }
+    if hits.is_empty() {
+        return;
+    }
+    c.risk(
+        Risk::Unknown,
+        "writes where it may touch a protected location (git internals, Capstan's config, shell start-up files, tool configuration or system files)",
+    );
+    for hit in hits {
+        let reason = format!("`{}` writes: {hit}", c.shown);
+        c.out.push(Effect::Protected(reason));
+    }
 }
 
 struct Cmd<'a> {
@@ -682,6 +703,12 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
         ),
         "command" => wrap_command(c),
         "builtin" => c.run(args.to_vec(), "builtin"),
+        "exec" if args.first().is_some_and(|a| {
+            a.dynamic || (a.text.starts_with('-') && a.text.len() > 1 && a.text[1..].contains('c'))
+        }) =>
+        {
+            c.unknown("runs a command with an empty environment, dropping the host's safety settings for git")
+        }
         "exec" => wrap_simple(
             c,
             name,
@@ -879,10 +906,88 @@ fn dispatch(c: &mut Cmd<'_>, name: &str) {
         "less" | "more" | "most" => {
             if args.iter().any(|a| a.dynamic || a.text.starts_with('+')) {
                 c.unknown("is given start-up commands, which can run a shell");
+            } else if name == "less"
+                && (has_flag(args, &["--log-file", "--LOG-FILE"])
+                    || has_short(args, 'o')
+                    || has_short(args, 'O'))
+            {
+                c.risk(Risk::Write, "copies its input to a log file (`-o`)");
             } else {
                 c.read_only();
             }
         }
+        "iconv" => {
+            if has_flag(args, &["-o", "--output"]) || has_short(args, 'o') {
+                c.risk(Risk::Write, "writes its output to a file (`-o`)");
+            } else {
+                c.read_only();
+            }
+        }
+        "history" => {
+            // `-w`/`-a` write the history file named by the operand; `-r`
+            // and `-n` only read, `-c`/`-d`/`-s` change the in-memory list.
+            if has_short(args, 'w') || has_short(args, 'a') {
+                c.risk(Risk::Write, "writes the history to a file");
+            } else {
+                c.read_only();
+            }
+        }
+        "ptx" => {
+            // `ptx [INPUT [OUTPUT]]` under `-G`; otherwise every operand is
+            // an input, but that depends on options: assume a write.
+            if operands(args).len() >= 2 {
+                c.risk(Risk::Write, "may write its second operand");
+            } else {
+                c.read_only();
+            }
+        }
+        "cloc" => {
+            if has_flag(args, &["--extract-with", "--script-lang", "--force-lang-def", "--read-lang-def"]) {
+                c.unknown("runs an extraction command or loads language definitions from a file");
+            } else if has_flag(
+                args,
+                &[
+                    "--out",
+                    "--report-file",
+                    "--sql",
+                    "--sql-append",
+                    "--write-lang-def",
+                    "--write-lang-def-incl-dup",
+                    "--categorized",
+                    "--counted",
+                    "--ignored",
+                    "--found",
+                    "--unique",
+                    "--sum-reports",
+                ],
+            ) {
+                c.risk(Risk::Write, "writes a report file");
+            } else {
+                c.read_only();
+            }
+        }
+        "ag" | "ack" => {
+            if has_flag(args, &["--pager"]) {
+                c.unknown("runs a pager program");
+            } else if name == "ack" && !surely_flag(args, &["--noenv"]) {
+                c.unknown("reads a project `.ackrc`, which can name a pager program (pass `--noenv`)");
+            } else {
+                c.read_only();
+            }
+        }
+        "fzf" => {
+            if has_flag(args, &["--preview", "--bind", "--with-shell", "--listen", "--listen-unsafe", "--history"])
+                || args.iter().any(|a| a.text.contains("execute") || a.text.contains("become"))
+            {
+                c.unknown("runs commands (`--preview`, `--bind`) or listens on a port");
+            } else {
+                c.read_only();
+            }
+        }
+        "getent" => c.risk(
+            Risk::Network,
+            "looks names up through NSS, which may query DNS or directory servers",
+        ),
         "rg" => {
             if has_flag(args, &["--pre"]) {
                 c.unknown("runs a preprocessor command on every file");
@@ -1140,6 +1245,21 @@ fn wrap_env(c: &mut Cmd<'_>) {
             return;
         }
     };
+    let own = &c.args[..i];
+    let unsets_dangerous = own
+        .windows(2)
+        .any(|w| (w[0].text == "-u" || w[0].text == "--unset") && dangerous_env_var(&w[1].text))
+        || own.iter().any(|a| {
+            a.text
+                .strip_prefix("--unset=")
+                .or_else(|| a.text.strip_prefix("-u").filter(|v| !v.is_empty()))
+                .is_some_and(dangerous_env_var)
+        });
+    if has_flag(own, &["-i", "--ignore-environment"]) || has_short(own, 'i') || unsets_dangerous {
+        c.unknown(
+            "clears or unsets environment variables, dropping the host's safety settings for git",
+        );
+    }
     while i < c.args.len() {
         let a = &c.args[i];
         if a.dynamic {
@@ -2448,6 +2568,7 @@ fn git_config(c: &mut Cmd<'_>, rest: &[Arg]) {
     }
     if has_flag(rest, &["--global", "--system", "-f", "--file", "--blob"]) {
         c.unknown("changes git configuration outside the repository");
+        protect_git_config(c);
         return;
     }
     if has_flag(
@@ -2464,7 +2585,7 @@ fn git_config(c: &mut Cmd<'_>, rest: &[Arg]) {
             "unset" | "remove-section" | "rename-section"
         )
     }) {
-        c.risk(Risk::Write, "changes repository configuration");
+        protect_git_config(c);
         return;
     }
     let ops: Vec<&Arg> = operands(rest);
@@ -2481,16 +2602,27 @@ fn git_config(c: &mut Cmd<'_>, rest: &[Arg]) {
         }
         [key, value, ..] => {
             let kv = format!("{}={}", key.text, value.text);
-            if git_config_safe(&kv) {
-                c.risk(Risk::Write, "changes repository configuration");
-            } else {
+            if !git_config_safe(&kv) {
                 c.unknown(&format!(
                     "sets git config `{}`, which can make git run arbitrary programs",
                     display::clip(&key.text)
                 ));
             }
+            protect_git_config(c);
         }
     }
+}
+
+/// Every `git config` write changes `.git/config`, a protected file
+/// whatever the key: the approval must name it (see `protect.rs`).
+fn protect_git_config(c: &mut Cmd<'_>) {
+    c.unknown("changes the repository's git configuration");
+    let reason = format!(
+        "`{}` writes: {}",
+        c.shown,
+        crate::protect::describe(".git/config")
+    );
+    c.out.push(Effect::Protected(reason));
 }
 
 // ---------------------------------------------------------------------------
@@ -2537,9 +2669,19 @@ fn cargo(c: &mut Cmd<'_>) {
     let rest = args.get(i + 1..).unwrap_or(&[]);
     match args.get(i).map(|a| a.text.as_str()) {
         None => c.read_only(),
+        Some("metadata" | "tree") => {
+            // Resolving dependencies may download the registry index.
+            if surely_flag(args, &["--offline", "--frozen", "--no-deps"]) {
+                c.read_only()
+            } else {
+                c.risk(
+                    Risk::Network,
+                    "may download the registry index to resolve dependencies (pass `--offline`)",
+                )
+            }
+        }
         Some(
-            "metadata" | "tree" | "version" | "help" | "locate-project" | "pkgid"
-            | "verify-project" | "read-manifest",
+            "version" | "help" | "locate-project" | "pkgid" | "verify-project" | "read-manifest",
         ) => c.read_only(),
         Some("fmt") => {
             if surely_flag(rest, &["--check"]) {
@@ -2587,8 +2729,11 @@ fn npm(c: &mut Cmd<'_>) {
         return;
     }
     match sub.text.as_str() {
-        "ls" | "list" | "ll" | "la" | "view" | "info" | "show" | "v" | "help" | "root" | "bin"
-        | "prefix" | "explain" | "why" | "query" | "fund" | "get" => c.read_only(),
+        "ls" | "list" | "ll" | "la" | "help" | "root" | "bin" | "prefix" | "explain" | "why"
+        | "query" | "fund" | "get" => c.read_only(),
+        "view" | "info" | "show" | "v" => {
+            c.risk(Risk::Network, "asks the package registry about a package")
+        }
         "config" | "c" => {
             if surely_flag(args, &["get", "list", "ls"]) {
                 c.read_only()
@@ -2633,8 +2778,8 @@ fn yarn(c: &mut Cmd<'_>, name: &str) {
         return;
     }
     match sub.text.as_str() {
-        "list" | "ls" | "why" | "info" | "view" | "help" | "bin" | "root" | "licenses"
-        | "config" => c.read_only(),
+        "list" | "ls" | "why" | "help" | "bin" | "root" | "licenses" | "config" => c.read_only(),
+        "info" | "view" => c.risk(Risk::Network, "asks the package registry about a package"),
         "install" | "i" | "add" | "upgrade" | "up" | "update" | "publish" | "login"
         | "outdated" | "audit" | "fetch" | "import" => c.network(),
         "remove" | "rm" | "uninstall" | "un" | "prune" => c.risk(Risk::Delete, "removes packages"),
@@ -2658,6 +2803,9 @@ fn pip(c: &mut Cmd<'_>) {
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
+        "list" if has_flag(c.args, &["-o", "--outdated", "-u", "--uptodate"]) => {
+            c.risk(Risk::Network, "asks the package index for newer versions")
+        }
         "list" | "show" | "freeze" | "check" | "help" | "debug" | "inspect" | "hash" => {
             c.read_only()
         }
@@ -2675,9 +2823,9 @@ fn uv(c: &mut Cmd<'_>) {
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
-        "version" | "help" | "tree" => c.read_only(),
-        "pip" | "add" | "sync" | "lock" | "tool" | "python" | "venv" | "init" | "remove"
-        | "export" | "publish" | "build" => c.network(),
+        "version" | "help" => c.read_only(),
+        "pip" | "tree" | "add" | "sync" | "lock" | "tool" | "python" | "venv" | "init"
+        | "remove" | "export" | "publish" | "build" => c.network(),
         "run" => c.unknown("runs arbitrary code"),
         _ => c.unknown("is not a known uv subcommand"),
     }
@@ -2690,7 +2838,8 @@ fn go(c: &mut Cmd<'_>) {
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
-        "version" | "doc" | "help" | "list" => c.read_only(),
+        "version" | "help" => c.read_only(),
+        "doc" | "list" => c.risk(Risk::Network, "may download modules to resolve packages"),
         "env" => {
             if has_flag(c.args, &["-w", "-u"]) {
                 c.risk(Risk::Write, "changes go configuration")
@@ -2769,8 +2918,20 @@ fn package_manager(c: &mut Cmd<'_>, name: &str) {
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
+        // These refresh package metadata from the network first.
+        "list" | "info" | "show" | "search" | "home"
+            if matches!(
+                name,
+                "dnf" | "yum" | "zypper" | "snap" | "brew" | "port" | "poetry"
+            ) =>
+        {
+            c.risk(
+                Risk::Network,
+                "may refresh package metadata from the network",
+            )
+        }
         "list" | "info" | "show" | "policy" | "config" | "--version" | "version" | "help"
-        | "env" | "which" | "home" => c.read_only(),
+        | "env" | "which" => c.read_only(),
         "remove" | "uninstall" | "purge" | "autoremove" | "erase" => {
             c.risk(Risk::Delete, "removes packages")
         }

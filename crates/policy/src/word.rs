@@ -64,6 +64,12 @@ pub(crate) struct WordScan {
     pub substitutions: Vec<String>,
     /// Problems that make the word unsafe to reason about, as reasons.
     pub hazards: Vec<String>,
+    /// Texts bash evaluates as arithmetic: `$((...))` bodies, subscripts
+    /// and substring offsets of `${...}` expansions.
+    pub arith: Vec<String>,
+    /// Variables assigned by `${x:=word}` or `${x=word}` with a dynamic
+    /// word, so their value may be data.
+    pub assigned: Vec<String>,
 }
 
 /// Whether unquoted text is a glob pattern: `*`, `?`, or a `[...]` class
@@ -193,6 +199,20 @@ fn walk(
                         "`{src}` applies prompt expansion, which can run commands"
                     ));
                 }
+                scan.arith.extend(crate::vars::expansion_arith(src));
+                if let ParameterExpr::AssignDefaultValues {
+                    default_value: Some(word),
+                    ..
+                } = expr
+                    && (word.contains('$') || word.contains('`'))
+                {
+                    let name: String = src
+                        .trim_start_matches("${")
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    scan.assigned.push(name);
+                }
                 scan_nested_text(
                     src.strip_prefix("${").and_then(|s| s.strip_suffix('}')),
                     src,
@@ -208,6 +228,7 @@ fn walk(
             WordPiece::ArithmeticExpression(expr) => {
                 let src = source_of(raw, p, "$((...))");
                 b.dyn_part(src);
+                scan.arith.push(expr.value.clone());
                 scan_nested_text(Some(&expr.value), src, scan);
             }
         }

@@ -6,7 +6,8 @@
 
 use capstan_policy::Risk::{self, Delete, Network, ReadOnly, Unknown, Write};
 use capstan_policy::{
-    Policy, Profile, SandboxMode, Verdict, classify_argv, classify_shell, effective_risk,
+    ConfigHazard, Context, Policy, Profile, RepoFacts, SandboxMode, Verdict, classify_argv,
+    classify_shell, classify_shell_in, effective_risk,
 };
 
 #[rustfmt::skip]
@@ -62,7 +63,8 @@ const CASES: &[(&str, Risk, &str)] = &[
     ("X=$(rm x) true", Delete, "rm x"),
     ("echo $(echo $(rm -rf y))", Delete, "rm -rf y"),
     ("echo ${X:-$(rm z)}", Delete, "rm z"),
-    ("echo $((1 + $(rm w)))", Delete, "rm w"),
+    // The output of a substitution inside arithmetic is evaluated as code.
+    ("echo $((1 + $(rm w)))", Unknown, "rm w"),
     ("cat <(curl x.test)", Network, "curl"),
     ("diff <(ls a) <(ls b)", ReadOnly, ""),
     ("ls > >(tee out.txt)", Write, "tee out.txt"),
@@ -109,7 +111,9 @@ const CASES: &[(&str, Risk, &str)] = &[
     ("git -c color.ui=always log", ReadOnly, ""),
     ("git -c core.pager=cat log", ReadOnly, ""),
     ("git config core.hooksPath /tmp/h", Unknown, "core.hooksPath"),
-    ("git config user.name Bob", Write, ""),
+    ("git config user.name Bob", Unknown, ".git/config"),
+    ("git config --unset user.name", Unknown, ".git/config"),
+    ("git config user.name", ReadOnly, ""),
     ("git config --get user.name", ReadOnly, ""),
     ("GIT_PAGER='rm -rf x' git log", Unknown, "GIT_PAGER"),
     ("GIT_SSH_COMMAND='sh -c x' git fetch", Unknown, "GIT_SSH_COMMAND"),
@@ -174,13 +178,13 @@ const CASES: &[(&str, Risk, &str)] = &[
     ("until false; do :; done", ReadOnly, ""),
     ("case $x in a) rm x;; esac", Delete, "rm x"),
     ("case $(curl y.test) in a) ;; esac", Network, "curl"),
-    ("(( $(rm x) ))", Delete, "rm x"),
+    ("(( $(rm x) ))", Unknown, "rm x"),
     ("(( i++ ))", ReadOnly, ""),
     ("ls; ( ( rm y ) )", Delete, "rm y"),
     ("((rm y))", Delete, "rm y"),
     ("((((rm y))))", Delete, "rm y"),
     ("( ( ( ( ( reboot ) ) ) ) )", Unknown, "reboot"),
-    ("for ((i=0; i<$(rm n); i++)); do :; done", Delete, "rm n"),
+    ("for ((i=0; i<$(rm n); i++)); do :; done", Unknown, "rm n"),
     ("[[ -f $(rm t) ]]", Delete, "rm t"),
     ("coproc rm x", Unknown, "coproc"),
     // --- here-documents
@@ -239,7 +243,10 @@ const CASES: &[(&str, Risk, &str)] = &[
     ("cargo test", Write, "cargo test"),
     ("cargo check", Write, ""),
     ("cargo +nightly build", Write, ""),
-    ("cargo metadata --format-version 1", ReadOnly, ""),
+    ("cargo metadata --format-version 1", Network, "registry index"),
+    ("cargo metadata --offline --format-version 1", ReadOnly, ""),
+    ("cargo metadata --no-deps --format-version 1", ReadOnly, ""),
+    ("cargo tree", Network, "registry index"),
     ("cargo fmt --check", ReadOnly, ""),
     ("cargo install ripgrep", Network, "cargo install"),
     ("cargo clean", Delete, ""),
@@ -296,6 +303,127 @@ const CASES: &[(&str, Risk, &str)] = &[
     ("cat /dev/tcp/example.com/80", Network, "/dev/tcp"),
     ("printf '%s\\n' a b > list.txt", Write, "list.txt"),
     ("[ -d x ] || mkdir x", Write, "mkdir x"),
+    // --- issue 13 item 9: output-file options of table entries
+    ("iconv -f latin1 -t utf-8 -o a.txt b.txt", Write, "-o"),
+    ("iconv -oa.txt b.txt", Write, "iconv"),
+    ("iconv --output=a.txt b.txt", Write, "iconv"),
+    ("iconv -f latin1 -t utf-8 b.txt", ReadOnly, ""),
+    ("history -w a.txt", Write, "history"),
+    ("history -a a.txt", Write, "history"),
+    ("history", ReadOnly, ""),
+    ("less -o log.txt f", Write, "log file"),
+    ("less --log-file=log.txt f", Write, "log file"),
+    ("ptx in.txt out.txt", Write, "ptx"),
+    ("uniq in.txt out.txt", Write, "uniq"),
+    ("split -l 10 f part-", Write, "split"),
+    ("csplit f /x/", Write, "csplit"),
+    ("sort --output=o.txt f", Write, "sort"),
+    ("xxd -r dump.hex", Write, "xxd"),
+    ("cloc --out=report.txt .", Write, "report"),
+    ("cloc --report-file=r.txt .", Write, "report"),
+    ("cloc .", ReadOnly, ""),
+    ("cloc --extract-with='sh -c x' a.tgz", Unknown, "extraction"),
+    ("ag --pager='sh -c x' foo", Unknown, "pager"),
+    ("ack --pager='sh -c x' foo", Unknown, "pager"),
+    ("ack foo", Unknown, ".ackrc"),
+    ("ack --noenv foo", ReadOnly, ""),
+    ("fzf --preview 'rm x'", Unknown, "fzf"),
+    ("fzf --bind 'enter:execute(rm {})'", Unknown, "fzf"),
+    ("tree -o out.txt", Write, "tree"),
+    ("file -C -m magic", Write, "file"),
+    // --- issue 13 item 9: read_only entries that reach the network
+    ("npm view react version", Network, "registry"),
+    ("npm info lodash", Network, "registry"),
+    ("npm show lodash", Network, "registry"),
+    ("npm v lodash", Network, "registry"),
+    ("npm ls", ReadOnly, ""),
+    ("yarn info react", Network, "registry"),
+    ("pnpm view react", Network, "registry"),
+    ("getent hosts example.com", Network, "NSS"),
+    ("getent ahosts example.com", Network, "NSS"),
+    ("pip list --outdated", Network, "newer versions"),
+    ("pip list", ReadOnly, ""),
+    ("uv tree", Network, ""),
+    ("go list -m all", Network, "modules"),
+    ("go doc fmt", Network, "modules"),
+    ("dnf info curl", Network, "metadata"),
+    ("brew info jq", Network, "metadata"),
+    ("apt show curl", ReadOnly, ""),
+    // --- issue 13 item 9: arithmetic evaluates variables read from files
+    ("read -r v < p.txt; echo $((v))", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; echo $(( $(cat p.txt) ))", Unknown, "output of a command substitution"),
+    ("echo $(( $(wc -l < f) + 1 ))", Unknown, "output of a command substitution"),
+    ("declare -i x; read -r x < p.txt", Unknown, "integer"),
+    ("typeset -i x; read -r x < p.txt", Unknown, "integer"),
+    ("read -r v < p.txt; declare -i x=$v", Unknown, "integer"),
+    ("f() { local -i y=$1; }; f \"$(cat p.txt)\"", Unknown, "integer"),
+    ("read -r v < p.txt; let x=v", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; let \"x=$v\"", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; (( x = v + 1 ))", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; echo ${a[v]}", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; echo ${a[$v]}", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; echo ${x:v}", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; [[ $v -eq 1 ]]", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; [[ v -gt 1 ]]", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; a[$v]=1", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; b=([$v]=1)", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; printf -v \"b[$v]\" x", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; printf -v \"$v\" x", Unknown, "only known at run time"),
+    ("read -r v < p.txt; read -r \"b[$v]\" < /dev/null", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; read -r \"$v\" < /dev/null", Unknown, "only known at run time"),
+    ("read -r v < p.txt; unset \"$v\"", Unknown, "only known at run time"),
+    ("read -r v < p.txt; test -v \"b[$v]\"", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; echo ${!v}", Unknown, "evaluates `v`"),
+    ("read -r v < p.txt; declare -n r=$v; echo $r", Unknown, "refer to a variable named at run time"),
+    ("read -r v < p.txt; x=$v; echo $((x))", Unknown, "evaluates `x`"),
+    ("read -ra arr < p.txt; echo $((arr[0]))", Unknown, "evaluates `arr`"),
+    ("mapfile -t m < p.txt; echo $((m[0]))", Unknown, "evaluates `m`"),
+    ("readarray m < p.txt; echo $((m))", Unknown, "evaluates `m`"),
+    ("mapfile < p.txt; echo $((MAPFILE))", Unknown, "MAPFILE"),
+    ("read < p.txt; echo $((REPLY))", Unknown, "REPLY"),
+    ("for v in $(cat p.txt); do echo $((v)); done", Unknown, "evaluates `v`"),
+    ("for f in *; do echo $((f)); done", Unknown, "evaluates `f`"),
+    ("getopts a: o -a x; echo $((OPTARG))", Unknown, "OPTARG"),
+    ("f() { echo $(( $1 + 1 )); }; f 2", Unknown, "evaluates `1`"),
+    ("x=$(cat n.txt); [[ $x -gt 0 ]] && echo big", Unknown, "evaluates `x`"),
+    ("echo ${y:=$(cat p.txt)} $((y))", Unknown, "evaluates `y`"),
+    ("[[ $(cat p.txt) -eq 1 ]]", Unknown, "output of a command substitution"),
+    // ... while arithmetic on values the command line itself computes runs.
+    ("for ((i=0; i<10; i++)); do echo $i; done", ReadOnly, ""),
+    ("n=5; echo $((n * 2))", ReadOnly, ""),
+    ("i=0; i=$((i + 1)); echo $((i))", ReadOnly, ""),
+    ("[[ $# -eq 0 ]] && echo none", ReadOnly, ""),
+    ("while read -r line; do echo \"$line\"; done < f.txt", ReadOnly, ""),
+    ("x=$(wc -l < f); echo \"$x\"", ReadOnly, ""),
+    ("declare -i n=3; echo $((n))", ReadOnly, ""),
+    // --- nothing may undo the host's git settings (GIT_CONFIG_COUNT, ...)
+    ("unset GIT_CONFIG_COUNT; git status", Unknown, "GIT_CONFIG_COUNT"),
+    ("export -n GIT_CONFIG_COUNT; git status", Unknown, "GIT_CONFIG_COUNT"),
+    ("f() { local GIT_CONFIG_COUNT; git status; }; f", Unknown, "GIT_CONFIG_COUNT"),
+    ("read GIT_CONFIG_COUNT < /dev/null; git status", Unknown, "GIT_CONFIG_COUNT"),
+    ("for GIT_PAGER in x; do git log; done", Unknown, "GIT_PAGER"),
+    ("(( GIT_CONFIG_COUNT = 0 )); git status", Unknown, "GIT_CONFIG_COUNT"),
+    ("env -u GIT_CONFIG_COUNT git status", Unknown, "safety settings"),
+    ("env --unset=GIT_PAGER git log", Unknown, "safety settings"),
+    ("env -i git status", Unknown, "safety settings"),
+    ("exec -c git status", Unknown, "empty environment"),
+    ("env -u LANG ls", ReadOnly, ""),
+    // --- protected files: named writes ask in every profile
+    ("echo 'eval \"$(curl x)\"' > .envrc", Unknown, ".envrc"),
+    ("cp cfg .capstan/policy.toml", Unknown, ".capstan/policy.toml"),
+    ("tee capstan.toml", Unknown, "capstan.toml"),
+    ("echo '[[plugin]]' >> capstan.toml", Unknown, "capstan.toml"),
+    ("sed -i s/a/b/ .git/config", Unknown, ".git/config"),
+    ("cp x sub/.git/hooks/pre-push", Unknown, ".git/hooks/pre-push"),
+    ("find . -name config -exec sed -i s/a/b/ {} +", Unknown, "only known at run time"),
+    ("ls | xargs chmod +x", Unknown, "only known at run time"),
+    ("cp evil \"$DEST\"", Unknown, "only known at run time"),
+    ("chmod 600 *", Unknown, "may match a protected file"),
+    ("touch *.toml", Unknown, "may match a protected file"),
+    ("chmod +x *.sh", Write, ""),
+    ("cd .git && echo x > config", Unknown, "changing into `.git`"),
+    ("cd \"$(dirname x)\" && touch y", Unknown, "changing into"),
+    ("cd .git && cat config", ReadOnly, ""),
 ];
 
 #[test]
@@ -318,11 +446,6 @@ fn classifier_table() {
         CASES.len(),
         failures.join("\n")
     );
-}
-
-#[test]
-fn enough_cases() {
-    assert!(CASES.len() >= 60);
 }
 
 fn argv(words: &[&str]) -> Vec<String> {
@@ -504,6 +627,216 @@ fn allow_rules_cover_only_what_they_match() {
     assert_eq!(verdict(&p, "git -c core.pager=evil push"), Verdict::Ask);
 }
 
+/// The files of issue 13: a write naming one asks in every profile, no
+/// allow rule covers it, the explanation names the file, and deny rules
+/// and `locked` still win.
+#[test]
+fn protected_writes_ask_in_every_profile_and_name_the_file() {
+    let cases = [
+        ("echo '[core] fsmonitor = x' >> .git/config", ".git/config"),
+        (
+            "cp evil.sh .git/hooks/post-checkout",
+            ".git/hooks/post-checkout",
+        ),
+        ("git config --file .git/config core.pager cat", "git config"),
+        ("echo 'rm -rf ~' > .envrc", ".envrc"),
+        (
+            "mkdir -p .capstan && cp p.toml .capstan/policy.toml",
+            ".capstan/policy.toml",
+        ),
+        ("printf '[[plugin]]' | tee -a capstan.toml", "capstan.toml"),
+        ("cp x .npmrc", ".npmrc"),
+        ("cp x .gitattributes", ".gitattributes"),
+    ];
+    let generous = Policy {
+        profile: Profile::Trusted,
+        allow: vec![
+            "cp".into(),
+            "tee".into(),
+            "echo".into(),
+            "mkdir".into(),
+            "printf".into(),
+            "git config".into(),
+        ],
+        ..Policy::default()
+    };
+    for (cmd, file) in cases {
+        for p in [
+            &generous,
+            &policy(Profile::Trusted),
+            &policy(Profile::Cautious),
+        ] {
+            let e = p.evaluate_shell(cmd);
+            assert_eq!(e.verdict, Verdict::Ask, "{cmd} under {:?}", p.profile);
+            assert!(
+                e.explanation.iter().any(|x| x.contains(file)),
+                "{cmd}: the explanation should name {file}: {:?}",
+                e.explanation
+            );
+        }
+        assert!(is_deny(&verdict(&policy(Profile::Locked), cmd)), "{cmd}");
+    }
+    let deny = Policy {
+        deny: vec!["cp".into()],
+        ..generous.clone()
+    };
+    assert!(is_deny(&verdict(&deny, "cp x .git/config")));
+    // An ordinary write is still auto-run by `trusted` and the allow rules.
+    assert_eq!(
+        verdict(&generous, "cp a b && echo x > notes.txt"),
+        Verdict::Allow
+    );
+    assert_eq!(verdict(&generous, "cp a .gitignore"), Verdict::Allow);
+}
+
+fn planted(key: &str) -> Context {
+    Context {
+        cwd: String::new(),
+        repo: RepoFacts {
+            hazards: vec![ConfigHazard {
+                key: key.into(),
+                file: ".git/config".into(),
+            }],
+        },
+    }
+}
+
+#[test]
+fn git_is_unknown_when_the_repository_config_runs_programs() {
+    let ctx = planted("core.fsmonitor");
+    for cmd in [
+        "git status",
+        "git diff",
+        "git log -p",
+        "/usr/bin/git status",
+        "sh -c 'git log -p'",
+        "echo . | xargs git diff",
+        "ls && git -C . status --short",
+    ] {
+        let c = classify_shell_in(cmd, &ctx);
+        assert_eq!(c.risk, Unknown, "{cmd}");
+        assert!(
+            c.reasons
+                .iter()
+                .any(|r| r.contains("`core.fsmonitor` (in .git/config)")),
+            "{cmd}: {:?}",
+            c.reasons
+        );
+        // No allow rule covers code planted in the repository.
+        let p = Policy {
+            allow: vec!["git".into()],
+            ..Policy::default()
+        };
+        assert_eq!(
+            p.evaluate_shell_in(cmd, &ctx).verdict,
+            Verdict::Ask,
+            "{cmd}"
+        );
+    }
+    // Commands other than git are unaffected.
+    assert_eq!(classify_shell_in("ls -la", &ctx).risk, ReadOnly);
+    // A clean repository changes nothing.
+    assert_eq!(
+        classify_shell_in("git status", &Context::default()).risk,
+        ReadOnly
+    );
+}
+
+#[test]
+fn writes_from_a_protected_directory_are_protected() {
+    let ctx = Context {
+        cwd: ".git".into(),
+        repo: RepoFacts::default(),
+    };
+    let p = policy(Profile::Trusted);
+    let e = p.evaluate_shell_in("echo x > config", &ctx);
+    assert_eq!(e.verdict, Verdict::Ask);
+    assert!(
+        e.explanation.iter().any(|x| x.contains("`.git`")),
+        "{:?}",
+        e.explanation
+    );
+    assert_eq!(
+        p.evaluate_shell_in("cat config", &ctx).verdict,
+        Verdict::Allow
+    );
+    let sub = Context {
+        cwd: "src".into(),
+        repo: RepoFacts::default(),
+    };
+    assert_eq!(
+        p.evaluate_shell_in("echo x > config", &sub).verdict,
+        Verdict::Allow
+    );
+}
+
+/// The host's scan of a real repository: keys in `.git/config`, in a file
+/// it includes, behind a `.git` file's `gitdir:`, and in a submodule.
+#[test]
+fn repo_facts_scan_finds_planted_keys() {
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let git = root.join(".git");
+    std::fs::create_dir_all(git.join("modules/sub")).unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(
+        git.join("config"),
+        "[core]\n\tbare = false\n[include]\n\tpath = extra.cfg\n[remote \"origin\"]\n\turl = x\n",
+    )
+    .unwrap();
+    std::fs::write(
+        git.join("extra.cfg"),
+        "[diff \"ev\"]\n\ttextconv = ./x.sh\n",
+    )
+    .unwrap();
+    std::fs::write(
+        git.join("modules/sub/config"),
+        "[filter \"f\"]\n\tclean = ./c.sh\n",
+    )
+    .unwrap();
+    let facts = RepoFacts::scan(&root, &root.join("src"));
+    let keys: Vec<(&str, &str)> = facts
+        .hazards
+        .iter()
+        .map(|h| (h.key.as_str(), h.file.as_str()))
+        .collect();
+    assert!(keys.contains(&("include.path", ".git/config")), "{keys:?}");
+    assert!(
+        keys.contains(&("diff.ev.textconv", ".git/extra.cfg")),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&("filter.f.clean", ".git/modules/sub/config")),
+        "{keys:?}"
+    );
+
+    // A worktree-style `.git` file points elsewhere; its config is read.
+    let wt = tempfile::tempdir().unwrap();
+    let wt_root = wt.path().canonicalize().unwrap();
+    std::fs::create_dir_all(wt_root.join("real")).unwrap();
+    std::fs::write(
+        wt_root.join("real/config"),
+        "[core]\n  sshCommand = ./s.sh\n",
+    )
+    .unwrap();
+    std::fs::write(wt_root.join(".git"), "gitdir: real\n").unwrap();
+    let facts = RepoFacts::scan(&wt_root, &wt_root);
+    assert_eq!(facts.hazards[0].key, "core.sshcommand");
+
+    // A clean repository has no hazards, and nothing above the workspace
+    // is looked at.
+    std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+    std::fs::remove_dir_all(git.join("modules")).unwrap();
+    assert_eq!(
+        RepoFacts::scan(&root, &root.join("src")),
+        RepoFacts::default()
+    );
+    assert_eq!(
+        RepoFacts::scan(&root.join("src"), &root.join("src")),
+        RepoFacts::default()
+    );
+}
+
 #[test]
 fn policy_from_toml_and_json() {
     let p: Policy = toml::from_str(
@@ -576,8 +909,16 @@ fn hostile_inputs_do_not_crash() {
     assert!(classify_shell(braces).risk >= ReadOnly);
     let many = "true;".repeat(5000);
     assert_eq!(classify_shell(&many).risk, Unknown);
+    // `sh -c sh -c ... ls`: the first `sh -c` runs the script `sh`, which
+    // reads commands from its (unknown) standard input.
     let nested = "sh -c ".repeat(50) + "ls";
-    let _ = classify_shell(&nested);
+    let c = classify_shell(&nested);
+    assert_eq!(c.risk, Unknown);
+    assert!(
+        c.reasons.iter().any(|r| r.contains("standard input")),
+        "{:?}",
+        c.reasons
+    );
     // The deepest input accepted, in a small stack (as on an async worker
     // thread), must be analysed without overflowing.
     let handle = std::thread::Builder::new()

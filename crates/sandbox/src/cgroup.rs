@@ -1,82 +1,203 @@
-//! A pids cgroup per task, used only when running as root.
+//! A cgroup per task (pids and memory), when Capstan may create one (as root,
+//! or in a delegated cgroup v2 subtree).
 //!
-//! Why: the kernel exempts root from `RLIMIT_NPROC` (the check skips `INIT_USER`
-//! even inside a user namespace that maps uid 0 to root), so for root a fork bomb
-//! is bounded only by a cgroup's `pids.max`. Unprivileged users cannot create
-//! cgroups without a delegated subtree, but for them `RLIMIT_NPROC` inside the
-//! private user namespace does the job. Everything here is best effort: if no
-//! cgroup can be made, [`PidsCgroup::create`] returns `None`.
+//! Why: the kernel exempts root from `RLIMIT_NPROC`, so for root a fork bomb is
+//! bounded only by `pids.max`; and only a memory cgroup bounds the memory of a
+//! task as a whole (`RLIMIT_AS` is per process and counts reservations, not
+//! use). Both cgroup v1 (one hierarchy per controller) and v2 (one hierarchy)
+//! are handled. If no memory cgroup can be made, the launcher falls back to
+//! `RLIMIT_AS` per process and says so in a warning.
 //!
-//! The caller creates the cgroup and removes it after the launcher has exited;
-//! the launcher joins it (writes its pid to `cgroup.procs`) before forking, so
-//! every process of the task is inside.
+//! Lifetime: the caller creates the cgroups; the launcher joins them before it
+//! forks, so every process of the task is inside. When the task is over the
+//! launcher reads the OOM-kill count, reports it, moves itself out and removes
+//! the cgroups, so they are gone even if the caller died meanwhile; the caller
+//! removes whatever is left after the launcher exits.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde::{Deserialize, Serialize};
+
 /// Processes the launcher itself adds to the task (launcher, namespace init).
 const OVERHEAD: u64 = 2;
 
-pub(crate) struct PidsCgroup {
-    path: PathBuf,
+/// A controller the task cgroup uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Controller {
+    Pids,
+    Memory,
 }
 
-impl PidsCgroup {
-    pub(crate) fn create(max_processes: Option<u64>) -> Option<PidsCgroup> {
-        let max = max_processes?;
-        if !nix::unistd::geteuid().is_root() {
-            return None;
+impl Controller {
+    fn name(self) -> &'static str {
+        match self {
+            Controller::Pids => "pids",
+            Controller::Memory => "memory",
         }
-        let parent = pids_cgroup_dir()?;
+    }
+}
+
+/// One directory of the task cgroup: in v1 one per controller, in v2 one for
+/// all.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct CgroupDir {
+    pub path: PathBuf,
+    pub v2: bool,
+    pub controllers: Vec<Controller>,
+}
+
+/// The cgroup directories of one task.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct TaskCgroup {
+    pub dirs: Vec<CgroupDir>,
+}
+
+impl TaskCgroup {
+    /// Creates the task's cgroups for the limits that are set. Best effort: a
+    /// controller that cannot be used here is simply absent.
+    pub(crate) fn create(max_processes: Option<u64>, max_memory: Option<u64>) -> TaskCgroup {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let name = format!(
             "capstan-sandbox-{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let path = parent.join(name);
-        std::fs::create_dir(&path).ok()?;
-        let cg = PidsCgroup { path };
-        // Without a pids.max file the pids controller is not enabled here (cgroup
-        // v2 without it in the parent's subtree_control): useless, remove it.
-        if std::fs::write(cg.path.join("pids.max"), (max + OVERHEAD).to_string()).is_err() {
-            cg.remove();
-            return None;
-        }
-        Some(cg)
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// One attempt at removing the cgroup, for the fast path.
-    pub(crate) fn try_remove(&self) -> bool {
-        match std::fs::remove_dir(&self.path) {
-            Ok(()) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-        }
-    }
-
-    /// Removes the (by now empty) cgroup. Tasks leave a cgroup when they exit, but
-    /// the removal can race with the last exit, hence the short retry.
-    pub(crate) fn remove(&self) {
-        for _ in 0..50 {
-            match std::fs::remove_dir(&self.path) {
-                Ok(()) => return,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        let mut cg = TaskCgroup::default();
+        let wanted = [
+            (Controller::Pids, max_processes.map(|m| m + OVERHEAD)),
+            (Controller::Memory, max_memory),
+        ];
+        for (controller, limit) in wanted {
+            let Some(limit) = limit else { continue };
+            let Some((parent, v2)) = own_cgroup_dir(controller) else {
+                continue;
+            };
+            let path = parent.join(&name);
+            let existing = cg.dirs.iter().position(|d| d.path == path);
+            if existing.is_none() && std::fs::create_dir(&path).is_err() {
+                continue;
+            }
+            if set_limit(&path, v2, controller, limit).is_err() {
+                if existing.is_none() {
+                    let _ = std::fs::remove_dir(&path);
+                }
+                continue;
+            }
+            match existing {
+                Some(i) => cg.dirs[i].controllers.push(controller),
+                None => cg.dirs.push(CgroupDir {
+                    path,
+                    v2,
+                    controllers: vec![controller],
+                }),
             }
         }
-        tracing::warn!(path = %self.path.display(), "cannot remove the task's pids cgroup");
+        cg
+    }
+
+    pub(crate) fn has(&self, controller: Controller) -> bool {
+        self.dirs
+            .iter()
+            .any(|d| d.controllers.contains(&controller))
+    }
+
+    /// Moves the calling process into every directory.
+    pub(crate) fn join(&self) -> Result<(), String> {
+        for d in &self.dirs {
+            std::fs::write(d.path.join("cgroup.procs"), "0")
+                .map_err(|e| format!("cannot join the cgroup {}: {e}", d.path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// How many processes the kernel killed for exceeding the memory limit.
+    pub(crate) fn oom_kills(&self) -> u64 {
+        let Some(d) = self
+            .dirs
+            .iter()
+            .find(|d| d.controllers.contains(&Controller::Memory))
+        else {
+            return 0;
+        };
+        // v2: memory.events; v1: memory.oom_control (kernel 4.13+).
+        let file = if d.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        std::fs::read_to_string(d.path.join(file))
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill "))
+                    .and_then(|n| n.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// Moves the calling process back to the parent cgroups (so that it does
+    /// not keep them busy) and removes the directories. For the launcher, once
+    /// every other process of the task is gone.
+    pub(crate) fn leave_and_remove(&self) {
+        for d in &self.dirs {
+            if let Some(parent) = d.path.parent() {
+                let _ = std::fs::write(parent.join("cgroup.procs"), "0");
+            }
+        }
+        self.remove_blocking();
+    }
+
+    /// One attempt at removing every directory; true when none is left.
+    pub(crate) fn try_remove(&self) -> bool {
+        self.dirs
+            .iter()
+            .all(|d| match std::fs::remove_dir(&d.path) {
+                Ok(()) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            })
+    }
+
+    /// Removes the (by now empty) directories. A cgroup becomes removable a
+    /// moment after its last task exits, hence the short retry.
+    pub(crate) fn remove_blocking(&self) {
+        for _ in 0..100 {
+            if self.try_remove() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        for d in &self.dirs {
+            tracing::warn!(path = %d.path.display(), "cannot remove the task's cgroup");
+        }
     }
 }
 
-/// The directory of our own cgroup in the hierarchy that has the pids
-/// controller: cgroup v1 `.../pids/<path>` or cgroup v2 `<mount>/<path>`.
-fn pids_cgroup_dir() -> Option<PathBuf> {
+fn set_limit(dir: &Path, v2: bool, controller: Controller, limit: u64) -> std::io::Result<()> {
+    match (controller, v2) {
+        (Controller::Pids, _) => std::fs::write(dir.join("pids.max"), limit.to_string()),
+        (Controller::Memory, true) => {
+            std::fs::write(dir.join("memory.max"), limit.to_string())?;
+            // No swap: the limit is on memory the task can touch, swapped or not.
+            let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+            Ok(())
+        }
+        (Controller::Memory, false) => {
+            std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string())?;
+            // Only present with swap accounting; same reason as memory.swap.max.
+            let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+            Ok(())
+        }
+    }
+}
+
+/// The directory of our own cgroup in the hierarchy that has `controller`:
+/// cgroup v1 `<mount>/<path>` of that controller, or cgroup v2 `<mount>/<path>`
+/// when the controller is enabled there. `true` for v2.
+fn own_cgroup_dir(controller: Controller) -> Option<(PathBuf, bool)> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let name = controller.name();
     let mut v1 = None;
     let mut v2 = None;
     for line in mountinfo.lines() {
@@ -84,14 +205,16 @@ fn pids_cgroup_dir() -> Option<PathBuf> {
         let Some((left, right)) = line.split_once(" - ") else {
             continue;
         };
-        let mount_point = left.split(' ').nth(4)?;
+        let Some(mount_point) = left.split(' ').nth(4) else {
+            continue;
+        };
         let mut r = right.split(' ');
-        let fstype = r.next()?;
+        let fstype = r.next().unwrap_or("");
         let super_opts = r.nth(1).unwrap_or("");
-        if fstype == "cgroup" && super_opts.split(',').any(|o| o == "pids") {
-            v1 = Some(PathBuf::from(mount_point));
+        if fstype == "cgroup" && super_opts.split(',').any(|o| o == name) {
+            v1 = Some(PathBuf::from(crate::view::unescape_mountinfo(mount_point)));
         } else if fstype == "cgroup2" {
-            v2 = Some(PathBuf::from(mount_point));
+            v2 = Some(PathBuf::from(crate::view::unescape_mountinfo(mount_point)));
         }
     }
     let entries: Vec<(&str, &str)> = own
@@ -105,18 +228,22 @@ fn pids_cgroup_dir() -> Option<PathBuf> {
     if let Some(m) = &v1
         && let Some((_, rel)) = entries
             .iter()
-            .find(|(controllers, _)| controllers.split(',').any(|c| c == "pids"))
+            .find(|(controllers, _)| controllers.split(',').any(|c| c == name))
     {
-        return Some(m.join(rel));
+        return Some((m.join(rel), false));
     }
     if let Some(m) = &v2
-        && std::fs::read_to_string(m.join("cgroup.controllers"))
-            .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"))
         && let Some((_, rel)) = entries
             .iter()
             .find(|(controllers, _)| controllers.is_empty())
     {
-        return Some(m.join(rel));
+        let dir = m.join(rel);
+        // Our own cgroup must offer the controller to its children.
+        let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == name));
+        if enabled {
+            return Some((dir, true));
+        }
     }
     None
 }

@@ -22,19 +22,45 @@ pub struct SupportReport {
     pub pid_namespaces: bool,
     /// A network namespace can be created (same).
     pub net_namespaces: bool,
-    /// A mount namespace (for the private /proc) can be created (same).
+    /// A mount namespace (for the allowlist filesystem view) can be created
+    /// (same).
     pub mount_namespaces: bool,
     /// This process runs as root.
     pub root: bool,
-    /// A pids cgroup can be created (root only; enforces the process limit for
-    /// root, whom `RLIMIT_NPROC` does not bind).
+    /// As root: the workspace can be attached as an id-mapped mount (checked on
+    /// the temp dir's filesystem), so commands can run as `nobody` and still
+    /// write it. `None` when not root (not needed).
+    pub idmapped_mounts: Option<bool>,
+    /// A pids cgroup can be created (enforces the process limit for root, whom
+    /// `RLIMIT_NPROC` does not bind).
     pub cgroup_pids: bool,
+    /// A memory cgroup can be created (bounds a task's memory as a whole;
+    /// otherwise `RLIMIT_AS` per process).
+    pub cgroup_memory: bool,
 }
 
 impl SupportReport {
     /// `SandboxMode::Required` can run here (Landlock and seccomp both work).
     pub fn sandbox_available(&self) -> bool {
-        self.landlock_abi.is_some() && self.seccomp
+        self.landlock_abi.is_some()
+            && self.seccomp
+            && self.pid_namespaces
+            && self.mount_namespaces
+            && (self.root || self.user_namespaces)
+            && self.idmapped_mounts != Some(false)
+    }
+
+    /// Who the command runs as.
+    pub fn identity(&self) -> String {
+        if self.root {
+            format!(
+                "uid {} / gid {} (nobody; Capstan runs as root), workspace id-mapped",
+                crate::SANDBOX_UID,
+                crate::SANDBOX_GID
+            )
+        } else {
+            "your own uid, alone in a user namespace, with no capabilities".into()
+        }
     }
 
     /// How cancellation reaches every descendant.
@@ -61,13 +87,6 @@ impl SupportReport {
                 if abi < 6 {
                     notes.push("Landlock ABI < 6: no signal/abstract-socket scoping".into());
                 }
-                if abi < 9 {
-                    notes.push(
-                        "Landlock ABI < 9: connecting to existing pathname Unix sockets the user can \
-                         access (e.g. /run/...) is not restricted"
-                            .into(),
-                    );
-                }
             }
         }
         if !self.seccomp {
@@ -81,14 +100,35 @@ impl SupportReport {
                 "no network namespace: network off relies on the seccomp socket filter".into(),
             );
         }
-        if !self.mount_namespaces {
-            notes.push("no mount namespace: commands can list host processes in /proc".into());
+        if !self.mount_namespaces || !self.pid_namespaces {
+            notes.push(format!(
+                "no mount or PID namespace: SandboxMode::Required fails (the filesystem view \
+                 and the lifecycle need them); {}",
+                crate::UNSUPPORTED_HINT
+            ));
         }
-        if self.root && !self.cgroup_pids {
+        if !self.root && !self.user_namespaces {
+            notes.push(format!(
+                "unprivileged user namespaces are disabled: SandboxMode::Required fails; enable \
+                 them (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone) or {}",
+                crate::UNSUPPORTED_HINT
+            ));
+        }
+        if self.idmapped_mounts == Some(false) {
+            notes.push(format!(
+                "as root, the workspace cannot be id-mapped here: SandboxMode::Required fails; \
+                 run Capstan as a regular user or {}",
+                crate::UNSUPPORTED_HINT
+            ));
+        }
+        if !self.cgroup_pids && self.root {
             notes.push(
-                "running as root without a pids cgroup: the process limit is not enforced \
-                 (root is exempt from RLIMIT_NPROC)"
-                    .into(),
+                "no pids cgroup: the process limit is RLIMIT_NPROC of the sandbox uid only".into(),
+            );
+        }
+        if !self.cgroup_memory {
+            notes.push(
+                "no memory cgroup: [sandbox] memory_mb is applied per process as RLIMIT_AS".into(),
             );
         }
         notes
@@ -102,7 +142,7 @@ impl fmt::Display for SupportReport {
             Some(v) => format!("yes (ABI {v})"),
             None => "no".into(),
         };
-        let rows: [(&str, String, &str); 8] = [
+        let rows: [(&str, String, &str); 10] = [
             ("Landlock", landlock, "filesystem confinement (required)"),
             (
                 "seccomp",
@@ -127,13 +167,19 @@ impl fmt::Display for SupportReport {
             (
                 "mount namespaces",
                 yes(self.mount_namespaces).into(),
-                "private /proc",
+                "allowlist filesystem view",
             ),
             ("root", yes(self.root).into(), "-"),
             (
-                "pids cgroup",
-                yes(self.cgroup_pids).into(),
-                "process limit for root",
+                "id-mapped mounts",
+                self.idmapped_mounts.map_or("not needed", |b| yes(b)).into(),
+                "workspace writable as nobody",
+            ),
+            ("pids cgroup", yes(self.cgroup_pids).into(), "process limit"),
+            (
+                "memory cgroup",
+                yes(self.cgroup_memory).into(),
+                "memory limit per task",
             ),
         ];
         writeln!(f, "{:<20} {:<14} used for", "mechanism", "available")?;
@@ -152,6 +198,13 @@ impl fmt::Display for SupportReport {
             }
         )?;
         writeln!(f, "lifecycle: {}", self.lifecycle())?;
+        writeln!(f, "identity: {}", self.identity())?;
+        writeln!(
+            f,
+            "filesystem: new root with read-only {}, /etc secrets masked, the workspace, \
+             a private /tmp, a minimal /dev and /proc; nothing else of the host",
+            crate::view::SYSTEM.join(" ")
+        )?;
         for n in self.notes() {
             writeln!(f, "note: {n}")?;
         }
@@ -164,24 +217,33 @@ pub fn check() -> SupportReport {
     let root = nix::unistd::geteuid().is_root();
     let user = probe_unshare(libc::CLONE_NEWUSER);
     let via = |flag| probe_unshare(libc::CLONE_NEWUSER | flag) || (root && probe_unshare(flag));
-    let cgroup_pids = root
-        && crate::cgroup::PidsCgroup::create(Some(1)).is_some_and(|cg| {
-            cg.remove();
-            true
-        });
+    let cg = crate::cgroup::TaskCgroup::create(Some(1), Some(64 << 20));
+    let (cgroup_pids, cgroup_memory) = (
+        cg.has(crate::cgroup::Controller::Pids),
+        cg.has(crate::cgroup::Controller::Memory),
+    );
+    cg.remove_blocking();
+    let unavailable = crate::unavailable_mechanisms();
+    let idmapped_mounts = root.then(|| {
+        let dir = std::env::temp_dir();
+        crate::identity::idmapped_workspace(&dir, (0, 0)).is_ok()
+    });
     SupportReport {
-        landlock_abi: crate::landlock::kernel_abi(),
-        seccomp: seccomp_available(),
+        landlock_abi: crate::landlock::kernel_abi()
+            .filter(|_| !unavailable.contains(&crate::Mechanism::Landlock)),
+        seccomp: seccomp_available() && !unavailable.contains(&crate::Mechanism::Seccomp),
         user_namespaces: user,
         pid_namespaces: via(libc::CLONE_NEWPID),
         net_namespaces: via(libc::CLONE_NEWNET),
         mount_namespaces: via(libc::CLONE_NEWNS),
         root,
+        idmapped_mounts,
         cgroup_pids,
+        cgroup_memory,
     }
 }
 
-fn seccomp_available() -> bool {
+pub(crate) fn seccomp_available() -> bool {
     // SAFETY: PR_GET_SECCOMP only queries; EINVAL means no CONFIG_SECCOMP.
     let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
     mode >= 0

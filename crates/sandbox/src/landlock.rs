@@ -1,9 +1,10 @@
 //! Landlock filesystem (and TCP, and scope) rules for the command.
 //!
 //! Invariant: after [`restrict`] returns `Ok`, the calling process and everything
-//! it executes can write only beneath the workspace and the per-task directory
-//! (plus a few harmless device files), and can read/execute only the system
-//! directories, the workspace and the per-task directory. Failure mode: when the
+//! it executes can write only beneath the workspace and the private `/tmp` (plus
+//! a few harmless device files), and can read/execute only the system
+//! directories of the view, the extra read paths, the workspace and `/tmp`. This
+//! is the inner layer: the filesystem view (`view`) already holds nothing else. Failure mode: when the
 //! kernel enforces nothing, [`restrict`] returns an error and the launcher refuses
 //! to run the command (the caller asked for a required sandbox).
 //!
@@ -19,12 +20,8 @@ use landlock::{
     Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
-/// Readable and executable system directories. Missing ones are skipped.
-const SYSTEM_EXEC: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
-];
 /// Readable (not executable) pseudo filesystems.
-const SYSTEM_READ: &[&str] = &["/proc", "/sys", "/dev"];
+const SYSTEM_READ: &[&str] = &["/proc", "/dev"];
 /// Device files that programs routinely open for writing.
 const DEVICES_RW: &[&str] = &[
     "/dev/null",
@@ -34,6 +31,10 @@ const DEVICES_RW: &[&str] = &[
     "/dev/urandom",
     "/dev/tty",
 ];
+
+/// Why a required sandbox is refused when Landlock is missing.
+pub(crate) const MISSING: &str = "Landlock is not available in this kernel (needs Linux 5.13+ with \
+                                  landlock in the lsm= boot list)";
 
 /// The kernel's Landlock ABI version, or `None` when Landlock is unavailable.
 pub(crate) fn kernel_abi() -> Option<i32> {
@@ -57,13 +58,13 @@ pub(crate) enum Enforced {
 
 /// Restricts the calling (single-threaded) process. `writable` are the
 /// directories the command may modify.
-pub(crate) fn restrict(writable: &[PathBuf], network: bool) -> Result<Enforced, String> {
+pub(crate) fn restrict(
+    writable: &[PathBuf],
+    extra_read: &[PathBuf],
+    network: bool,
+) -> Result<Enforced, String> {
     let Some(kernel) = kernel_abi() else {
-        return Err(
-            "Landlock is not available in this kernel (needs Linux 5.13+ with \
-                    landlock in the lsm= boot list)"
-                .into(),
-        );
+        return Err(MISSING.into());
     };
     // Ask for exactly what the running kernel supports (capped at what the crate
     // knows): asking for more would report "partially enforced" on every run of a
@@ -94,7 +95,12 @@ pub(crate) fn restrict(writable: &[PathBuf], network: bool) -> Result<Enforced, 
             .map_err(err)?;
     }
     let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
-    rules.extend(SYSTEM_EXEC.iter().map(|p| (PathBuf::from(p), read_exec)));
+    rules.extend(
+        crate::view::SYSTEM
+            .iter()
+            .map(|p| (PathBuf::from(p), read_exec)),
+    );
+    rules.extend(extra_read.iter().map(|p| (p.clone(), read_exec)));
     rules.extend(SYSTEM_READ.iter().map(|p| (PathBuf::from(p), read)));
     rules.extend(resolv_conf_target().map(|p| (p, read)));
     rules.extend(DEVICES_RW.iter().map(|p| (PathBuf::from(p), device)));
@@ -127,10 +133,14 @@ pub(crate) fn restrict(writable: &[PathBuf], network: bool) -> Result<Enforced, 
 }
 
 /// `/etc/resolv.conf` is often a symlink into `/run` (systemd-resolved); name
-/// resolution with the network on needs its target to be readable.
+/// resolution with the network on needs its target to be readable (the view
+/// binds it in that case).
 fn resolv_conf_target() -> Option<PathBuf> {
     let target = std::fs::canonicalize("/etc/resolv.conf").ok()?;
-    (!SYSTEM_EXEC.iter().any(|d| target.starts_with(Path::new(d)))).then_some(target)
+    (!crate::view::SYSTEM
+        .iter()
+        .any(|d| target.starts_with(Path::new(d))))
+    .then_some(target)
 }
 
 fn err(e: impl std::fmt::Display) -> String {

@@ -1,27 +1,33 @@
 //! The launcher: a fresh, single-threaded process that confines and supervises the
 //! command.
 //!
-//! Process tree (with namespaces available):
+//! Process tree (sandbox required):
 //!
 //! ```text
-//! run() ── launcher (own process group; new user+pid+mount[+net] namespaces)
-//!            └─ init (PID 1 of the new PID namespace; makes every mount but the
-//!               workspace and the task directory read-only, mounts a private
-//!               /proc; supervises)
-//!                 └─ command (setsid; rlimits, Landlock, no_new_privs, seccomp; exec)
+//! run() ── launcher (own process group; joins the task cgroups; new PID
+//!          [+ user] [+ network] namespaces)
+//!            └─ init (PID 1 of the new PID namespace; own mount namespace in
+//!               which it builds the allowlist root (`view`) and pivots into
+//!               it; supervises)
+//!                 └─ command (setsid; unprivileged ids, rlimits, Landlock,
+//!                    no_new_privs, seccomp; exec)
 //! ```
 //!
 //! Invariants:
+//! * The command starts only if every step of its confinement succeeded:
+//!   namespaces, the filesystem view, the identity change, Landlock and
+//!   seccomp. Any failure is reported as `Unsupported` or `Failed` and nothing
+//!   runs (fail closed).
 //! * When the command exits, or the caller cancels (EOF on the control socket),
 //!   or the launcher dies, init kills every process in the PID namespace and exits;
 //!   the kernel guarantees nothing in the namespace outlives its init. Init dies
 //!   with the launcher (`PR_SET_PDEATHSIG` plus a lifeline pipe).
-//! * Without a PID namespace (no user namespaces and not root, or
-//!   `SandboxMode::Off`) the launcher is itself the supervisor and a child
-//!   subreaper: orphans are reparented to it, so it can find and kill every
-//!   descendant by walking `/proc`.
+//! * With `SandboxMode::Off` there are no namespaces: the launcher is itself the
+//!   supervisor and a child subreaper, so orphans are reparented to it and it can
+//!   find and kill every descendant by walking `/proc`.
 //! * Exactly one final report (`Exited` or `Signaled`) is sent for a command that
-//!   started; set-up failures are reported as `Unsupported` or `Failed` instead.
+//!   started, then any `LimitHit`; the launcher removes the task cgroups before
+//!   it exits.
 //!
 //! Everything here runs in processes with a single thread, so allocating after
 //! `fork` is fine.
@@ -38,7 +44,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus};
 use nix::unistd::{ForkResult, Pid};
 use serde::{Deserialize, Serialize};
 
-use crate::Limits;
+use crate::cgroup::{Controller, TaskCgroup};
+use crate::{LimitHit, Limits, Mechanism};
 
 pub(crate) const LAUNCH_FLAG: &str = "__capstan_sandbox_launch";
 
@@ -49,13 +56,23 @@ pub(crate) struct LaunchConfig {
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
     pub workspace: PathBuf,
+    /// Host directory of the task: the mount point of the view (`root`) when
+    /// confined, the command's `home` and `tmp` otherwise.
     pub task_dir: PathBuf,
+    /// Extra read-only paths (canonical).
+    pub read: Vec<PathBuf>,
     pub network: bool,
-    /// `SandboxMode::Required`: namespaces, Landlock, seccomp.
+    /// `SandboxMode::Required`: namespaces, view, identity, Landlock, seccomp.
     pub confine: bool,
     pub limits: Limits,
     pub grace_ms: u64,
-    pub cgroup: Option<PathBuf>,
+    pub cgroup: TaskCgroup,
+    /// Mechanisms to treat as missing (a test hook that can only refuse runs).
+    pub unavailable: Vec<Mechanism>,
+    /// Bench only: the whole host read-only instead of the allowlist view.
+    #[cfg(feature = "bench-whole-host")]
+    #[serde(default)]
+    pub whole_host_view: bool,
 }
 
 /// One line (JSON) sent back to `run` over the control socket.
@@ -67,6 +84,7 @@ pub(crate) enum Report {
     Failed { message: String },
     Exited { code: i32 },
     Signaled { signal: i32 },
+    LimitHit { limit: LimitHit },
 }
 
 /// The control socket: configuration in, reports out, EOF means "terminate".
@@ -127,63 +145,135 @@ pub fn launcher_main() -> ! {
     }
     match launch(ctrl) {
         Ok(code) => std::process::exit(code),
-        Err(message) => {
-            ctrl.send(&Report::Failed { message });
+        Err(report) => {
+            ctrl.send(&report);
             std::process::exit(1)
         }
     }
 }
 
-fn launch(ctrl: Ctrl) -> Result<i32, String> {
+fn failed(message: impl Into<String>) -> Report {
+    Report::Failed {
+        message: message.into(),
+    }
+}
+
+fn unsupported(what: impl Into<String>) -> Report {
+    Report::Unsupported { what: what.into() }
+}
+
+fn launch(ctrl: Ctrl) -> Result<i32, Report> {
     let threads = thread_count();
     if threads > 1 {
-        return Err(format!(
+        return Err(failed(format!(
             "the launcher process has {threads} threads: call capstan_sandbox::maybe_run_launcher() \
              first thing in main, before any thread or async runtime starts"
+        )));
+    }
+    let config = read_config(ctrl).map_err(failed)?;
+
+    // Before forking, so that every process of the task is counted.
+    if let Err(e) = config.cgroup.join() {
+        ctrl.warn(format!(
+            "{e}; the task's process and memory limits fall back to rlimits"
         ));
     }
-    let config = read_config(ctrl)?;
-
-    if let Some(cg) = &config.cgroup {
-        // Before forking, so that every process of the task is counted.
-        if let Err(e) = std::fs::write(cg.join("cgroup.procs"), "0") {
-            ctrl.warn(format!(
-                "cannot join the pids cgroup {}: {e}; the process limit is not enforced for root",
-                cg.display()
-            ));
-        }
-    }
-
-    let ns = if config.confine {
-        enter_namespaces(&config, ctrl)
+    let code = if config.confine {
+        confined(&config, ctrl)
     } else {
-        Namespaces::default()
-    };
-
-    if !ns.pid {
         // We supervise ourselves; orphans of the task are reparented to us.
-        nix::sys::prctl::set_child_subreaper(true).map_err(|e| format!("subreaper: {e}"))?;
-        return Ok(supervise(&config, ctrl, &ns, None));
+        nix::sys::prctl::set_child_subreaper(true)
+            .map_err(|e| failed(format!("subreaper: {e}")))
+            .map(|()| supervise(&config, ctrl, &Namespaces::default(), None, None))
+    };
+    // Every process of the task is gone: report what the kernel counted, then
+    // leave no cgroup behind, even if the caller died meanwhile.
+    if config.cgroup.has(Controller::Memory) && config.cgroup.oom_kills() > 0 {
+        ctrl.send(&Report::LimitHit {
+            limit: LimitHit::Memory {
+                limit_bytes: config.limits.max_memory.unwrap_or(0),
+            },
+        });
     }
+    config.cgroup.leave_and_remove();
+    code
+}
+
+/// The required sandbox: checks the mechanisms, prepares the identity, enters
+/// the namespaces and forks init, which builds the view and supervises.
+fn confined(config: &LaunchConfig, ctrl: Ctrl) -> Result<i32, Report> {
+    // Checked before anything is built, so a missing mechanism is refused fast
+    // and without side effects.
+    if config.unavailable.contains(&Mechanism::Landlock) || crate::landlock::kernel_abi().is_none()
+    {
+        return Err(unsupported(crate::landlock::MISSING));
+    }
+    if config.unavailable.contains(&Mechanism::Seccomp) || !crate::check::seccomp_available() {
+        return Err(unsupported(crate::seccomp::MISSING));
+    }
+    let root = nix::unistd::geteuid().is_root();
+    let owner = (nix::unistd::getuid(), nix::unistd::getgid());
+    let (workspace_mount, command_ids) = if root {
+        let fd = crate::identity::idmapped_workspace(
+            &config.workspace,
+            (owner.0.as_raw(), owner.1.as_raw()),
+        )
+        .map_err(unsupported)?;
+        (
+            Some(fd),
+            (crate::identity::SANDBOX_UID, crate::identity::SANDBOX_GID),
+        )
+    } else {
+        (None, (owner.0.as_raw(), owner.1.as_raw()))
+    };
+    let ns = enter_namespaces(config, root, owner).map_err(unsupported)?;
 
     // The next child is PID 1 of the new PID namespace.
-    let (life_r, life_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (life_r, life_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| failed(format!("pipe: {e}")))?;
     // SAFETY: single-threaded process.
-    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+    match unsafe { nix::unistd::fork() }.map_err(|e| failed(format!("fork: {e}")))? {
         ForkResult::Child => {
             drop(life_w);
             // If the launcher dies (the caller's last-resort SIGKILL), so does init,
             // and with it the whole namespace.
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-            if ns.mount {
-                harden_mounts(&config, ctrl);
-            }
-            let code = supervise(&config, ctrl, &ns, Some(life_r));
+            let view = nix::sched::unshare(CloneFlags::CLONE_NEWNS)
+                .map_err(|e| format!("no mount namespace: {e}"))
+                .and_then(|()| {
+                    #[cfg(feature = "bench-whole-host")]
+                    if config.whole_host_view {
+                        return crate::view::build_whole_host(&view_spec(
+                            config,
+                            workspace_mount.as_ref(),
+                            command_ids,
+                            ns.user,
+                        ))
+                        .map(|()| None);
+                    }
+                    crate::view::build(&view_spec(
+                        config,
+                        workspace_mount.as_ref(),
+                        command_ids,
+                        ns.user,
+                    ))
+                });
+            drop(workspace_mount);
+            let quota = match view {
+                Ok(q) => q,
+                Err(e) => {
+                    ctrl.send(&failed(format!(
+                        "cannot build the command's filesystem view: {e}"
+                    )));
+                    std::process::exit(1);
+                }
+            };
+            let code = supervise(config, ctrl, &ns, Some(life_r), quota.as_ref());
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
             drop(life_r);
+            drop(workspace_mount);
             // Signals sent to our process group are for init; the launcher only
             // waits (and keeps the lifeline open while it lives).
             ignore_termination_signals();
@@ -191,6 +281,25 @@ fn launch(ctrl: Ctrl) -> Result<i32, String> {
             drop(life_w);
             Ok(0)
         }
+    }
+}
+
+fn view_spec<'a>(
+    config: &'a LaunchConfig,
+    workspace_mount: Option<&'a OwnedFd>,
+    owner: (u32, u32),
+    user_ns: bool,
+) -> crate::view::ViewSpec<'a> {
+    crate::view::ViewSpec {
+        task_dir: &config.task_dir,
+        workspace: &config.workspace,
+        read: &config.read,
+        tmp_bytes: config.limits.tmp_size,
+        network: config.network,
+        workspace_mount,
+        owner,
+        write_quota: config.limits.workspace_write_quota,
+        user_ns,
     }
 }
 
@@ -216,233 +325,52 @@ fn read_config(ctrl: Ctrl) -> Result<LaunchConfig, String> {
     serde_json::from_slice(&buf).map_err(|e| format!("bad configuration: {e}"))
 }
 
-/// Which namespaces the launcher managed to enter.
+/// Which namespaces the task runs in.
 #[derive(Default)]
 struct Namespaces {
+    /// A private user namespace (Capstan not run as root).
     user: bool,
+    /// A private PID namespace whose init is the supervisor.
     pid: bool,
-    mount: bool,
-    net: bool,
+    /// The command drops from root to the sandbox ids.
+    drop_root: bool,
 }
 
-/// Enters new namespaces: unprivileged through a user namespace first, then (for
-/// root without user namespaces) directly; a kernel without network namespaces
-/// still gets the others. Whatever cannot be had is reported as a warning; the
-/// mechanisms that must not be missing (Landlock, seccomp) are checked later.
-fn enter_namespaces(config: &LaunchConfig, ctrl: Ctrl) -> Namespaces {
-    let user = CloneFlags::CLONE_NEWUSER;
-    let base = CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS;
-    let net = if config.network {
-        CloneFlags::empty()
-    } else {
-        CloneFlags::CLONE_NEWNET
-    };
-    // Read before unshare: inside the new user namespace, until the maps are
-    // written, our ids read as the overflow id (65534).
-    let ids = (nix::unistd::getuid(), nix::unistd::getgid());
-    let mut errors = Vec::new();
-    let mut attempts = vec![user | base | net, user | base, base | net, base];
-    attempts.dedup(); // with the network on, `net` is empty
-    for flags in attempts {
-        match nix::sched::unshare(flags) {
-            Ok(()) => {
-                let ns = Namespaces {
-                    user: flags.contains(user),
-                    pid: true,
-                    mount: true,
-                    net: flags.contains(CloneFlags::CLONE_NEWNET),
-                };
-                if ns.user {
-                    write_id_maps(ids, ctrl);
-                }
-                if !net.is_empty() && !ns.net {
-                    ctrl.warn(format!(
-                        "no network namespace ({}): network is blocked by seccomp only",
-                        errors.first().map(String::as_str).unwrap_or("?")
-                    ));
-                }
-                return ns;
-            }
-            Err(e) => errors.push(format!("{flags:?}: {e}")),
-        }
+/// Enters new PID (and, with the network off, network) namespaces; a regular
+/// user gets them through a new user namespace that maps only their own ids.
+/// Root needs no user namespace: its command drops to unprivileged ids instead.
+fn enter_namespaces(
+    config: &LaunchConfig,
+    root: bool,
+    (uid, gid): (nix::unistd::Uid, nix::unistd::Gid),
+) -> Result<Namespaces, String> {
+    let mut flags = CloneFlags::CLONE_NEWPID;
+    if !config.network {
+        flags |= CloneFlags::CLONE_NEWNET;
     }
-    let mut ns = Namespaces::default();
-    let mut msg = format!(
-        "no PID namespace ({}): descendants are tracked with a child subreaper instead",
-        errors.join("; ")
-    );
-    if !net.is_empty() {
-        if nix::sched::unshare(net).is_ok() {
-            ns.net = true;
-        } else {
-            msg.push_str("; network is blocked by seccomp only");
-        }
+    if !root {
+        flags |= CloneFlags::CLONE_NEWUSER;
     }
-    ctrl.warn(msg);
-    ns
-}
-
-/// Maps our own uid/gid to themselves in the new user namespace: files keep
-/// their owners, and an unprivileged user may write exactly this single-line
-/// mapping.
-fn write_id_maps((uid, gid): (nix::unistd::Uid, nix::unistd::Gid), ctrl: Ctrl) {
-    let maps = std::fs::write("/proc/self/setgroups", "deny")
-        .and_then(|()| std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n")))
-        .and_then(|()| std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n")));
-    if let Err(e) = maps {
-        ctrl.warn(format!("cannot write the user namespace id maps: {e}"));
-    }
-}
-
-/// Makes the task's private mount namespace read-only everywhere except the
-/// workspace and the per-task directory, and mounts a /proc that shows only the
-/// task's processes. Runs in init (PID 1 of the new PID namespace, alone in the
-/// new mount namespace), before the command is forked.
-///
-/// Why read-only mounts on top of Landlock: Landlock does not govern metadata
-/// (chmod, chown, utimes, xattrs), so without this a command could change the
-/// mode of any file its user owns outside the workspace. A read-only mount
-/// refuses all of those with `EROFS`; device nodes such as /dev/null stay
-/// writable because the read-only flag does not apply to them.
-///
-/// Failure mode: if the namespace cannot be made private, nothing else is tried
-/// (a remount could otherwise reach the host's mounts) and a warning is sent;
-/// Landlock still confines writes.
-fn harden_mounts(config: &LaunchConfig, ctrl: Ctrl) {
-    let last_err = || std::io::Error::last_os_error();
-    // SAFETY (all mount calls below): mount(2) with NUL-terminated strings that
-    // outlive the call.
-    // Keep our mount changes from propagating back to the host's namespace.
-    if unsafe {
-        libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
+    nix::sched::unshare(flags).map_err(|e| {
+        format!(
+            "cannot create the task's namespaces ({flags:?}: {e}); unprivileged user \
+             namespaces may be disabled (kernel.unprivileged_userns_clone, \
+             user.max_user_namespaces or an AppArmor restriction)"
         )
-    } != 0
-    {
-        ctrl.warn(format!(
-            "cannot make the mount namespace private ({}): filesystems stay writable \
-             outside Landlock's control of metadata, and the command can list host processes",
-            last_err()
-        ));
-        return;
+    })?;
+    if !root {
+        // Our own ids map to themselves, nothing else: files keep their owners,
+        // and an unprivileged user may write exactly this single-line mapping.
+        std::fs::write("/proc/self/setgroups", "deny")
+            .and_then(|()| std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n")))
+            .and_then(|()| std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n")))
+            .map_err(|e| format!("cannot write the user namespace id maps: {e}"))?;
     }
-
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let writable = [&config.workspace, &config.task_dir];
-    // Bind the writable trees onto themselves first: the copies are separate
-    // mounts that keep their write access when the mounts below go read-only.
-    let mut binds_ok = true;
-    for dir in writable {
-        let Ok(c) = CString::new(dir.as_os_str().as_encoded_bytes()) else {
-            continue;
-        };
-        if unsafe {
-            libc::mount(
-                c.as_ptr(),
-                c.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            )
-        } != 0
-        {
-            binds_ok = false;
-            ctrl.warn(format!(
-                "cannot bind-mount {} ({}): filesystems are left writable (Landlock still \
-                 confines writes, not metadata changes)",
-                dir.display(),
-                last_err()
-            ));
-        }
-    }
-    if binds_ok {
-        let mut failed = Vec::new();
-        for line in mounts.lines() {
-            let Some(mount_point) = line.split(' ').nth(4).map(unescape_mountinfo) else {
-                continue;
-            };
-            let mp = Path::new(&mount_point);
-            // Our binds (and mounts below them) stay writable.
-            if writable.iter().any(|w| mp.starts_with(w)) {
-                continue;
-            }
-            let Ok(c) = CString::new(mount_point.as_bytes()) else {
-                continue;
-            };
-            // Locked flags (nosuid, nodev, noexec, atime) must be kept or the
-            // kernel refuses the remount inside a user namespace.
-            let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-            if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-                continue; // hidden under another mount, or gone
-            }
-            let keep = st.f_flag
-                & (libc::ST_NOSUID
-                    | libc::ST_NODEV
-                    | libc::ST_NOEXEC
-                    | libc::ST_NOATIME
-                    | libc::ST_NODIRATIME
-                    | libc::ST_RELATIME);
-            let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | keep as libc::c_ulong;
-            if unsafe {
-                libc::mount(
-                    std::ptr::null(),
-                    c.as_ptr(),
-                    std::ptr::null(),
-                    flags,
-                    std::ptr::null(),
-                )
-            } != 0
-            {
-                failed.push(format!("{mount_point} ({})", last_err()));
-            }
-        }
-        if !failed.is_empty() {
-            ctrl.warn(format!(
-                "could not make these mounts read-only: {}",
-                failed.join(", ")
-            ));
-        }
-    }
-
-    if unsafe {
-        libc::mount(
-            c"proc".as_ptr(),
-            c"/proc".as_ptr(),
-            c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            std::ptr::null(),
-        )
-    } != 0
-    {
-        ctrl.warn(format!(
-            "cannot mount a private /proc ({}): the command can list host processes",
-            last_err()
-        ));
-    }
-}
-
-/// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
-fn unescape_mountinfo(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    Ok(Namespaces {
+        user: !root,
+        pid: true,
+        drop_root: root,
+    })
 }
 
 fn ignore_termination_signals() {
@@ -454,7 +382,13 @@ fn ignore_termination_signals() {
 
 /// Forks the command and supervises it until it and all its descendants are
 /// gone. Returns the supervisor's own exit code.
-fn supervise(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces, lifeline: Option<OwnedFd>) -> i32 {
+fn supervise(
+    config: &LaunchConfig,
+    ctrl: Ctrl,
+    ns: &Namespaces,
+    lifeline: Option<OwnedFd>,
+    quota: Option<&crate::quota::Quota>,
+) -> i32 {
     let pid1 = ns.pid;
     // Signals are read from a signalfd in the poll loop, not by handlers.
     let mut mask = SigSet::empty();
@@ -601,12 +535,64 @@ fn supervise(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces, lifeline: Optio
     } else {
         reap_all_descendants();
     }
+    let tmp_full = config.confine && filesystem_full(Path::new(crate::view::TMP));
+    let quota_full = quota.is_some_and(|q| {
+        // Nothing may write the upper layer while it is replayed.
+        reap_all_children();
+        let full = q.full();
+        let done = q.copy_back();
+        if !done.errors.is_empty() {
+            ctrl.warn(format!(
+                "some of the command's writes could not be copied back to the workspace: {}",
+                done.errors.join("; ")
+            ));
+        }
+        if !done.skipped.is_empty() {
+            ctrl.warn(format!(
+                "fifos, sockets and device nodes are not copied back to the workspace: {}",
+                done.skipped.join(", ")
+            ));
+        }
+        full
+    });
     // As PID 1, exiting makes the kernel kill and reap the rest of the namespace;
     // the launcher's waitpid returns only after that.
     if let Some(status) = main_status {
         ctrl.send(&status);
     }
+    if tmp_full {
+        ctrl.send(&Report::LimitHit {
+            limit: LimitHit::Tmp {
+                limit_bytes: config.limits.tmp_size,
+            },
+        });
+    }
+    if quota_full {
+        ctrl.send(&Report::LimitHit {
+            limit: LimitHit::WorkspaceQuota {
+                limit_bytes: config.limits.workspace_write_quota.unwrap_or(0),
+            },
+        });
+    }
     0
+}
+
+/// As PID 1 after `kill(-1, SIGKILL)`: waits until every other process of the
+/// namespace has been reaped.
+fn reap_all_children() {
+    loop {
+        match nix::sys::wait::waitpid(Pid::from_raw(-1), None) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return, // ECHILD
+        }
+    }
+}
+
+/// Whether the filesystem at `path` has no block or inode left: a
+/// size-limited tmpfs the command filled (and so met its limit).
+fn filesystem_full(path: &Path) -> bool {
+    nix::sys::statvfs::statvfs(path)
+        .is_ok_and(|st| st.blocks_available() == 0 || st.files_available() == 0)
 }
 
 /// Subreaper mode: kills and reaps until we have no children. Because we are a
@@ -686,12 +672,21 @@ fn exec_command(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces) -> ! {
             message: format!("cannot enter {}: {e}", config.cwd.display()),
         });
     }
-    apply_limits(&config.limits, ns, ctrl);
+    // Root gives up its ids before the limits are set: RLIMIT_NPROC counts the
+    // processes of the real uid, and root is exempt from it.
+    if ns.drop_root
+        && let Err(e) = crate::identity::drop_root()
+    {
+        fail(Report::Failed {
+            message: format!("cannot drop to the sandbox's unprivileged ids: {e}"),
+        });
+    }
+    apply_limits(&config.limits, ns, &config.cgroup, ctrl);
 
     if config.confine {
         drop_capabilities();
-        let writable = [config.workspace.clone(), config.task_dir.clone()];
-        match crate::landlock::restrict(&writable, config.network) {
+        let writable = [config.workspace.clone(), PathBuf::from(crate::view::TMP)];
+        match crate::landlock::restrict(&writable, &config.read, config.network) {
             Ok(crate::landlock::Enforced::Fully) => {}
             Ok(crate::landlock::Enforced::Partially(msg)) => ctrl.warn(msg),
             Err(what) => fail(Report::Unsupported { what }),
@@ -799,7 +794,7 @@ fn close_inherited_fds() {
     }
 }
 
-fn apply_limits(limits: &Limits, ns: &Namespaces, ctrl: Ctrl) {
+fn apply_limits(limits: &Limits, ns: &Namespaces, cgroup: &TaskCgroup, ctrl: Ctrl) {
     use nix::sys::resource::{Resource, setrlimit};
     let set = |res: Resource, name: &str, value: u64| {
         if let Err(e) = setrlimit(res, value, value) {
@@ -810,7 +805,22 @@ fn apply_limits(limits: &Limits, ns: &Namespaces, ctrl: Ctrl) {
     if let Some(v) = limits.max_file_size {
         set(Resource::RLIMIT_FSIZE, "RLIMIT_FSIZE", v);
     }
-    if let Some(v) = limits.max_address_space {
+    // Without a memory cgroup, the memory limit falls back to the address
+    // space of each process (looser: per process, and reservations count).
+    let memory_fallback = limits
+        .max_memory
+        .filter(|_| !cgroup.has(Controller::Memory));
+    if let Some(v) = memory_fallback {
+        ctrl.warn(format!(
+            "no memory cgroup here: memory is limited per process with RLIMIT_AS ({v} bytes)"
+        ));
+    }
+    if let Some(v) = limits
+        .max_address_space
+        .into_iter()
+        .chain(memory_fallback)
+        .min()
+    {
         set(Resource::RLIMIT_AS, "RLIMIT_AS", v);
     }
     if let Some(v) = limits.max_cpu_seconds {
@@ -899,15 +909,5 @@ fn drop_capabilities() {
             0,
             0,
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn mountinfo_escapes_are_decoded() {
-        assert_eq!(super::unescape_mountinfo("/a\\040b\\134c"), "/a b\\c");
-        assert_eq!(super::unescape_mountinfo("/plain"), "/plain");
-        assert_eq!(super::unescape_mountinfo("/end\\04"), "/end\\04");
     }
 }

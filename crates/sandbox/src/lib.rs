@@ -4,13 +4,21 @@
 //! sandbox and returns what it printed and how it ended. Everything else here exists
 //! to make that one call safe:
 //!
-//! * **Filesystem** ([Landlock](https://docs.kernel.org/userspace-api/landlock.html)):
-//!   the command may read and execute the system directories and the workspace, and
-//!   may write only the workspace and a private per-task directory (its `HOME` and
-//!   `TMPDIR`), which is removed afterwards. In the task's private mount namespace
-//!   every other mount is also read-only, which covers what Landlock does not
-//!   govern (chmod, chown, utimes, xattrs), and /proc shows only the task's
-//!   processes.
+//! * **Filesystem view** (`view`): the command's root is a new tmpfs built from
+//!   an allowlist: the system directories programs need (`/usr`, `/bin`, `/lib*`,
+//!   `/etc` with its secrets masked, `/opt`) and the caller's extra read paths,
+//!   all read-only; the workspace read-write; a private size-limited `/tmp` (its
+//!   `HOME` is `/tmp/home`); a minimal `/dev`; a fresh `/proc`. Other users'
+//!   homes, `/root`, `/run`, `/var`, `/sys` and the host's `/tmp` do not exist
+//!   in it, so no host Unix socket can be reached by path.
+//! * **Identity** (`identity`): never the host's root. A regular user's command
+//!   runs as that user in a user namespace that maps only their ids; when
+//!   Capstan runs as root the command drops to `nobody`, and the workspace is an
+//!   id-mapped mount so that it can still write there.
+//! * **Filesystem, inner layer** ([Landlock](https://docs.kernel.org/userspace-api/landlock.html)):
+//!   even inside the view, the command may write only the workspace and `/tmp`.
+//!   Read-only mounts also cover what Landlock does not govern (chmod, chown,
+//!   utimes, xattrs), and /proc shows only the task's processes.
 //! * **System calls** (seccomp): no `ptrace`, no `io_uring`, no keyrings, no mounts,
 //!   no new namespaces, no BPF or perf, no module loading; with the network off, no
 //!   socket other than `AF_UNIX`. Denied calls fail with `EPERM`, so programs print
@@ -24,8 +32,11 @@
 //! * **Environment**: scrubbed to a short allowlist (`PATH`, `LANG`, `LC_ALL`,
 //!   `TERM`, `HOME`, `TMPDIR`) plus what the caller passes in [`ExecSpec::env`]. The
 //!   host's environment (API keys, `SSH_AUTH_SOCK`, ...) never reaches the command.
-//! * **Resources**: rlimits ([`Limits`]), a per-stream output cap that keeps the head
-//!   and the tail ([`ExecSpec::output_limit`]), a wall-clock timeout.
+//! * **Resources**: a memory cgroup (`RLIMIT_AS` where none can be made), a pids
+//!   cgroup for root, rlimits ([`Limits`]), the size of `/tmp`, a per-stream
+//!   output cap that keeps the head and the tail ([`ExecSpec::output_limit`]), a
+//!   wall-clock timeout. A limit the command ran into is reported in
+//!   [`ExecOutcome::limit_hit`].
 //!
 //! # The launcher
 //!
@@ -57,17 +68,20 @@
 
 mod cgroup;
 mod check;
+mod identity;
 mod landlock;
 mod launcher;
 mod output;
+mod quota;
 mod seccomp;
+mod view;
 
 use std::io::Write as _;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -75,6 +89,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 pub use check::{SupportReport, check};
+pub use identity::{SANDBOX_GID, SANDBOX_UID};
 pub use launcher::launcher_main;
 
 /// The first argument that turns the capstan binary into the sandbox launcher.
@@ -117,8 +132,8 @@ pub enum SandboxMode {
     Off,
 }
 
-/// Resource limits applied to the command (rlimits, plus a pids cgroup when the
-/// caller is root). `None` leaves the inherited limit in place.
+/// Resource limits applied to the command (rlimits, plus pids and memory cgroups
+/// when the caller may create them). `None` leaves the inherited limit in place.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     /// Maximum number of processes/threads. Enforced as `RLIMIT_NPROC`, which the
@@ -136,6 +151,107 @@ pub struct Limits {
     /// CPU seconds per process (`RLIMIT_CPU`). Off by default: the wall-clock
     /// timeout already bounds the task.
     pub max_cpu_seconds: Option<u64>,
+    /// Memory of the whole task, in bytes: the memory cgroup's `memory.max`
+    /// (v2) or `memory.limit_in_bytes` (v1), swap included; the kernel kills
+    /// the task's largest process past it, and the outcome says
+    /// [`LimitHit::Memory`]. Where no memory cgroup can be created, each
+    /// process gets it as `RLIMIT_AS` instead (with a warning). Files in the
+    /// private `/tmp` are memory too and count against it.
+    pub max_memory: Option<u64>,
+    /// Size of the private `/tmp` (a tmpfs), in bytes. Sandbox required only.
+    pub tmp_size: u64,
+    /// Bytes the command may write to the workspace in total (sandbox
+    /// required only): the full size of every file it creates or changes. The
+    /// workspace is an overlay whose upper layer is a tmpfs of this size,
+    /// copied back when the task ends; past it writes fail with `ENOSPC` and
+    /// the outcome says [`LimitHit::WorkspaceQuota`]. `None`: the workspace is
+    /// bound directly and writes reach it at once.
+    pub workspace_write_quota: Option<u64>,
+}
+
+/// Default of [`Limits::max_memory`]: 2 GiB.
+pub const DEFAULT_MEMORY: u64 = 2 << 30;
+/// Default of [`Limits::tmp_size`]: 512 MiB.
+pub const DEFAULT_TMP_SIZE: u64 = 512 << 20;
+/// Default of [`Limits::workspace_write_quota`]: 1 GiB.
+pub const DEFAULT_WRITE_QUOTA: u64 = 1 << 30;
+
+/// A limit the command ran into. Closed set: the host maps every one to the
+/// `resource-limit` failure reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "limit", rename_all = "snake_case")]
+pub enum LimitHit {
+    /// The kernel killed a process of the task for exceeding
+    /// [`Limits::max_memory`].
+    Memory {
+        /// The limit, in bytes.
+        limit_bytes: u64,
+    },
+    /// The private `/tmp` was full ([`Limits::tmp_size`]).
+    Tmp {
+        /// The limit, in bytes.
+        limit_bytes: u64,
+    },
+    /// The command wrote its whole workspace quota
+    /// ([`Limits::workspace_write_quota`]).
+    WorkspaceQuota {
+        /// The limit, in bytes.
+        limit_bytes: u64,
+    },
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |b: u64| b >> 20;
+        match self {
+            LimitHit::Memory { limit_bytes } => write!(
+                f,
+                "the command ran out of its {} MiB memory limit and was killed \
+                 (raise [sandbox] memory_mb in capstan.toml)",
+                mib(*limit_bytes)
+            ),
+            LimitHit::Tmp { limit_bytes } => write!(
+                f,
+                "the command filled its private /tmp ({} MiB; raise [sandbox] tmp_mb in capstan.toml)",
+                mib(*limit_bytes)
+            ),
+            LimitHit::WorkspaceQuota { limit_bytes } => write!(
+                f,
+                "the command wrote its whole {} MiB workspace write quota; further writes failed \
+                 (raise [sandbox] write_quota_mb in capstan.toml)",
+                mib(*limit_bytes)
+            ),
+        }
+    }
+}
+
+/// A sandbox mechanism that [`run`] can be told to treat as missing (see
+/// [`UNAVAILABLE_ENV`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    Landlock,
+    Seccomp,
+}
+
+/// Environment variable of the *calling* process naming mechanisms to treat as
+/// missing, comma-separated (`landlock`, `seccomp`). A hook for tests of the
+/// fail-closed path: it can only make [`run`] refuse a required sandbox (and
+/// [`check`] report it unavailable), never weaken one.
+pub const UNAVAILABLE_ENV: &str = "CAPSTAN_SANDBOX_UNAVAILABLE";
+
+/// The mechanisms [`UNAVAILABLE_ENV`] names (unknown names are ignored: the
+/// hook cannot widen anything, so a typo only fails to narrow).
+pub(crate) fn unavailable_mechanisms() -> Vec<Mechanism> {
+    std::env::var(UNAVAILABLE_ENV)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|name| match name.trim() {
+            "landlock" => Some(Mechanism::Landlock),
+            "seccomp" => Some(Mechanism::Seccomp),
+            _ => None,
+        })
+        .collect()
 }
 
 impl Default for Limits {
@@ -145,6 +261,9 @@ impl Default for Limits {
             max_file_size: Some(4 << 30),
             max_address_space: None,
             max_cpu_seconds: None,
+            max_memory: Some(DEFAULT_MEMORY),
+            tmp_size: DEFAULT_TMP_SIZE,
+            workspace_write_quota: Some(DEFAULT_WRITE_QUOTA),
         }
     }
 }
@@ -178,6 +297,13 @@ pub struct ExecSpec {
     pub mode: SandboxMode,
     /// Resource limits.
     pub limits: Limits,
+    /// Extra host paths the command may read (and execute), bound read-only into
+    /// its view at the same path. Each must exist; `/` is refused. Secrets of
+    /// `/etc` stay masked even when listed.
+    pub read: Vec<PathBuf>,
+    /// Bench only: the whole host read-only instead of the allowlist view.
+    #[cfg(feature = "bench-whole-host")]
+    pub whole_host_view: bool,
 }
 
 impl ExecSpec {
@@ -195,6 +321,9 @@ impl ExecSpec {
             network: false,
             mode: SandboxMode::Required,
             limits: Limits::default(),
+            read: Vec::new(),
+            #[cfg(feature = "bench-whole-host")]
+            whole_host_view: false,
         }
     }
 }
@@ -220,8 +349,10 @@ pub struct ExecOutcome {
     /// The cancellation token fired and the task was killed.
     pub cancelled: bool,
     /// Degradations the sandbox accepted (e.g. Landlock only partially enforced,
-    /// no PID namespace); also logged with `tracing::warn!`.
+    /// no memory cgroup); also logged with `tracing::warn!`.
     pub warnings: Vec<String>,
+    /// A resource limit the command ran into, if any.
+    pub limit_hit: Option<LimitHit>,
 }
 
 impl ExecOutcome {
@@ -267,6 +398,14 @@ pub enum SandboxError {
     /// The per-task directory could not be created.
     #[error("cannot create the per-task directory: {0}")]
     TaskDir(std::io::Error),
+    /// An extra read path cannot be used.
+    #[error("sandbox read path {path}: {why}; fix [sandbox] read in capstan.toml")]
+    ReadPath {
+        /// The path as given.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The launcher could not be started.
     #[error(
         "cannot start the sandbox launcher {path}: {source}; check the path given to capstan_sandbox::set_launcher"
@@ -289,30 +428,63 @@ pub enum SandboxError {
 pub const UNSUPPORTED_HINT: &str =
     "set sandbox = \"off\" in the workspace profile to run unsandboxed";
 
-static LAUNCHER: RwLock<Option<PathBuf>> = RwLock::new(None);
-
-/// Names the executable that [`run`] starts as the launcher. It must call
-/// [`maybe_run_launcher`] (or [`launcher_main`]) first thing. Defaults to
-/// [`std::env::current_exe`].
-pub fn set_launcher(path: impl Into<PathBuf>) {
-    *LAUNCHER.write().unwrap_or_else(|e| e.into_inner()) = Some(path.into());
+/// The launcher executable, held open from the moment it is named: the file
+/// may be replaced or deleted later (a package upgrade, a rebuild) and the
+/// launcher still starts, from this descriptor (`/proc/self/fd/N`), as the same
+/// binary as the running process.
+struct LauncherExe {
+    /// The path it was named by, for messages.
+    shown: PathBuf,
+    file: std::io::Result<std::fs::File>,
 }
 
-fn launcher_path() -> std::io::Result<PathBuf> {
-    if let Some(p) = LAUNCHER.read().unwrap_or_else(|e| e.into_inner()).clone() {
-        return Ok(p);
+static LAUNCHER: RwLock<Option<Arc<LauncherExe>>> = RwLock::new(None);
+
+fn hold(shown: PathBuf, open: &Path) -> Arc<LauncherExe> {
+    Arc::new(LauncherExe {
+        shown,
+        file: std::fs::File::open(open),
+    })
+}
+
+/// Names the executable that [`run`] starts as the launcher, and opens it now.
+/// It must call [`maybe_run_launcher`] (or [`launcher_main`]) first thing.
+/// Defaults to the running executable, opened by [`maybe_run_launcher`].
+pub fn set_launcher(path: impl Into<PathBuf>) {
+    let path = path.into();
+    let exe = hold(path.clone(), &path);
+    *LAUNCHER.write().unwrap_or_else(|e| e.into_inner()) = Some(exe);
+}
+
+/// The running executable, held open (through `/proc/self/exe`, which still
+/// names the right file after it was replaced on disk).
+fn hold_current_exe() -> Arc<LauncherExe> {
+    let shown = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    hold(shown, Path::new("/proc/self/exe"))
+}
+
+fn launcher_exe() -> Arc<LauncherExe> {
+    if let Some(exe) = LAUNCHER.read().unwrap_or_else(|e| e.into_inner()).clone() {
+        return exe;
     }
-    std::env::current_exe()
+    let mut slot = LAUNCHER.write().unwrap_or_else(|e| e.into_inner());
+    slot.get_or_insert_with(hold_current_exe).clone()
 }
 
 /// Turns this process into the sandbox launcher when it was started as one
-/// (`argv[1] == "__capstan_sandbox_launch"`), and returns otherwise.
+/// (`argv[1] == "__capstan_sandbox_launch"`), and returns otherwise, after
+/// opening its own executable (so that replacing the binary on disk later does
+/// not break the sandbox of a running server).
 ///
 /// Call it first thing in `main`, before any thread exists: the launcher forks,
 /// and refuses to run if the process already has more than one thread.
 pub fn maybe_run_launcher() {
     if std::env::args_os().nth(1).is_some_and(|a| a == LAUNCH_FLAG) {
         launcher_main();
+    }
+    let mut slot = LAUNCHER.write().unwrap_or_else(|e| e.into_inner());
+    if slot.is_none() {
+        *slot = Some(hold_current_exe());
     }
 }
 
@@ -324,11 +496,13 @@ pub fn maybe_run_launcher() {
 /// closed and kills the whole task.
 pub async fn run(spec: ExecSpec, cancel: CancellationToken) -> Result<ExecOutcome, SandboxError> {
     let prepared = prepare(&spec)?;
-    let launcher = launcher_path().map_err(|source| SandboxError::Spawn {
-        path: PathBuf::from("<current_exe>"),
-        source,
+    let exe = launcher_exe();
+    let file = exe.file.as_ref().map_err(|e| SandboxError::Spawn {
+        path: exe.shown.clone(),
+        source: std::io::Error::new(e.kind(), e.to_string()),
     })?;
-    let result = supervise(&spec, &prepared, &launcher, cancel).await;
+    let launcher = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let result = supervise(&spec, &prepared, &launcher, &exe.shown, cancel).await;
     // Only now, with every process of the task gone, remove what it could write
     // (off the async threads: the per-task directory may be large).
     let mut leftovers = prepared.leftovers;
@@ -343,14 +517,14 @@ struct Prepared {
     leftovers: Leftovers,
 }
 
-/// What a task leaves on the host: its private directory and, for root, its
-/// pids cgroup. Removed by [`Leftovers::clean`] once the task has ended; if the
+/// What a task leaves on the host: its private directory and its cgroups (which
+/// the launcher normally removes itself). Removed by [`Leftovers::clean`] once the task has ended; if the
 /// `run` future is dropped before that, `Drop` removes them from a thread after
 /// the launcher has had time to kill the task (it notices the closed control
 /// socket), so nothing is removed under a live process and nothing leaks.
 struct Leftovers {
     task_dir: Option<tempfile::TempDir>,
-    cgroup: Option<cgroup::PidsCgroup>,
+    cgroup: Option<cgroup::TaskCgroup>,
 }
 
 impl Leftovers {
@@ -365,10 +539,12 @@ impl Leftovers {
             return true;
         };
         let base = dir.path();
-        let empty = ["home", "tmp"]
-            .iter()
-            .all(|d| std::fs::remove_dir(base.join(d)).is_ok())
-            && std::fs::remove_dir(base).is_ok();
+        // `root` (the view's mount point, empty once the namespace is gone) or
+        // `home` and `tmp` (sandbox off).
+        let empty = TASK_SUBDIRS.iter().all(|d| {
+            std::fs::remove_dir(base.join(d))
+                .map_or_else(|e| e.kind() == std::io::ErrorKind::NotFound, |()| true)
+        }) && std::fs::remove_dir(base).is_ok();
         if !empty {
             return false;
         }
@@ -385,7 +561,7 @@ impl Leftovers {
 
     fn clean_now(&mut self) {
         if let Some(cg) = self.cgroup.take() {
-            cg.remove();
+            cg.remove_blocking();
         }
         if let Some(dir) = self.task_dir.take() {
             remove_task_dir(dir);
@@ -452,18 +628,35 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         }
     }
 
+    let confine = spec.mode == SandboxMode::Required;
+    let read = if confine {
+        spec.read
+            .iter()
+            .map(|p| resolve_read_path(p))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        Vec::new()
+    };
+
     let task_dir = tempfile::Builder::new()
         .prefix("capstan-task-")
         .tempdir()
         .map_err(SandboxError::TaskDir)?;
-    let home = task_dir.path().join("home");
-    let tmp = task_dir.path().join("tmp");
-    for d in [&home, &tmp] {
-        std::fs::create_dir(d).map_err(SandboxError::TaskDir)?;
-    }
+    // Confined: HOME and TMPDIR live in the view's private /tmp; the host
+    // directory is only the view's mount point. Off: they are host directories.
+    let (home, tmp) = if confine {
+        std::fs::create_dir(task_dir.path().join("root")).map_err(SandboxError::TaskDir)?;
+        (PathBuf::from(view::HOME), PathBuf::from(view::TMP))
+    } else {
+        let (home, tmp) = (task_dir.path().join("home"), task_dir.path().join("tmp"));
+        for d in [&home, &tmp] {
+            std::fs::create_dir(d).map_err(SandboxError::TaskDir)?;
+        }
+        (home, tmp)
+    };
 
     let env = scrubbed_env(&home, &tmp, &spec.env);
-    let cgroup = cgroup::PidsCgroup::create(spec.limits.max_processes);
+    let cgroup = cgroup::TaskCgroup::create(spec.limits.max_processes, spec.limits.max_memory);
     let config = launcher::LaunchConfig {
         argv,
         env,
@@ -471,18 +664,42 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         workspace,
         task_dir: task_dir.path().to_path_buf(),
         network: spec.network,
-        confine: spec.mode == SandboxMode::Required,
+        confine,
         limits: spec.limits.clone(),
         grace_ms: KILL_GRACE.as_millis() as u64,
-        cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
+        cgroup: cgroup.clone(),
+        read,
+        unavailable: unavailable_mechanisms(),
+        #[cfg(feature = "bench-whole-host")]
+        whole_host_view: spec.whole_host_view,
     };
     Ok(Prepared {
         config,
         leftovers: Leftovers {
             task_dir: Some(task_dir),
-            cgroup,
+            cgroup: (!cgroup.dirs.is_empty()).then_some(cgroup),
         },
     })
+}
+
+/// Subdirectories [`prepare`] may create in the per-task directory.
+const TASK_SUBDIRS: &[&str] = &["root", "quota", "lower", "home", "tmp"];
+
+/// An extra read path: absolute, existing, canonical, and not `/` (which would
+/// hand the whole host back).
+fn resolve_read_path(p: &Path) -> Result<PathBuf, SandboxError> {
+    let err = |why: String| SandboxError::ReadPath {
+        path: p.to_path_buf(),
+        why,
+    };
+    if !p.is_absolute() {
+        return Err(err("it must be an absolute path".into()));
+    }
+    let real = std::fs::canonicalize(p).map_err(|e| err(e.to_string()))?;
+    if real == Path::new("/") {
+        return Err(err("the whole filesystem cannot be a read path".into()));
+    }
+    Ok(real)
 }
 
 /// Resolves `cwd` (relative to the workspace when relative) and refuses anything
@@ -563,6 +780,7 @@ async fn supervise(
     spec: &ExecSpec,
     prepared: &Prepared,
     launcher: &Path,
+    shown: &Path,
     cancel: CancellationToken,
 ) -> Result<ExecOutcome, SandboxError> {
     let (ours, theirs) = StdUnixStream::pair()?;
@@ -588,7 +806,7 @@ async fn supervise(
         .process_group(0)
         .spawn()
         .map_err(|source| SandboxError::Spawn {
-            path: launcher.to_path_buf(),
+            path: shown.to_path_buf(),
             source,
         })?;
     let pgid = child.id().map(|p| p as i32);
@@ -630,7 +848,9 @@ async fn supervise(
         // every process, SIGKILL after the grace period. It notices EOF on its
         // control socket.
         let _ = write_half.shutdown().await;
-        let hard = tokio::time::sleep(KILL_GRACE + Duration::from_secs(2));
+        // Beyond the grace period, init copies the workspace quota's upper
+        // layer back (up to the quota's size), hence the generous bound.
+        let hard = tokio::time::sleep(KILL_GRACE + Duration::from_secs(20));
         tokio::select! {
             status = child.wait() => { status?; }
             _ = hard => {
@@ -676,6 +896,7 @@ async fn supervise(
         timed_out: stop == Stop::TimedOut,
         cancelled: stop == Stop::Cancelled,
         warnings: Vec::new(),
+        limit_hit: None,
     };
     let mut failure = None;
     for report in reports {
@@ -695,6 +916,9 @@ async fn supervise(
             }
             launcher::Report::Exited { code } => outcome.exit_code = Some(code),
             launcher::Report::Signaled { signal } => outcome.signal = Some(signal),
+            launcher::Report::LimitHit { limit } => {
+                outcome.limit_hit.get_or_insert(limit);
+            }
         }
     }
     if let Some(e) = failure {
@@ -708,7 +932,7 @@ async fn supervise(
             return Err(SandboxError::Launcher(format!(
                 "the launcher {} ended ({launcher_status}) without reporting how the command ended; \
                  does that binary call capstan_sandbox::maybe_run_launcher() first thing in main? {stderr_tail}",
-                launcher.display()
+                shown.display()
             )));
         }
     }

@@ -21,6 +21,10 @@ use seccompiler::{
     SeccompRule, TargetArch, sock_filter,
 };
 
+/// Why a required sandbox is refused when seccomp filters are missing.
+pub(crate) const MISSING: &str =
+    "seccomp filters are not available in this kernel (needs CONFIG_SECCOMP_FILTER)";
+
 /// System calls that always fail with `EPERM`.
 const DENIED: &[libc::c_long] = &[
     libc::SYS_ptrace,

@@ -127,7 +127,7 @@ pub async fn run(global: &GlobalArgs, cmd: AgentCommand) -> Result<ExitCode> {
 
 async fn run_tasks(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode> {
     let file = TaskFile::load(&args.tasks)?;
-    let workspace = workspace_root(&args.workspace)?;
+    let workspace = workspace_root(global, &args.workspace)?;
     let dirs = global.dirs()?;
     let config = Config::load(&dirs.user_config_file())?;
     let mut prices = PriceTable::defaults();
@@ -185,6 +185,7 @@ async fn run_tasks(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode> {
             capstan_exe: std::env::current_exe().ok(),
             workspace,
             mode: Mode::Cli,
+            config_file: Some(dirs.user_config_file()),
         },
     };
     let result = capstan_agents::execute(&file, opts).await?;
@@ -310,9 +311,27 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
         EventKind::RuntimeRetry { task, from, to, .. } => {
             errln!("  ↻ {task}: {from} failed, retrying on {to}")
         }
-        EventKind::RuntimeFallback { from, to, reason } => {
-            errln!("! {from} is unavailable, using {to} instead: {reason}")
-        }
+        EventKind::RuntimeFallback {
+            task,
+            from,
+            to,
+            reason,
+        } => match task {
+            Some(task) => {
+                errln!("! {task}: {from} is unavailable, using its retry runtime {to}: {reason}")
+            }
+            None => errln!("! {from} is unavailable, using {to} instead: {reason}"),
+        },
+        EventKind::ContextSummarised {
+            task,
+            agent,
+            original_tokens,
+            limit_tokens,
+            summarised,
+        } => errln!(
+            "    {task} · {agent}: prompt of ~{original_tokens} tokens over the {limit_tokens} limit; the model summarised {}",
+            summarised.join(", ")
+        ),
         EventKind::TaskSkipped {
             task,
             failed_dependency,
@@ -377,13 +396,20 @@ fn print_result(r: &ExecutionResult) {
     }
     let m = &r.metadata;
     let runtimes: Vec<&str> = m.runtimes.iter().map(|r| r.as_str()).collect();
+    let or_none = |names: String| {
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names
+        }
+    };
     errln!(
         "· {} {} in {:.1}s · agents {} · runtimes {} · tokens {} (in {}, out {}){} · total cost ${:.4}{}{}",
         m.execution_id,
         m.status.as_str(),
         m.duration_ms as f64 / 1000.0,
-        m.agents.join(", "),
-        runtimes.join(", "),
+        or_none(m.agents.join(", ")),
+        or_none(runtimes.join(", ")),
         m.total_tokens.total,
         m.total_tokens.input,
         m.total_tokens.output,

@@ -19,8 +19,8 @@ use crate::services::approval::ApproveMode;
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Exit status: 0 completed, 1 failed (the reason is printed), 130 cancelled (Ctrl-C, or `b` at an approval prompt), 2 usage or setup errors.\n\nApprovals: with --approve ask (the default on a terminal) each risky command is shown with its risk and reasons; answer y (run it), n (deny), a (approve it for the rest of the session) or b (abort the run).\n\n\
-Examples:\n  capstan ask --workspace ./my-project \"How do I rotate the signing keys?\"\n  \
-capstan ask --workspace . --approve all \"run `cargo test` and tell me what failed\"\n  \
+Examples (single quotes keep your shell from running the `...` parts itself):\n  capstan ask --workspace ./my-project \"How do I rotate the signing keys?\"\n  \
+capstan ask --workspace . --approve all 'run `cargo test` and tell me what failed'\n  \
 capstan ask --json --workspace . \"what is in README.md?\" | jq .type"
 )]
 pub struct AskArgs {
@@ -86,7 +86,11 @@ pub fn approve_mode(explicit: Option<ApproveMode>) -> (ApproveMode, ApproveSourc
 }
 
 pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
-    let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let (mode, source) = approve_mode(args.approve);
     let app = App::open_with_model(global.dirs()?, mode, args.model_override()?).await?;
     let (feed, asks) = Feed::new(args.json, source, Outcomes::PlanTasks, app.broker.clone());

@@ -55,7 +55,11 @@ struct Chat {
 }
 
 pub async fn run(global: &GlobalArgs, args: ChatArgs) -> Result<ExitCode> {
-    let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
     if let Some(id) = &args.session
         && app.store.get_session(id)?.is_none()
@@ -98,7 +102,7 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> Result<ExitCode> {
                 ("sessions", _) => chat.list_sessions()?,
                 ("session", id) if !id.is_empty() => chat.switch_session(id)?,
                 ("workspace", "") => chat.show_workspace(),
-                ("workspace", dir) => match workspace_root(&PathBuf::from(dir)) {
+                ("workspace", dir) => match workspace_root(global, &PathBuf::from(dir)) {
                     Ok(root) => {
                         chat.workspace = Some(root);
                         chat.show_workspace();
@@ -212,7 +216,11 @@ impl Chat {
             if !self.stdin_open {
                 for ask in waiting.drain(..) {
                     errln!("(end of input: denied)");
-                    let _ = self.app.broker.decide(&ask.approval_id, Decision::Denied);
+                    let _ = self.app.broker.decide(
+                        &ask.approval_id,
+                        Decision::Denied,
+                        crate::services::approval::Via::Terminal,
+                    );
                 }
             }
             tokio::select! {
@@ -248,7 +256,11 @@ impl Chat {
         match parse_decision(line) {
             Some(decision) => {
                 if let Some(ask) = waiting.pop_front() {
-                    let _ = self.app.broker.decide(&ask.approval_id, decision);
+                    let _ = self.app.broker.decide(
+                        &ask.approval_id,
+                        decision,
+                        crate::services::approval::Via::Terminal,
+                    );
                 }
             }
             None => {

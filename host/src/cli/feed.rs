@@ -395,12 +395,20 @@ pub async fn answer_approvals(
         loop {
             let Some(line) = lines.recv().await else {
                 errln!("(end of input: denied)");
-                let _ = broker.decide(&ask.approval_id, Decision::Denied);
+                let _ = broker.decide(
+                    &ask.approval_id,
+                    Decision::Denied,
+                    crate::services::approval::Via::Terminal,
+                );
                 break;
             };
             match parse_decision(&line) {
                 Some(d) => {
-                    let _ = broker.decide(&ask.approval_id, d);
+                    let _ = broker.decide(
+                        &ask.approval_id,
+                        d,
+                        crate::services::approval::Via::Terminal,
+                    );
                     break;
                 }
                 None => {

@@ -47,16 +47,23 @@ pub struct InvokeArgs {
 pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
     let input: serde_json::Value = serde_json::from_str(&args.input)
         .with_context(|| format!("--input is not valid JSON: {}", args.input))?;
-    let workspace = args.workspace.as_deref().map(workspace_root).transpose()?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
     let approve = approve_mode(args.approve);
     let app = App::open(global.dirs()?, approve.0).await?;
+    if let Some(ws) = &workspace {
+        app.check_workspace(ws)?;
+    }
     let registry = app.registry(workspace.as_deref()).await;
     for problem in registry.problems() {
         crate::term::warn(&problem.message);
     }
     let operation = match args.operation {
         Some(op) => op,
-        None => match registry.resolve(&args.kind) {
+        None => match registry.resolve(&app.runtime, &args.kind, None).await {
             Ok(plugin) => plugin
                 .operations
                 .first()
@@ -76,10 +83,10 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         .map(|w| app.policy_for(w))
         .unwrap_or_else(|| app.config.policy.clone());
     let services = HostServices {
-        exec: Some(Arc::new(crate::services::exec::Exec::new(
-            policy,
-            app.broker.clone(),
-        ))),
+        exec: Some(Arc::new(
+            crate::services::exec::Exec::new(policy, app.broker.clone())
+                .with_sandbox(app.sandbox_for(workspace.as_deref())),
+        )),
         index: Some(app.indexes.clone()),
         approval: Some(app.broker.clone()),
         model: None,

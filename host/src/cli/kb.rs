@@ -40,7 +40,8 @@ pub struct SearchArgs {
     pub json: bool,
 }
 
-/// Shows the plugin's progress on a bar and its warnings above it.
+/// Shows the plugin's progress on a bar (bytes, rate and ETA; files as its message)
+/// and its warnings above it.
 struct BarSink {
     bar: ProgressBar,
     warnings: Mutex<Vec<String>>,
@@ -49,13 +50,28 @@ struct BarSink {
 impl EventSink for BarSink {
     fn emit(&self, event: Event) {
         match event {
-            Event::Progress { done, total, .. } => {
+            Event::Progress {
+                done, total, unit, ..
+            } if unit == "bytes" => {
                 self.bar.set_length(total);
                 self.bar.set_position(done);
             }
+            Event::Progress {
+                done, total, unit, ..
+            } => self.bar.set_message(format!("{done}/{total} {unit}")),
             Event::Activity { kind, message, .. } if kind == "kb.warning" => {
                 self.bar.suspend(|| crate::term::warn(&message));
-                self.warnings.lock().unwrap().push(message);
+                self.warnings
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(message);
+            }
+            Event::Activity { kind, message, .. } if kind.starts_with("capabilities.") => {
+                self.bar.suspend(|| crate::errln!("{message}"))
+            }
+            // The index was busy (another process writing): say once what was searched.
+            Event::Activity { kind, message, .. } if kind == "kb.stale" => {
+                self.bar.suspend(|| crate::errln!("{message}"))
             }
             _ => {}
         }
@@ -69,8 +85,9 @@ async fn kb_task(
     input: serde_json::Value,
     sink: Arc<dyn EventSink>,
 ) -> Result<crate::protocol::TaskOutcome> {
-    let root = workspace_root(&workspace)?;
+    let root = workspace_root(global, &workspace)?;
     let app = App::open(global.dirs()?, ApproveMode::None).await?;
+    app.check_workspace(&root)?;
     let registry = app.registry(Some(&root)).await;
     let services = HostServices {
         index: Some(app.indexes.clone()),
@@ -88,13 +105,16 @@ async fn kb_task(
 
 pub async fn index(global: &GlobalArgs, args: IndexArgs) -> Result<ExitCode> {
     let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} indexing [{bar:30}] {pos}/{len} files {per_sec} {elapsed}",
-        )
-        .unwrap()
-        .progress_chars("=> "),
-    );
+    // Bytes drive the bar: a few big files and many small ones give an honest rate and ETA.
+    let style = ProgressStyle::with_template(
+        "{spinner} indexing [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+         {binary_bytes_per_sec}, ETA {eta} ({msg})",
+    )
+    .map(|s| s.progress_chars("=> "))
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    // Keeps the rate and ETA moving between the plugin's progress reports.
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
     let sink = Arc::new(BarSink {
         bar: bar.clone(),
         warnings: Mutex::default(),

@@ -9,17 +9,19 @@ mod kb;
 mod mcp;
 mod plugins;
 mod serve;
+mod setup;
 mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use anyhow::Result;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::dirs::{DirOverrides, Dirs};
 use crate::registry::{ManifestSources, Registry};
 use crate::runtime::Runtime;
+use crate::workspace_gate::WorkspaceGate;
 use crate::{errln, outln};
 
 #[derive(Parser, Debug)]
@@ -33,7 +35,8 @@ use crate::{errln, outln};
     after_help = "Examples:\n  capstan plugins list\n  capstan invoke echo --input '{\"hi\":1}'\n  \
                   capstan invoke local_kb_retrieval --workspace ./docs --operation search --input '{\"query\":\"keys\"}'\n\n\
                   State lives in the platform's config, data and cache dirs; set CAPSTAN_HOME to keep it all \
-                  under one directory (tests do)."
+                  under one directory (tests do). `capstan config path` prints the places, `capstan config check` \
+                  checks the file, `capstan doctor` checks everything."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -89,16 +92,29 @@ pub enum Command {
     /// Register, list, bind (per session) and remove workspace folders.
     #[command(subcommand)]
     Workspace(workspace::WorkspaceCommand),
+    /// Where the config lives, what is in force, and whether it is valid.
+    #[command(subcommand)]
+    Config(setup::ConfigCommand),
+    /// Write your capstan.toml, every setting commented out and explained; never overwrites.
+    Init(setup::InitArgs),
+    /// Check the toolchain, sandbox, config, model, plugins and MCP servers, each with its fix.
+    Doctor(setup::DoctorArgs),
+    /// Print a shell completion script: `capstan completions bash > /etc/bash_completion.d/capstan`.
+    Completions(setup::CompletionsArgs),
 }
 
 #[derive(Subcommand, Debug)]
 pub enum SandboxCommand {
     /// Report Landlock, seccomp and namespace support; exit 1 if commands cannot be sandboxed.
-    Check,
+    Check {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     init_tracing(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -119,14 +135,38 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The command line, with `--help` naming where this user's config lives (resolved
+/// now, from CAPSTAN_HOME and the other overrides, as the command itself will).
+fn parse() -> Cli {
+    let mut command = Cli::command();
+    if let Ok(dirs) = Dirs::resolve(&DirOverrides::default()) {
+        let base = command
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        command = command.after_help(format!("{base}\n\n{}", setup::locations(&dirs)));
+    }
+    let matches = command.get_matches();
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    }
+}
+
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Ask(args) => ask::run(&cli.global, args).await,
         Command::Index(args) => kb::index(&cli.global, args).await,
         Command::Search(args) => kb::search(&cli.global, args).await,
-        Command::Sandbox(SandboxCommand::Check) => {
+        Command::Sandbox(SandboxCommand::Check { json }) => {
             let report = capstan_sandbox::check();
-            outln!("{report}");
+            if json {
+                let mut out = serde_json::to_value(&report)?;
+                out["sandbox_available"] = report.sandbox_available().into();
+                outln!("{}", crate::term::json_pretty(&out));
+            } else {
+                outln!("{report}");
+            }
             Ok(if report.sandbox_available() {
                 ExitCode::SUCCESS
             } else {
@@ -140,6 +180,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => serve::run(&cli.global, args).await,
         Command::Chat(args) => chat::run(&cli.global, args).await,
         Command::Workspace(cmd) => workspace::run(&cli.global, cmd).await,
+        Command::Config(cmd) => setup::config(&cli.global, cmd).await,
+        Command::Init(args) => setup::init(&cli.global, args).await,
+        Command::Doctor(args) => setup::doctor(&cli.global, args).await,
+        Command::Completions(args) => setup::completions(args),
     }
 }
 
@@ -172,18 +216,11 @@ impl GlobalArgs {
     }
 }
 
-/// A workspace given on the command line, checked and made canonical.
-pub fn workspace_root(dir: &Path) -> Result<PathBuf> {
-    let root = dir.canonicalize().with_context(|| {
-        format!(
-            "workspace {} does not exist; pass an existing directory to --workspace",
-            dir.display()
-        )
-    })?;
-    if !root.is_dir() {
-        bail!("workspace {} is not a directory", root.display());
-    }
-    Ok(root)
+/// A workspace given on the command line, made canonical and passed through
+/// the workspace gate (crate::workspace_gate): never Capstan's own dirs, `/`,
+/// the home dir or a system dir.
+pub fn workspace_root(global: &GlobalArgs, dir: &Path) -> Result<PathBuf> {
+    Ok(WorkspaceGate::for_dirs(&global.dirs()?).check(dir)?)
 }
 
 /// The runtime and registry for one command: bundled plugins and the user's
@@ -195,7 +232,7 @@ pub async fn load(
     let dirs = global.dirs()?;
     let runtime = Runtime::new(
         dirs.component_cache(),
-        vec![dirs.config.clone(), dirs.data.clone()],
+        vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
     )?;
     let registry = Registry::load(
         &runtime,

@@ -1,4 +1,5 @@
-//! `capstan plugins list|check`.
+//! `capstan plugins list|check`. The list also shows the external MCP servers your
+//! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,8 +34,36 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         PluginsCommand::List { workspace, json } => (workspace, json, false),
         PluginsCommand::Check { workspace } => (workspace, false, true),
     };
-    let workspace = workspace.as_deref().map(workspace_root).transpose()?;
-    let (_, _, registry) = load(global, workspace.as_deref()).await?;
+    let workspace = workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
+    let (dirs, _, registry) = load(global, workspace.as_deref()).await?;
+    // External MCP servers come from the user's file only (a workspace's are ignored).
+    let (servers, tools, mcp_problems) = if check {
+        (vec![], vec![], vec![])
+    } else {
+        let files = [dirs.user_config_file()];
+        let (servers, _) = crate::mcp::client::entries(&files);
+        let (tools, problems) = crate::mcp::client::connect_all(&files, workspace.as_deref()).await;
+        (servers, tools, problems)
+    };
+    let server_json = |name: &str| {
+        let problem = mcp_problems
+            .iter()
+            .find(|p| p.plugin.as_deref() == Some(name))
+            .map(|p| p.message.clone());
+        let tools: Vec<_> = tools
+            .iter()
+            .filter(|t| t.server_name() == name)
+            .map(|t| {
+                json!({"kind": t.kind(), "tool": t.tool_name(), "description": t.description(),
+                       "risk": t.risk()})
+            })
+            .collect();
+        json!({"name": name, "status": if problem.is_some() { "error" } else { "ok" },
+               "problem": problem, "tools": tools})
+    };
 
     if json_out {
         let plugins: Vec<_> = registry
@@ -51,10 +80,11 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 })
             })
             .collect();
-        let out = json!({"plugins": plugins, "problems": registry.problems()});
+        let mcp: Vec<_> = servers.iter().map(|s| server_json(&s.name)).collect();
+        let out = json!({"plugins": plugins, "mcp_servers": mcp, "problems": registry.problems()});
         outln!("{}", crate::term::json_pretty(&out));
     } else {
-        for p in registry.plugins() {
+        for p in &registry.plugins() {
             let e = &p.spec.entry;
             let host: Vec<String> = e.permissions.host.iter().map(|s| s.to_string()).collect();
             let ops: Vec<String> = p
@@ -95,6 +125,23 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 },
                 p.load.duration.as_secs_f64() * 1e3
             );
+        }
+        for server in &servers {
+            let info = server_json(&server.name);
+            match info["problem"].as_str() {
+                Some(problem) => errln!("mcp server {} [error]\n  {problem}", server.name),
+                None => {
+                    outln!("mcp server {} [ok]", server.name);
+                    for t in info["tools"].as_array().into_iter().flatten() {
+                        outln!(
+                            "  {}  ({}) {}",
+                            t["kind"].as_str().unwrap_or_default(),
+                            t["risk"].as_str().unwrap_or_default(),
+                            t["description"].as_str().unwrap_or_default()
+                        );
+                    }
+                }
+            }
         }
         for problem in registry.problems() {
             let who = problem.plugin.as_deref().unwrap_or("manifest");

@@ -24,7 +24,11 @@ pub enum WorkspaceCommand {
         profile: String,
     },
     /// Registered workspaces with their profiles, and the sessions using them.
-    List,
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Bind a workspace to a session (default: the most recent session); its next run works there.
     Use {
         /// The folder or the workspace id.
@@ -45,7 +49,7 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
     let store = Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?;
     match cmd {
         WorkspaceCommand::Add { dir, name, profile } => {
-            let root = workspace_root(&dir)?;
+            let root = workspace_root(global, &dir)?;
             let profile: Profile = profile.parse().map_err(anyhow::Error::msg)?;
             let name = name.unwrap_or_else(|| {
                 root.file_name()
@@ -65,20 +69,37 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
             };
             outln!("{}", line(&ws));
         }
-        WorkspaceCommand::List => {
+        WorkspaceCommand::List { json } => {
             let all = store.list_workspaces()?;
-            if all.is_empty() {
+            if all.is_empty() && !json {
                 errln!(
                     "no workspaces yet: `capstan workspace add DIR`, or pass --workspace DIR to ask, chat or serve"
                 );
             }
             let sessions = store.list_sessions(usize::MAX)?;
-            for ws in all {
-                let used = sessions
+            let used = |ws: &Workspace| {
+                sessions
                     .iter()
                     .filter(|s| s.workspace_id.as_deref() == Some(&ws.id))
-                    .count();
-                outln!("{}   {used} session(s)", line(&ws));
+                    .count()
+            };
+            if json {
+                let rows: Vec<serde_json::Value> = all
+                    .iter()
+                    .map(|ws| {
+                        serde_json::json!({
+                            "id": ws.id, "name": ws.name, "root": ws.root_path,
+                            "profile": ws.policy_profile.as_str(), "sessions": used(ws),
+                        })
+                    })
+                    .collect();
+                outln!(
+                    "{}",
+                    crate::term::json_pretty(&serde_json::json!({"workspaces": rows}))
+                );
+            }
+            for ws in all.iter().filter(|_| !json) {
+                outln!("{}   {} session(s)", line(ws), used(ws));
             }
         }
         WorkspaceCommand::Use { workspace, session } => {

@@ -122,6 +122,12 @@ pub trait HostModel: Send + Sync {
     /// The model's name for events, usage and pricing.
     fn id(&self) -> String;
 
+    /// Whether the model plans from operation names and input schemas (so every
+    /// plugin must be loaded before it plans), rather than from kinds alone.
+    fn reads_operation_schemas(&self) -> bool {
+        true
+    }
+
     /// One step of the host loop.
     async fn step(
         &self,

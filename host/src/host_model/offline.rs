@@ -469,6 +469,11 @@ impl HostModel for OfflineModel {
         ID.into()
     }
 
+    /// It plans by kind (`has_capability`), so plugins load only when a task runs.
+    fn reads_operation_schemas(&self) -> bool {
+        false
+    }
+
     async fn step(
         &self,
         ctx: &HostContext,

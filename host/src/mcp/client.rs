@@ -100,6 +100,11 @@ impl McpTool {
         &self.server.entry.name
     }
 
+    /// The tool's own name on its server.
+    pub fn tool_name(&self) -> &str {
+        &self.tool
+    }
+
     pub fn risk(&self) -> Risk {
         self.risk
     }

@@ -76,11 +76,13 @@ impl McpHost {
     /// itself without end, and their tools are reachable at their source.
     pub async fn new(app: Arc<App>, workspace: Option<PathBuf>) -> Arc<Self> {
         let registry = app.plugin_registry(workspace.as_deref()).await;
+        // Tools are listed from every plugin's operations: load them all now.
+        registry.load_all(&app.runtime, None).await;
         for p in registry.problems() {
             crate::term::warn(&p.message);
         }
         let mut tools = BTreeMap::new();
-        for plugin in registry.plugins() {
+        for plugin in &registry.plugins() {
             let needs_workspace = plugin.spec.entry.permissions.workspace != WorkspaceAccess::None
                 || plugin
                     .spec
@@ -154,10 +156,10 @@ impl McpHost {
             .map(|w| self.app.policy_for(w))
             .unwrap_or_else(|| self.app.config.policy.clone());
         HostServices {
-            exec: Some(Arc::new(crate::services::exec::Exec::new(
-                policy,
-                self.app.broker.clone(),
-            ))),
+            exec: Some(Arc::new(
+                crate::services::exec::Exec::new(policy, self.app.broker.clone())
+                    .with_sandbox(self.app.sandbox_for(self.workspace.as_deref())),
+            )),
             index: Some(self.app.indexes.clone()),
             approval: Some(self.app.broker.clone()),
             model: None,
@@ -375,7 +377,11 @@ impl Forwarder {
                 action: label,
                 is_command: action == "exec",
             });
-            let _ = broker.decide(&id, capstan_store::Decision::Denied);
+            let _ = broker.decide(
+                &id,
+                capstan_store::Decision::Denied,
+                crate::services::approval::Via::McpClient,
+            );
             return;
         }
         let peer = self.peer.clone();
@@ -427,7 +433,8 @@ impl Forwarder {
                     capstan_store::Decision::Denied
                 }
             };
-            if let Err(e) = broker.decide(&id, decision) {
+            if let Err(e) = broker.decide(&id, decision, crate::services::approval::Via::McpClient)
+            {
                 tracing::debug!("approval {id} was settled before the client answered: {e}");
             }
         });
@@ -681,67 +688,26 @@ fn denial_advice(host: &McpHost, notes: &[ApprovalNote]) -> String {
 }
 
 /// The streamable HTTP endpoint at `/mcp`, ready to mount into any axum app
-/// (`capstan serve` mounts it; `capstan mcp --listen` serves it alone). With
-/// a token, every request must carry `Authorization: Bearer <token>`.
-/// `any_host` turns off the Host-header check that guards loopback servers
-/// against DNS rebinding; only for a token-protected non-loopback bind.
+/// (`capstan serve` mounts it; `capstan mcp --listen` serves it alone). It
+/// has no doors of its own: both mount it behind crate::server::guard (Host,
+/// Origin and token), so rmcp's own Host check is off rather than doubled.
 pub fn http_router(
     host: Arc<McpHost>,
-    token: Option<String>,
-    any_host: bool,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> axum::Router {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
-    let mut config = StreamableHttpServerConfig::default().with_cancellation_token(shutdown);
-    if any_host {
-        config = config.disable_allowed_hosts();
-    }
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(shutdown)
+        .disable_allowed_hosts();
     let service = StreamableHttpService::new(
         move || Ok(CapstanMcp::new(host.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    match token {
-        Some(token) => router.layer(axum::middleware::from_fn(
-            move |req: axum::extract::Request, next: axum::middleware::Next| {
-                let expected = format!("Bearer {token}");
-                async move {
-                    let given = req
-                        .headers()
-                        .get(axum::http::header::AUTHORIZATION)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("");
-                    if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
-                        next.run(req).await
-                    } else {
-                        use axum::response::IntoResponse;
-                        (
-                            axum::http::StatusCode::UNAUTHORIZED,
-                            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-                            "missing or wrong bearer token: send `Authorization: Bearer <token>` \
-                             with the token capstan mcp was started with\n",
-                        )
-                            .into_response()
-                    }
-                }
-            },
-        )),
-        None => router,
-    }
-}
-
-/// Compares without stopping at the first differing byte, so response time
-/// says nothing about how much of a guessed token was right. Hand-written: a
-/// dozen lines do not warrant another crate.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    axum::Router::new().nest_service("/mcp", service)
 }
 
 #[cfg(test)]
@@ -753,12 +719,5 @@ mod tests {
         assert_eq!(tool_name("terminal_exec", "run"), "terminal_exec.run");
         assert_eq!(tool_name("my kind/x", "do:it"), "my_kind_x.do_it");
         assert_eq!(tool_name(&"k".repeat(200), "op").len(), 128);
-    }
-
-    #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"Bearer abc", b"Bearer abc"));
-        assert!(!constant_time_eq(b"Bearer abd", b"Bearer abc"));
-        assert!(!constant_time_eq(b"Bearer ab", b"Bearer abc"));
     }
 }

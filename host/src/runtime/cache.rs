@@ -53,6 +53,11 @@ impl ComponentCache {
         self.dir.join(format!("{sha256}-{}.cwasm", self.engine_key))
     }
 
+    /// Whether a compiled entry for the component with this sha256 is on disk.
+    pub fn contains(&self, sha256: &str) -> bool {
+        self.entry(sha256).is_file()
+    }
+
     /// The compiled component, from the cache when possible. Returns whether the
     /// cache was hit. A corrupt entry is replaced, not fatal.
     pub fn load_or_compile(

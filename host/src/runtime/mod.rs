@@ -39,6 +39,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use crate::manifest::{HostService, PluginSpec, WorkspaceAccess};
 use crate::protocol::{FailureReason, TaskFailure, TaskOutcome, TaskRequest, TaskSuccess};
 use crate::services::{RunContext, TaskScope};
+use crate::workspace_gate::WorkspaceGate;
 pub use cache::ComponentCache;
 use state::{Interrupt, Limiter, TaskState};
 
@@ -143,9 +144,10 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<TaskState>,
     cache: ComponentCache,
-    /// Directories a workspace must not contain (cache, data, config): a plugin
-    /// that could write them could rewrite compiled code or its own grants.
-    protected: Vec<PathBuf>,
+    /// The workspace gate, checked again before every task: a plugin that
+    /// could write Capstan's cache, data or config could rewrite compiled code
+    /// or its own grants, whatever entry point bound the workspace.
+    gate: WorkspaceGate,
     _ticker: EpochTicker,
 }
 
@@ -197,7 +199,7 @@ impl Runtime {
             engine,
             linker,
             cache,
-            protected,
+            gate: WorkspaceGate::new(protected),
         })
     }
 
@@ -285,37 +287,14 @@ impl Runtime {
 
     /// Load a component from its manifest source.
     pub async fn load_spec(&self, spec: PluginSpec) -> Result<LoadedPlugin, LoadError> {
-        let bytes = match &spec.source {
-            crate::manifest::ComponentSource::Builtin(name) => {
-                match crate::bundled::component(name) {
-                    Some(bytes) => std::borrow::Cow::Borrowed(bytes),
-                    None => {
-                        return Err(LoadError {
-                            plugin: spec.entry.name.clone(),
-                            source_desc: spec.source.to_string(),
-                            message: format!(
-                                "no builtin component `{name}`; builtins are: {}",
-                                crate::bundled::names().join(", ")
-                            ),
-                        });
-                    }
-                }
-            }
-            crate::manifest::ComponentSource::File(path) => match std::fs::read(path) {
-                Ok(b) => std::borrow::Cow::Owned(b),
-                Err(e) => {
-                    return Err(LoadError {
-                        plugin: spec.entry.name.clone(),
-                        source_desc: spec.source.to_string(),
-                        message: format!(
-                            "cannot read the component file (field `component` in {}): {e}",
-                            spec.origin
-                        ),
-                    });
-                }
-            },
-        };
+        let bytes = component_bytes(&spec)?;
         self.load(spec, &bytes).await
+    }
+
+    /// Whether loading `spec` means compiling it (no usable entry in the compiled
+    /// cache): the first run on a fresh home, or a new component.
+    pub fn needs_compile(&self, spec: &PluginSpec) -> bool {
+        component_bytes(spec).is_ok_and(|bytes| !self.cache.contains(&sha256_hex(&bytes)))
     }
 
     async fn describe(
@@ -397,6 +376,7 @@ impl Runtime {
                 task_id: task_id.to_string(),
                 plugin: plugin.name().to_string(),
                 run: run.clone(),
+                resource_limit: Default::default(),
             },
         };
         let mut store = Store::new(&self.engine, state);
@@ -454,9 +434,9 @@ impl Runtime {
         } else {
             granted
         };
-        if access != WorkspaceAccess::None
-            && let Some(root) = &run.workspace
-        {
+        // Checked whatever the plugin's own access: a plugin with no file
+        // access may still run commands there through the exec service.
+        if let Some(root) = &run.workspace {
             self.check_workspace(root)?;
         }
         if run.cancel.is_cancelled() {
@@ -477,6 +457,14 @@ impl Runtime {
             .call_invoke(&mut store, &wit_task)
             .await;
         log_output(&store, plugin);
+        if store.data().interrupted.is_none()
+            && let Some(limit) = store.data().scope.resource_limit.get()
+        {
+            return Err(TaskFailure::new(
+                FailureReason::ResourceLimit,
+                limit.clone(),
+            ));
+        }
         match result {
             Ok(Ok(out)) => {
                 let data = if out.data.trim().is_empty() {
@@ -508,23 +496,38 @@ impl Runtime {
         }
     }
 
-    /// A workspace must not contain Capstan's own state.
+    /// The workspace gate's never-rules (crate::workspace_gate), as a task failure.
     fn check_workspace(&self, root: &Path) -> Result<(), TaskFailure> {
-        for dir in &self.protected {
-            let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
-            if dir.starts_with(root) {
-                return Err(TaskFailure::new(
-                    FailureReason::Denied,
-                    format!(
-                        "workspace {} contains Capstan's own directory {}; a plugin must never see it. \
-                         Choose another workspace or move the directory (CAPSTAN_HOME)",
-                        root.display(),
-                        dir.display()
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        self.gate
+            .check_canonical(root)
+            .map_err(|refusal| TaskFailure::new(FailureReason::Denied, refusal.to_string()))
+    }
+}
+
+/// The component's bytes, from the binary or from its file.
+fn component_bytes(spec: &PluginSpec) -> Result<std::borrow::Cow<'static, [u8]>, LoadError> {
+    let fail = |message: String| LoadError {
+        plugin: spec.entry.name.clone(),
+        source_desc: spec.source.to_string(),
+        message,
+    };
+    match &spec.source {
+        crate::manifest::ComponentSource::Builtin(name) => crate::bundled::component(name)
+            .map(std::borrow::Cow::Borrowed)
+            .ok_or_else(|| {
+                fail(format!(
+                    "no builtin component `{name}`; builtins are: {}",
+                    crate::bundled::names().join(", ")
+                ))
+            }),
+        crate::manifest::ComponentSource::File(path) => std::fs::read(path)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| {
+                fail(format!(
+                    "cannot read the component file (field `component` in {}): {e}",
+                    spec.origin
+                ))
+            }),
     }
 }
 

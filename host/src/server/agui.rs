@@ -22,6 +22,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -34,6 +35,7 @@ use super::error::ApiError;
 use super::http::ApiJson;
 use super::runs::{ActiveRun, RunManager, StartRun};
 use crate::protocol::{Envelope, Event, PlanTask, TaskStatus, Usage};
+use crate::services::approval::Via;
 
 /// The AG-UI protocol version this endpoint speaks.
 pub const AGUI_PROTOCOL_VERSION: &str = "1.0";
@@ -63,6 +65,7 @@ pub struct ResumeEntry {
 
 pub async fn run(
     State(state): State<AppState>,
+    Extension(via): Extension<Via>,
     ApiJson(input): ApiJson<RunAgentInput>,
 ) -> Result<Response, ApiError> {
     let runs = &state.runs;
@@ -87,7 +90,7 @@ pub async fn run(
         let mapper = Mapper::new(&input, &started.run);
         (started.run, mapper, started.events.into_stream().boxed())
     } else {
-        resume(runs, &input)?
+        resume(runs, &input, via)?
     };
     let stream = Segment {
         mapper,
@@ -109,6 +112,7 @@ type EnvelopeStream = futures::stream::BoxStream<'static, Arc<Envelope>>;
 fn resume(
     runs: &Arc<RunManager>,
     input: &RunAgentInput,
+    via: Via,
 ) -> Result<(Arc<ActiveRun>, Mapper, EnvelopeStream), ApiError> {
     let first = &input.resume[0].interrupt_id;
     let run = runs.run_for_approval(first).ok_or_else(|| {
@@ -146,21 +150,16 @@ fn resume(
         decisions.push((entry.interrupt_id.clone(), decision));
     }
     // Subscribe before deciding: every event after the decision is then live.
-    let sub = run.subscribe();
+    let sub = runs.subscribe(&run.run_id)?;
     let mut mapper = Mapper::new(input, &run);
     for env in &sub.backlog {
         mapper.observe(env);
     }
     for (id, decision) in &decisions {
-        runs.decide(id, decision)?;
+        runs.decide(id, decision, via)?;
     }
     mapper.resumed = decisions.into_iter().map(|(id, _)| id).collect();
-    let events = super::runs::Subscription {
-        backlog: Vec::new(),
-        live: sub.live,
-    }
-    .into_stream()
-    .boxed();
+    let events = sub.without_backlog().into_stream().boxed();
     mapper.reopen();
     Ok((run, mapper, events))
 }

@@ -20,6 +20,15 @@ pub enum ErrorKind {
     UnsupportedMediaType,
     MethodNotAllowed,
     Unauthorized,
+    /// Authenticated (or not yet) but not allowed: a foreign `Origin`, a
+    /// folder that may not be a workspace here.
+    Forbidden,
+    /// The request named a `Host` this server does not answer to (DNS rebinding).
+    MisdirectedRequest,
+    /// A per-client cap (event streams of one run) is reached.
+    TooManyRequests,
+    /// A server-wide cap (event streams in total) is reached.
+    Unavailable,
     Internal,
 }
 
@@ -48,6 +57,9 @@ impl ApiError {
     pub fn unprocessable(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unprocessable, message)
     }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Forbidden, message)
+    }
     pub fn internal(e: impl std::fmt::Display) -> Self {
         Self::new(ErrorKind::Internal, format!("internal error: {e}"))
     }
@@ -62,6 +74,10 @@ impl ApiError {
             ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
+            ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -77,6 +93,10 @@ impl ApiError {
             ErrorKind::Conflict => -32009,
             ErrorKind::TooLarge => -32013,
             ErrorKind::Unauthorized => -32001,
+            ErrorKind::Forbidden => -32003,
+            ErrorKind::MisdirectedRequest => -32021,
+            ErrorKind::TooManyRequests => -32029,
+            ErrorKind::Unavailable => -32053,
             ErrorKind::Internal => -32603,
         }
     }
@@ -92,6 +112,10 @@ impl ApiError {
             ErrorKind::UnsupportedMediaType => "unsupported_media_type",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::MisdirectedRequest => "misdirected_request",
+            ErrorKind::TooManyRequests => "too_many_requests",
+            ErrorKind::Unavailable => "unavailable",
             ErrorKind::Internal => "internal",
         }
     }
@@ -109,6 +133,16 @@ impl From<capstan_store::StoreError> for ApiError {
             capstan_store::StoreError::NotFound { .. } => ApiError::not_found(e.to_string()),
             capstan_store::StoreError::InvalidArgument(_) => ApiError::bad_request(e.to_string()),
             other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<crate::workspace_gate::Refusal> for ApiError {
+    fn from(r: crate::workspace_gate::Refusal) -> Self {
+        if r.is_forbidden() {
+            ApiError::forbidden(r.to_string())
+        } else {
+            ApiError::unprocessable(r.to_string())
         }
     }
 }

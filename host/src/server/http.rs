@@ -5,13 +5,13 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -21,6 +21,7 @@ use super::AppState;
 use super::error::{ApiError, ErrorKind};
 use super::runs::{StartRun, Subscription};
 use crate::protocol::{Envelope, PROTOCOL_VERSION};
+use crate::services::approval::Via;
 
 /// A JSON body whose rejections are [`ApiError`]s naming the problem.
 pub struct ApiJson<T>(pub T);
@@ -213,13 +214,18 @@ pub async fn cancel_run(
     ))
 }
 
+/// `POST /v1/approvals/{id}`: only a request that passed the doors (Host,
+/// Origin, token) gets here; the credential it showed is recorded as `via`.
 pub async fn decide_approval(
     State(state): State<AppState>,
+    Extension(via): Extension<Via>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<DecideBody>,
 ) -> Result<Json<Value>, ApiError> {
-    state.runs.decide(&id, &body.decision)?;
-    Ok(Json(json!({"approval_id": id, "decision": body.decision})))
+    state.runs.decide(&id, &body.decision, via)?;
+    Ok(Json(
+        json!({"approval_id": id, "decision": body.decision, "via": via.as_str()}),
+    ))
 }
 
 pub async fn list_sessions(
@@ -259,10 +265,12 @@ pub async fn list_workspaces(State(state): State<AppState>) -> Result<Json<Value
     Ok(Json(json!({ "workspaces": state.runs.workspaces()? })))
 }
 
+/// `POST /v1/workspaces`: selects a folder registered at the command line;
+/// registering a new one is refused (403 naming `capstan workspace add`).
 pub async fn add_workspace(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<WorkspaceBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let ws = state.runs.add_workspace(&body.path)?;
-    Ok((StatusCode::CREATED, Json(json!(ws))))
+    Ok((StatusCode::OK, Json(json!(ws))))
 }

@@ -3,12 +3,15 @@
 //! --stdio`, JSON-RPC 2.0 for a frontend that spawns the binary. Both sit on
 //! one [`runs::RunManager`].
 //!
-//! Security: loopback binds only, unless a bearer token is set; with a token
-//! every API route (not the static web chat files, which hold no data) needs
-//! `Authorization: Bearer <token>`. Request bodies are capped.
+//! Security ([`guard`]): every route checks `Host` (DNS rebinding) and
+//! `Origin` (cross-site requests); every route but the static web chat files
+//! needs the token (made at start-up unless `--no-token`), as a bearer header
+//! or the web chat's HttpOnly cookie. Binding beyond loopback needs a token.
+//! Event streams are capped per run and per server. Request bodies are capped.
 
 pub mod agui;
 pub mod error;
+pub mod guard;
 pub mod http;
 pub mod runs;
 pub mod stdio;
@@ -18,16 +21,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{Method, Uri, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
+use axum::middleware;
 use axum::routing::{get, post};
 
 use crate::{errln, outln};
 use error::{ApiError, ErrorKind};
+use guard::{Doors, TokenChoice};
 use runs::RunManager;
 
 /// Default cap on a request body: a message, not a file upload.
@@ -35,14 +38,14 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 pub struct ServerState {
     pub runs: Arc<RunManager>,
-    pub token: Option<String>,
+    pub doors: Arc<Doors>,
     pub max_body_bytes: usize,
 }
 
 pub type AppState = Arc<ServerState>;
 
-/// The whole HTTP surface. `extra` routers (the lead merges MCP's `/mcp` here)
-/// sit behind the same token check and body limit as the API.
+/// The whole HTTP surface. `extra` routers (MCP's `/mcp`) sit behind the
+/// same doors and body limit as the API.
 pub fn router(state: AppState, extra: Vec<Router>) -> Router {
     let api: Router = Router::new()
         .route("/v1/health", get(http::health))
@@ -59,56 +62,31 @@ pub fn router(state: AppState, extra: Vec<Router>) -> Router {
             "/v1/workspaces",
             get(http::list_workspaces).post(http::add_workspace),
         )
+        .route("/openapi.json", get(http::openapi))
         .route("/agui", post(agui::run))
         .with_state(state.clone());
-    let protected = extra
-        .into_iter()
-        .fold(api, Router::merge)
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let protected =
+        extra
+            .into_iter()
+            .fold(api, Router::merge)
+            .route_layer(middleware::from_fn_with_state(
+                state.doors.clone(),
+                guard::token,
+            ));
     let public = Router::new()
         .route("/", get(web::index))
         .route("/assets/{file}", get(web::asset))
-        .route("/openapi.json", get(http::openapi));
+        .with_state(state.clone());
     Router::new()
         .merge(public)
         .merge(protected)
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
+        .layer(middleware::from_fn_with_state(
+            state.doors.clone(),
+            guard::host_and_origin,
+        ))
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
-}
-
-async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(token) = &state.token else {
-        return next.run(req).await;
-    };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => next.run(req).await,
-        Some(_) => ApiError::new(
-            ErrorKind::Unauthorized,
-            "the bearer token is wrong; send the token `capstan serve` was started with",
-        )
-        .into_response(),
-        None => ApiError::new(
-            ErrorKind::Unauthorized,
-            "this server needs `Authorization: Bearer <token>`; use the token `capstan serve` \
-             was started with (--token or CAPSTAN_TOKEN)",
-        )
-        .into_response(),
-    }
-}
-
-/// Compares without an early exit, so the time taken does not reveal how much
-/// of a guessed token was right. (Eight lines; not worth a crate.)
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
@@ -131,46 +109,49 @@ async fn wrong_method(method: Method, uri: Uri) -> ApiError {
 /// How `capstan serve` listens.
 pub struct HttpOptions {
     pub addr: SocketAddr,
-    pub token: Option<String>,
+    pub token: TokenChoice,
+    /// Extra `Host` names and origins the user allowed (flags and capstan.toml).
+    pub allowed_hosts: Vec<String>,
+    pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
 }
 
 /// Serve HTTP until Ctrl-C or SIGTERM; then cancel the runs in flight, let
 /// them record their end, and stop. Prints the address it bound on stdout
-/// (first line) so a parent process that asked for port 0 learns the port.
+/// (first line) so a parent process that asked for port 0 learns the port,
+/// and the web chat's URL (with the token) on stderr.
 pub async fn serve_http(
     runs: Arc<RunManager>,
     opts: HttpOptions,
     extra: Vec<Router>,
 ) -> Result<()> {
-    if !opts.addr.ip().is_loopback() && opts.token.is_none() {
-        bail!(
-            "refusing to listen on {} without a token: anyone who can reach it could run \
-             commands in your workspaces. Set --token (or CAPSTAN_TOKEN), or bind 127.0.0.1",
-            opts.addr
-        );
-    }
-    if opts.token.as_deref() == Some("") {
-        bail!("the token is empty; pass a long random string to --token");
-    }
+    opts.token.check_bind(opts.addr, "capstan serve")?;
     let listener = tokio::net::TcpListener::bind(opts.addr)
         .await
         .with_context(|| format!("cannot listen on {}", opts.addr))?;
     let local = listener.local_addr()?;
+    let doors = Arc::new(Doors::new(
+        local,
+        &opts.allowed_hosts,
+        &opts.allowed_origins,
+        opts.token.token().map(String::from),
+        "capstan serve",
+    ));
     let state = Arc::new(ServerState {
         runs: runs.clone(),
-        token: opts.token.clone(),
+        doors,
         max_body_bytes: opts.max_body_bytes,
     });
     outln!("listening on http://{local}");
-    // The address is said once, on stdout above (scripts read it); these
-    // are paths under it.
+    // Jupyter-style: the URL carries the token the browser trades for its
+    // cookie. A token the user chose is theirs to know; only a made one is shown.
     let chat = match &opts.token {
-        Some(_) => "/#token=<your token>",
-        None => "/",
+        TokenChoice::Generated(t) => format!("http://{local}/?token={t}"),
+        TokenChoice::Given(_) => format!("http://{local}/?token=<your token>"),
+        TokenChoice::Disabled => format!("http://{local}/"),
     };
     errln!(
-        "capstan serve: web chat at {chat}, API at /openapi.json, AG-UI at POST /agui; Ctrl-C stops (runs in flight are cancelled)"
+        "capstan serve: web chat at {chat}\n  API: http://{local}/openapi.json   AG-UI: POST http://{local}/agui   MCP: http://{local}/mcp\n  API clients send `Authorization: Bearer <token>`. Ctrl-C stops (runs in flight are cancelled)"
     );
     let shutdown = {
         let runs = runs.clone();

@@ -6,10 +6,12 @@
 //! Fan-out is one unbounded channel per subscriber rather than a
 //! `tokio::sync::broadcast`: broadcast drops events for a slow reader, and a
 //! feed with a hole in it is wrong. A run's event count is finite, so a stalled
-//! reader costs at most one run's events of memory.
+//! reader costs at most one run's events of memory; and the number of readers
+//! is capped per run and per server ([`StreamLimits`]), so the memory and
+//! connections a client can hold open are bounded too.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use capstan_store::{Decision, Run, Session, Turn, Workspace};
@@ -18,9 +20,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorKind};
 use crate::app::{App, AskRequest, Frontend};
 use crate::protocol::{Envelope, Event};
+use crate::services::approval::Via;
+use crate::workspace_gate::{Caller, Refusal};
 
 /// What a frontend sends to start a run.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -63,18 +67,77 @@ pub struct Subscription {
     pub backlog: Vec<Arc<Envelope>>,
     /// `None` when the run has ended; otherwise closes after the terminal event.
     pub live: Option<mpsc::UnboundedReceiver<Arc<Envelope>>>,
+    /// This reader's place under the stream caps, freed when it is dropped.
+    slot: Option<StreamSlot>,
 }
 
 impl Subscription {
+    /// Only the events still to come (the caller has seen the backlog).
+    pub fn without_backlog(mut self) -> Self {
+        self.backlog.clear();
+        self
+    }
+
     /// The backlog, then the live events, as one stream that ends with the run.
     pub fn into_stream(self) -> impl futures::Stream<Item = Arc<Envelope>> + Send + 'static {
         use futures::StreamExt;
+        let slot = self.slot;
         let live = futures::stream::unfold(self.live, |rx| async move {
             let mut rx = rx?;
             let next = rx.recv().await?;
             Some((next, Some(rx)))
         });
-        futures::stream::iter(self.backlog).chain(live)
+        futures::stream::iter(self.backlog)
+            .chain(live)
+            .map(move |env| {
+                // The slot lives exactly as long as the stream does.
+                let _held = &slot;
+                env
+            })
+    }
+}
+
+/// Caps on concurrent event streams (SSE, AG-UI, stdio `run.events`):
+/// past them a new stream is refused with advice instead of accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamLimits {
+    /// Streams of one run at a time.
+    pub per_run: usize,
+    /// Streams of all runs at a time.
+    pub total: usize,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        Self {
+            per_run: 16,
+            total: 256,
+        }
+    }
+}
+
+#[derive(Default)]
+struct StreamCounts {
+    total: usize,
+    per_run: HashMap<String, usize>,
+}
+
+/// One open stream, counted until dropped.
+struct StreamSlot {
+    manager: Arc<RunManager>,
+    run_id: String,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut counts = self.manager.streams.lock().unwrap();
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(n) = counts.per_run.get_mut(&self.run_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.per_run.remove(&self.run_id);
+            }
+        }
     }
 }
 
@@ -101,7 +164,7 @@ impl ActiveRun {
         }
     }
 
-    pub fn subscribe(&self) -> Subscription {
+    fn subscribe(&self, slot: StreamSlot) -> Subscription {
         let mut feed = self.feed.lock().unwrap();
         let backlog = feed.history.clone();
         let live = if feed.ended {
@@ -111,7 +174,11 @@ impl ActiveRun {
             feed.subscribers.push(tx);
             Some(rx)
         };
-        Subscription { backlog, live }
+        Subscription {
+            backlog,
+            live,
+            slot: Some(slot),
+        }
     }
 
     pub fn open_approvals(&self) -> Vec<String> {
@@ -163,6 +230,10 @@ pub struct RunManager {
     app: Arc<App>,
     /// The workspace for runs that name none and whose session has none.
     default_workspace: Option<PathBuf>,
+    /// Who this manager serves: remote callers get registered workspaces only.
+    caller: Caller,
+    limits: StreamLimits,
+    streams: Mutex<StreamCounts>,
     active: Mutex<HashMap<String, Arc<ActiveRun>>>,
     /// Sessions with a run in flight: a session's turns stay in order.
     busy_sessions: Mutex<HashSet<String>>,
@@ -172,10 +243,18 @@ pub struct RunManager {
 }
 
 impl RunManager {
-    pub fn new(app: Arc<App>, default_workspace: Option<PathBuf>) -> Self {
+    pub fn new(
+        app: Arc<App>,
+        default_workspace: Option<PathBuf>,
+        caller: Caller,
+        limits: StreamLimits,
+    ) -> Self {
         Self {
             app,
             default_workspace,
+            caller,
+            limits,
+            streams: Mutex::default(),
             active: Mutex::default(),
             busy_sessions: Mutex::default(),
             threads: Mutex::default(),
@@ -196,9 +275,11 @@ impl RunManager {
             ));
         }
         let workspace = match &req.workspace {
-            Some(dir) if !dir.trim().is_empty() => Some(checked_workspace(dir)?),
+            Some(dir) if !dir.trim().is_empty() => Some(self.checked_workspace(dir)?),
             _ => None,
         };
+        // The stream this call answers with counts from the start.
+        let slot = self.stream_slot("")?;
         let session_guard = match &req.session_id {
             Some(id) => {
                 if self.app.store.get_session(id)?.is_none() {
@@ -235,7 +316,14 @@ impl RunManager {
             session_id: req.session_id,
             workspace,
         };
-        let prepared = self.app.prepare(&ask).await.map_err(ApiError::internal)?;
+        let prepared =
+            self.app
+                .prepare(&ask)
+                .await
+                .map_err(|e| match e.downcast_ref::<Refusal>() {
+                    Some(refusal) => ApiError::from(refusal.clone()),
+                    None => ApiError::internal(format!("{e:#}")),
+                })?;
         // A new session is reserved now that it has an id.
         let session_guard = match session_guard {
             Some(g) => g,
@@ -248,7 +336,7 @@ impl RunManager {
             cancel: CancellationToken::new(),
             feed: Mutex::default(),
         });
-        let events = run.subscribe();
+        let events = run.subscribe(self.bind_slot(slot, &run.run_id));
         self.active
             .lock()
             .unwrap()
@@ -308,12 +396,61 @@ impl RunManager {
             .cloned()
     }
 
+    /// A place for one more event stream, or advice when the caps are reached.
+    fn stream_slot(self: &Arc<Self>, run_id: &str) -> Result<StreamSlot, ApiError> {
+        let mut counts = self.streams.lock().unwrap();
+        if counts.total >= self.limits.total {
+            return Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "this server already serves {} event streams, its limit; close streams you \
+                     no longer read, retry later, or raise the limit (`capstan serve \
+                     --max-streams`, or `[server] max_streams` in capstan.toml)",
+                    self.limits.total
+                ),
+            ));
+        }
+        let per_run = counts.per_run.get(run_id).copied().unwrap_or(0);
+        if !run_id.is_empty() && per_run >= self.limits.per_run {
+            return Err(ApiError::new(
+                ErrorKind::TooManyRequests,
+                format!(
+                    "run `{run_id}` already has {per_run} event streams open, the limit per run; \
+                     read the stream you have, or raise the limit (`capstan serve \
+                     --max-streams-per-run`, or `[server] max_streams_per_run` in capstan.toml)"
+                ),
+            ));
+        }
+        counts.total += 1;
+        if !run_id.is_empty() {
+            *counts.per_run.entry(run_id.to_string()).or_default() += 1;
+        }
+        Ok(StreamSlot {
+            manager: self.clone(),
+            run_id: run_id.to_string(),
+        })
+    }
+
+    /// A slot taken before its run had an id, now counted against the run.
+    fn bind_slot(&self, mut slot: StreamSlot, run_id: &str) -> StreamSlot {
+        *self
+            .streams
+            .lock()
+            .unwrap()
+            .per_run
+            .entry(run_id.to_string())
+            .or_default() += 1;
+        slot.run_id = run_id.to_string();
+        slot
+    }
+
     /// Events of a run, live or stored.
-    pub fn subscribe(&self, run_id: &str) -> Result<Subscription, ApiError> {
+    pub fn subscribe(self: &Arc<Self>, run_id: &str) -> Result<Subscription, ApiError> {
         if let Some(run) = self.active_run(run_id) {
-            return Ok(run.subscribe());
+            return Ok(run.subscribe(self.stream_slot(run_id)?));
         }
         self.require_run(run_id)?;
+        let slot = self.stream_slot(run_id)?;
         let backlog = self
             .app
             .store
@@ -332,6 +469,7 @@ impl RunManager {
         Ok(Subscription {
             backlog,
             live: None,
+            slot: Some(slot),
         })
     }
 
@@ -360,8 +498,9 @@ impl RunManager {
     }
 
     /// Answer an open approval. `decision` is one of `approved`,
-    /// `approved-for-session`, `denied`, `aborted`.
-    pub fn decide(&self, approval_id: &str, decision: &str) -> Result<(), ApiError> {
+    /// `approved-for-session`, `denied`, `aborted`; `via` is who answered
+    /// (the frontend and the credential it showed), kept in the audit trail.
+    pub fn decide(&self, approval_id: &str, decision: &str, via: Via) -> Result<(), ApiError> {
         let decision: Decision = decision.parse().map_err(|_| {
             ApiError::unprocessable(format!(
                 "`decision` must be one of approved, approved-for-session, denied, aborted \
@@ -374,12 +513,15 @@ impl RunManager {
                  approved-for-session, denied or aborted",
             ));
         }
-        self.app.broker.decide(approval_id, decision).map_err(|_| {
-            ApiError::not_found(format!(
-                "no open approval `{approval_id}`: it was already decided, it expired, or its \
+        self.app
+            .broker
+            .decide(approval_id, decision, via)
+            .map_err(|_| {
+                ApiError::not_found(format!(
+                    "no open approval `{approval_id}`: it was already decided, it expired, or its \
                  run ended"
-            ))
-        })
+                ))
+            })
     }
 
     /// The session an AG-UI thread maps to (made on first use).
@@ -458,13 +600,27 @@ impl RunManager {
         })
     }
 
+    /// A workspace path from a frontend through the workspace gate: canonical,
+    /// never a forbidden place, and registered when the caller is remote.
+    fn checked_workspace(&self, dir: &str) -> Result<PathBuf, ApiError> {
+        let store = &self.app.store;
+        Ok(self
+            .app
+            .gate
+            .check_for(Path::new(dir), self.caller, |root| {
+                matches!(store.get_workspace_by_root(root), Ok(Some(_)))
+            })?)
+    }
+
     pub fn workspaces(&self) -> Result<Vec<Workspace>, ApiError> {
         Ok(self.app.store.list_workspaces()?)
     }
 
-    /// Register a workspace folder (or return the registered one).
+    /// Register a workspace folder (or return the registered one). A remote
+    /// caller can only get a folder already registered: registering is the
+    /// user's act, at the command line.
     pub fn add_workspace(&self, dir: &str) -> Result<Workspace, ApiError> {
-        let root = checked_workspace(dir)?;
+        let root = self.checked_workspace(dir)?;
         if let Some(ws) = self.app.store.get_workspace_by_root(&root)? {
             return Ok(ws);
         }
@@ -477,22 +633,6 @@ impl RunManager {
             .store
             .add_workspace(&root, &name, capstan_store::Profile::default())?)
     }
-}
-
-/// A workspace path from a frontend, made canonical, or a 422 saying why not.
-pub fn checked_workspace(dir: &str) -> Result<PathBuf, ApiError> {
-    let path = PathBuf::from(dir);
-    let root = path.canonicalize().map_err(|e| {
-        ApiError::unprocessable(format!(
-            "workspace {dir:?} cannot be used ({e}); send the path of an existing directory"
-        ))
-    })?;
-    if !root.is_dir() {
-        return Err(ApiError::unprocessable(format!(
-            "workspace {dir:?} is not a directory; send the path of a directory"
-        )));
-    }
-    Ok(root)
 }
 
 /// Frees a session for its next run when the run ends (or fails to start).

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use super::error::{ApiError, ErrorKind};
 use super::runs::{RunManager, StartRun};
 use crate::protocol::PROTOCOL_VERSION;
+use crate::services::approval::Via;
 
 /// The longest request line accepted.
 const MAX_LINE_BYTES: usize = 1024 * 1024;
@@ -249,7 +250,7 @@ async fn call(
         }
         "approval.decide" => {
             let d: Decide = params(method, p)?;
-            runs.decide(&d.approval_id, &d.decision)?;
+            runs.decide(&d.approval_id, &d.decision, Via::Stdio)?;
             json!({"approval_id": d.approval_id, "decision": d.decision})
         }
         "sessions.list" => {

@@ -35,6 +35,38 @@ pub enum ApproveMode {
     None,
 }
 
+/// Who answered an approval: the frontend and the credential it showed. Kept
+/// with the decision (`approval.decided` `via`, in the run's stored events),
+/// so the audit says which door a "yes" came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The terminal prompt of `capstan ask`, `chat` or `invoke`.
+    Terminal,
+    /// `capstan serve --stdio`: the frontend that spawned the process.
+    Stdio,
+    /// An HTTP request (REST or AG-UI) carrying the server's bearer token.
+    HttpToken,
+    /// The web chat: the HttpOnly cookie given for the start-up URL's token.
+    HttpCookie,
+    /// HTTP to a server started with `--no-token` (Host and Origin checked only).
+    HttpNoToken,
+    /// An MCP client, answering an elicitation in its own session.
+    McpClient,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Terminal => "terminal",
+            Via::Stdio => "stdio",
+            Via::HttpToken => "http-token",
+            Via::HttpCookie => "http-cookie",
+            Via::HttpNoToken => "http-no-token",
+            Via::McpClient => "mcp-client",
+        }
+    }
+}
+
 /// What is being asked.
 #[derive(Debug, Clone)]
 pub struct ApprovalAsk {
@@ -48,7 +80,7 @@ pub struct ApprovalAsk {
 pub struct ApprovalBroker {
     mode: ApproveMode,
     timeout: Duration,
-    pending: Mutex<HashMap<String, oneshot::Sender<(Decision, DecidedBy)>>>,
+    pending: Mutex<HashMap<String, oneshot::Sender<(Decision, Via)>>>,
     /// (session or run, command, cwd) granted for the session.
     grants: Mutex<HashSet<(String, String, String)>>,
     store: Option<Arc<Store>>,
@@ -69,9 +101,9 @@ impl ApprovalBroker {
         self.mode
     }
 
-    /// Answer an open request (from a prompt or a frontend). Errors when the id
-    /// is unknown or already decided.
-    pub fn decide(&self, approval_id: &str, decision: Decision) -> Result<(), String> {
+    /// Answer an open request (from a prompt or a frontend, `via`). Errors
+    /// when the id is unknown or already decided.
+    pub fn decide(&self, approval_id: &str, decision: Decision, via: Via) -> Result<(), String> {
         let sender = self
             .pending
             .lock()
@@ -79,7 +111,7 @@ impl ApprovalBroker {
             .remove(approval_id)
             .ok_or_else(|| format!("no open approval with id `{approval_id}`"))?;
         sender
-            .send((decision, DecidedBy::User))
+            .send((decision, via))
             .map_err(|_| "the request is no longer waiting".to_string())
     }
 
@@ -129,19 +161,24 @@ impl ApprovalBroker {
                 data: serde_json::Value::Null,
             });
         }
-        let (decision, by) = match (granted, waiting) {
-            (true, _) => (Decision::Approved, DecidedBy::User),
+        let (decision, by, via) = match (granted, waiting) {
+            (true, _) => (Decision::Approved, DecidedBy::User, None),
             (false, Some(rx)) => {
                 let decided = tokio::select! {
-                    r = rx => r.unwrap_or((Decision::Expired, DecidedBy::Policy)),
-                    _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy),
-                    _ = scope.run.cancel.cancelled() => (Decision::Aborted, DecidedBy::User),
+                    r = rx => match r {
+                        Ok((decision, via)) => (decision, DecidedBy::User, Some(via)),
+                        Err(_) => (Decision::Expired, DecidedBy::Policy, None),
+                    },
+                    _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy, None),
+                    _ = scope.run.cancel.cancelled() => (Decision::Aborted, DecidedBy::User, None),
                 };
                 self.pending.lock().unwrap().remove(&id);
                 decided
             }
-            (false, None) if self.mode == ApproveMode::All => (Decision::Approved, DecidedBy::Flag),
-            (false, None) => (Decision::Denied, DecidedBy::Flag),
+            (false, None) if self.mode == ApproveMode::All => {
+                (Decision::Approved, DecidedBy::Flag, None)
+            }
+            (false, None) => (Decision::Denied, DecidedBy::Flag, None),
         };
         if decision == Decision::ApprovedForSession {
             self.grants.lock().unwrap().insert(grant_key);
@@ -153,16 +190,19 @@ impl ApprovalBroker {
             approval_id: id.clone(),
             decision: decision.as_str().to_string(),
             by: by.as_str().to_string(),
+            via: via.map(|v| v.as_str().to_string()),
         });
         scope.run.events.emit(Event::Activity {
             task_id: Some(scope.task_id.clone()),
             kind: "approval".into(),
             message: format!(
-                "approval for `{}` ({}): {} by {}",
+                "approval for `{}` ({}): {} by {}{}",
                 ask.command,
                 ask.risk,
                 decision.as_str(),
-                by.as_str()
+                by.as_str(),
+                via.map(|v| format!(" via {}", v.as_str()))
+                    .unwrap_or_default()
             ),
             data: serde_json::Value::Null,
         });

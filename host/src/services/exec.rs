@@ -1,9 +1,12 @@
 //! The `exec` host service: the only way a plugin runs a process.
 //!
-//! Order, every time: workspace bound? -> cwd inside the workspace? -> classify
-//! the command (capstan-policy, authoritative; a plugin may only ask for a
-//! stricter risk) -> workspace policy verdict (deny rules, profile) -> approval
-//! gate if the verdict asks -> run in the OS sandbox (capstan-sandbox) -> one
+//! Order, every time: workspace bound? -> cwd inside the workspace? -> read
+//! the facts the classifier needs about where the command runs (the git
+//! repository's configuration, the cwd) -> classify the command
+//! (capstan-policy, authoritative; a plugin may only ask for a stricter risk)
+//! -> workspace policy verdict (deny rules, protected files, profile) ->
+//! approval gate if the verdict asks -> run in the OS sandbox
+//! (capstan-sandbox) with git's code-running settings neutralised -> one
 //! `terminal.step` event with what happened.
 
 use std::path::{Component, Path, PathBuf};
@@ -11,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use capstan_policy::{Policy, Risk as PolicyRisk, Verdict};
+use capstan_policy::{Context, Policy, Profile, RepoFacts, Risk as PolicyRisk, Verdict};
 use capstan_store::Decision;
 
 use super::approval::{ApprovalAsk, ApprovalBroker};
@@ -28,6 +31,8 @@ pub struct Exec {
     pub default_timeout: Duration,
     /// Bytes kept per stream (head and tail).
     pub output_limit: usize,
+    /// `[sandbox]` limits and read paths for this workspace.
+    pub sandbox: crate::config::SandboxSettings,
 }
 
 impl Exec {
@@ -37,7 +42,14 @@ impl Exec {
             broker,
             default_timeout: Duration::from_secs(120),
             output_limit: 64 * 1024,
+            sandbox: crate::config::SandboxSection::default().settings_for(None, None),
         }
+    }
+
+    /// With the workspace's `[sandbox]` settings.
+    pub fn with_sandbox(mut self, sandbox: crate::config::SandboxSettings) -> Self {
+        self.sandbox = sandbox;
+        self
     }
 }
 
@@ -59,6 +71,108 @@ fn to_wit_risk(r: PolicyRisk) -> WitRisk {
         PolicyRisk::Network => WitRisk::Network,
         PolicyRisk::Unknown => WitRisk::Unknown,
     }
+}
+
+/// git configuration every command runs with, at command scope (which wins
+/// over the repository's own files): no fsmonitor, hooks, pager, editor,
+/// askpass, credential helper or signature program from the repository, no
+/// `ext::` transport, no implicit bare repositories (a planted bare repo
+/// brings its own config). Driver keys (`diff.<x>.textconv`,
+/// `filter.<x>.clean`, `diff.external`, ...) cannot be neutralised this
+/// way; the classifier makes git `unknown` when the repository sets them.
+const GIT_CONFIG_OVERRIDES: &[(&str, &str)] = &[
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.pager", "cat"),
+    ("core.editor", "true"),
+    ("sequence.editor", "true"),
+    ("core.askPass", ""),
+    ("credential.helper", ""),
+    ("gpg.program", "gpg"),
+    ("gpg.openpgp.program", "gpg"),
+    ("gpg.x509.program", "gpgsm"),
+    ("gpg.ssh.program", "ssh-keygen"),
+    ("log.showSignature", "false"),
+    ("protocol.ext.allow", "never"),
+    ("safe.bareRepository", "explicit"),
+    // The sandbox may run commands as another uid than the workspace's
+    // owner; ownership is not what keeps repository config from running
+    // code here (the overrides above and the host's scan are).
+    ("safe.directory", "*"),
+];
+
+/// Environment variables set for every command, after the workspace's
+/// allowed variables so that those cannot undo them. Git reads the
+/// environment before any configuration file.
+fn git_safety_env(workspace: &Path) -> Vec<(String, String)> {
+    let ceiling = workspace.parent().unwrap_or(workspace);
+    let mut env: Vec<(String, String)> = [
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+        ("GIT_CONFIG_GLOBAL", "/dev/null"),
+        ("GIT_ATTR_NOSYSTEM", "1"),
+        ("GIT_PAGER", "cat"),
+        ("GIT_EDITOR", "true"),
+        ("GIT_SEQUENCE_EDITOR", "true"),
+        ("GIT_ASKPASS", ""),
+        ("GIT_TERMINAL_PROMPT", "0"),
+        ("GIT_SSH_COMMAND", "ssh"),
+        ("GIT_PROXY_COMMAND", ""),
+        ("GIT_NO_LAZY_FETCH", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    // git looks for a repository no higher than the workspace: a parent
+    // directory's repository (and its configuration) is not the agent's.
+    env.push((
+        "GIT_CEILING_DIRECTORIES".into(),
+        ceiling.to_string_lossy().into_owned(),
+    ));
+    env.push((
+        "GIT_CONFIG_COUNT".into(),
+        GIT_CONFIG_OVERRIDES.len().to_string(),
+    ));
+    for (n, (key, value)) in GIT_CONFIG_OVERRIDES.iter().enumerate() {
+        env.push((format!("GIT_CONFIG_KEY_{n}"), (*key).to_owned()));
+        env.push((format!("GIT_CONFIG_VALUE_{n}"), (*value).to_owned()));
+    }
+    env
+}
+
+/// `GIT_*` variables an `env_allow` entry may pass through: identities and
+/// dates. Any other (`GIT_CONFIG_PARAMETERS`, `GIT_EXTERNAL_DIFF`,
+/// `GIT_DIR`, `GIT_EXEC_PATH`, ...) could undo [`git_safety_env`].
+fn allowed_git_var(name: &str) -> bool {
+    !name.starts_with("GIT_")
+        || matches!(
+            name,
+            "GIT_AUTHOR_NAME"
+                | "GIT_AUTHOR_EMAIL"
+                | "GIT_AUTHOR_DATE"
+                | "GIT_COMMITTER_NAME"
+                | "GIT_COMMITTER_EMAIL"
+                | "GIT_COMMITTER_DATE"
+        )
+}
+
+/// The verdict after a plugin's request for a stricter risk: a plugin may
+/// only tighten, so a command the profile would auto-run asks when the
+/// plugin's risk is above what the profile auto-runs. Returns the new
+/// verdict and the reason to add, if it changed.
+fn apply_plugin_floor(
+    verdict: Verdict,
+    classified: PolicyRisk,
+    risk: PolicyRisk,
+    profile: Profile,
+) -> (Verdict, Option<String>) {
+    if risk > classified
+        && verdict == Verdict::Allow
+        && profile.auto_run_up_to().is_none_or(|max| risk > max)
+    {
+        let why = format!("the plugin asked to treat this as `{risk}`");
+        return (Verdict::Ask, Some(why));
+    }
+    (verdict, None)
 }
 
 /// A cwd from a plugin: relative, inside the workspace after resolving links.
@@ -136,16 +250,23 @@ impl ExecService for Exec {
         };
         let cwd = resolve_cwd(&workspace, &cwd_rel).map_err(wit::ExecError::InvalidRequest)?;
 
+        let context = Context {
+            cwd: cwd
+                .strip_prefix(&workspace)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            repo: RepoFacts::scan(&workspace, &cwd),
+        };
         let (text, evaluation, command) = match req.command {
             wit::Command::Shell(line) => {
-                let ev = self.policy.evaluate_shell(&line);
+                let ev = self.policy.evaluate_shell_in(&line, &context);
                 (line.clone(), ev, capstan_sandbox::Command::Shell(line))
             }
             wit::Command::Argv(argv) => {
                 if argv.is_empty() {
                     return Err(wit::ExecError::InvalidRequest("argv is empty".into()));
                 }
-                let ev = self.policy.evaluate_argv(&argv);
+                let ev = self.policy.evaluate_argv_in(&argv, &context);
                 (
                     display_argv(&argv),
                     ev,
@@ -162,19 +283,13 @@ impl ExecService for Exec {
                 reasons.push(why.clone());
             }
         }
-        let mut verdict = evaluation.verdict.clone();
-        // The plugin asked for a stricter risk than the profile auto-runs.
-        if risk > classified
-            && verdict == Verdict::Allow
-            && self
-                .policy
-                .profile
-                .auto_run_up_to()
-                .is_none_or(|max| risk > max)
-        {
-            reasons.push(format!("the plugin asked to treat this as `{risk}`"));
-            verdict = Verdict::Ask;
-        }
+        let (verdict, floor) = apply_plugin_floor(
+            evaluation.verdict.clone(),
+            classified,
+            risk,
+            self.policy.profile,
+        );
+        reasons.extend(floor);
         let ask = ApprovalAsk {
             action: "exec".into(),
             command: text.clone(),
@@ -228,12 +343,16 @@ impl ExecService for Exec {
             capstan_policy::SandboxMode::Required => capstan_sandbox::SandboxMode::Required,
             capstan_policy::SandboxMode::Off => capstan_sandbox::SandboxMode::Off,
         };
+        spec.limits = self.sandbox.limits.clone();
+        spec.read = self.sandbox.read.clone();
         spec.env = self
             .policy
             .env_allow
             .iter()
+            .filter(|name| allowed_git_var(name))
             .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
             .collect();
+        spec.env.extend(git_safety_env(&workspace));
         let outcome = capstan_sandbox::run(spec, scope.run.cancel.child_token()).await;
         let outcome = match outcome {
             Ok(o) => o,
@@ -257,6 +376,13 @@ impl ExecService for Exec {
         if outcome.cancelled {
             return Err(wit::ExecError::Cancelled);
         }
+        // The host's own word, not the plugin's: a task whose command ran into
+        // a sandbox limit fails with `resource-limit` (see runtime::invoke).
+        if let Some(limit) = outcome.limit_hit {
+            let message = format!("`{text}`: {limit}");
+            let _ = scope.resource_limit.set(message.clone());
+            return Err(wit::ExecError::Failed(message));
+        }
         Ok(wit::ExecOutput {
             exit_code: outcome.exit_code,
             signal: outcome.signal,
@@ -268,5 +394,57 @@ impl ExecService for Exec {
             risk: to_wit_risk(risk),
             reasons,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_can_only_make_a_command_ask_never_run() {
+        use PolicyRisk::*;
+        // `cat` is read_only; the plugin says network: cautious now asks.
+        let (v, why) = apply_plugin_floor(Verdict::Allow, ReadOnly, Network, Profile::Cautious);
+        assert_eq!(v, Verdict::Ask);
+        assert_eq!(
+            why.as_deref(),
+            Some("the plugin asked to treat this as `network`")
+        );
+        // Within what the profile auto-runs: nothing changes.
+        let (v, why) = apply_plugin_floor(Verdict::Allow, ReadOnly, Write, Profile::Trusted);
+        assert_eq!((v, why), (Verdict::Allow, None));
+        // A deny stays a deny; an ask stays an ask.
+        let deny = Verdict::Deny { reason: "r".into() };
+        assert_eq!(
+            apply_plugin_floor(deny.clone(), ReadOnly, Unknown, Profile::Cautious).0,
+            deny
+        );
+        assert_eq!(
+            apply_plugin_floor(Verdict::Ask, Delete, Unknown, Profile::Trusted).0,
+            Verdict::Ask
+        );
+    }
+
+    #[test]
+    fn allowed_variables_cannot_undo_the_git_settings() {
+        assert!(allowed_git_var("GIT_AUTHOR_NAME"));
+        assert!(allowed_git_var("RUST_LOG"));
+        for name in [
+            "GIT_CONFIG_PARAMETERS",
+            "GIT_EXTERNAL_DIFF",
+            "GIT_CONFIG_COUNT",
+            "GIT_DIR",
+        ] {
+            assert!(!allowed_git_var(name), "{name}");
+        }
+        let env = git_safety_env(Path::new("/w/ws"));
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("GIT_CEILING_DIRECTORIES"), Some("/w"));
+        assert_eq!(get("GIT_CONFIG_KEY_0"), Some("core.fsmonitor"));
+        assert_eq!(
+            get("GIT_CONFIG_COUNT"),
+            Some(GIT_CONFIG_OVERRIDES.len().to_string().as_str())
+        );
     }
 }

@@ -1,5 +1,8 @@
 //! The `index` host service: one tantivy index per workspace, in Capstan's data
-//! dir (never inside the workspace), shared by every task that touches it.
+//! dir (never inside the workspace), shared by every task that touches it, and by
+//! every Capstan process on the same workspace (see `capstan_index` on how: readers
+//! never take the writer lock; a refresh that finds another process writing searches
+//! the last commit).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -94,8 +97,8 @@ pub fn to_wit_hit(h: capstan_index::Hit) -> wit::Hit {
 impl IndexService for Indexes {
     async fn known_files(&self, scope: &TaskScope) -> Result<Vec<wit::FileMeta>, String> {
         let ix = self.scoped(scope)?;
-        Ok(ix
-            .known_files()
+        let files = blocking(move || ix.known_files().map_err(|e| e.to_string())).await?;
+        Ok(files
             .into_iter()
             .map(|m| wit::FileMeta {
                 path: m.path,
@@ -141,7 +144,9 @@ impl IndexService for Indexes {
 
     async fn remove_file(&self, scope: &TaskScope, path: String) -> Result<(), String> {
         let ix = self.scoped(scope)?;
-        ix.remove_file(&path).map_err(|e| e.to_string())
+        // Off the executor: the first change of a refresh may wait for another
+        // process's writer.
+        blocking(move || ix.remove_file(&path).map_err(|e| e.to_string())).await
     }
 
     async fn commit(&self, scope: &TaskScope) -> Result<wit::IndexStats, String> {

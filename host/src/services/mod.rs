@@ -26,6 +26,10 @@ pub struct TaskScope {
     pub task_id: String,
     pub plugin: String,
     pub run: RunContext,
+    /// Set by a host service when the task ran into a resource limit outside
+    /// the plugin (a sandboxed command's memory, /tmp or write quota): the task
+    /// then fails with `resource-limit` whatever the plugin answers.
+    pub resource_limit: Arc<std::sync::OnceLock<String>>,
 }
 
 /// Everything a task inherits from its run.

@@ -99,7 +99,7 @@ impl Guest for KbRetrieval {
                 let input: IndexInput = serde_json::from_str(&task.input)
                     .map_err(|e| TaskError::InvalidInput(format!("index input: {e}")))?;
                 let opts = chunk_options(&input);
-                let report = walk::refresh(&opts)?;
+                let report = walk::refresh(&opts, walk::Mode::Required)?;
                 Ok(TaskOutput {
                     summary: report.summary(),
                     data: report.to_json().to_string(),
@@ -135,7 +135,7 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
         return Err(TaskError::InvalidInput("`query` is empty".into()));
     }
     let refreshed = if input.refresh {
-        Some(walk::refresh(&Default::default())?)
+        Some(walk::refresh(&Default::default(), walk::Mode::BestEffort)?)
     } else {
         None
     };
@@ -260,10 +260,11 @@ fn keywords(text: &str) -> Vec<String> {
     out
 }
 
-/// Report progress without flooding the event stream.
-fn report_progress(done: u64, total: u64) {
+/// Report progress (files, and bytes for rate and ETA) without flooding the event stream.
+fn report_progress(done: u64, total: u64, done_bytes: u64, total_bytes: u64) {
     if done == total || done.is_multiple_of(50) {
         progress(done, total, "files");
+        progress(done_bytes, total_bytes, "bytes");
     }
 }
 

@@ -3,9 +3,15 @@
 //!
 //! Invariants: symlinks are never followed (a link can point out of the
 //! workspace, and WASI would refuse it anyway); every unreadable, binary, huge or
-//! malformed file is a warning, never an aborted index.
+//! malformed file is counted by its [`Skip`] reason, never an aborted index. A file
+//! whose name says nothing about its format is judged by its first bytes.
+//!
+//! When the host cannot write the index (another Capstan process is updating it), a
+//! search's refresh stops there and the search runs on the last committed index, saying
+//! so in one activity line ([`Mode::BestEffort`]); an explicit index run fails instead.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 
 use capstan_kb_parse::{ChunkOptions, IgnoreRules, ParseError};
 use serde_json::json;
@@ -28,7 +34,7 @@ struct Batch {
 }
 
 impl Batch {
-    fn push(&mut self, update: FileUpdate) -> Result<(), TaskError> {
+    fn push(&mut self, update: FileUpdate) -> Result<(), String> {
         self.bytes += update.passages.iter().map(|p| p.text.len()).sum::<usize>();
         self.files.push(update);
         if self.bytes >= BATCH_BYTES {
@@ -37,10 +43,9 @@ impl Batch {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), TaskError> {
+    fn flush(&mut self) -> Result<(), String> {
         if !self.files.is_empty() {
-            index::upsert_files(&self.files)
-                .map_err(|e| TaskError::Failed(format!("index: {e}")))?;
+            index::upsert_files(&self.files)?;
         }
         self.files.clear();
         self.bytes = 0;
@@ -52,37 +57,100 @@ impl Batch {
 /// pathological trees, not a limit anyone should meet).
 const MAX_DEPTH: usize = 64;
 
+/// Why a file was not indexed. Each is counted in the report's summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Skip {
+    /// Binary content, or an extension that is never text (images, archives...).
+    Binary,
+    /// Over the size limit.
+    TooLarge,
+    /// Could not be read (permissions, vanished while walking).
+    Unreadable,
+    /// A known format that did not parse (a broken .docx).
+    Malformed,
+    /// A dot file or a key file with no known format: never judged by content, since it
+    /// may hold secrets.
+    Private,
+}
+
+impl Skip {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::Binary => "binary",
+            Skip::TooLarge => "too large",
+            Skip::Unreadable => "unreadable",
+            Skip::Malformed => "malformed",
+            Skip::Private => "private",
+        }
+    }
+}
+
+/// How a refresh treats an index it cannot write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `index`: the failure is the task's.
+    Required,
+    /// Before a search: stop refreshing, search the last committed index, say so.
+    BestEffort,
+}
+
 #[derive(Default)]
 pub struct Report {
     pub scanned: u64,
     pub parsed: u64,
     pub unchanged: u64,
     pub removed: u64,
-    pub skipped: u64,
+    pub skipped: BTreeMap<Skip, u64>,
     pub bytes_parsed: u64,
     pub passages: u64,
     pub files_indexed: u64,
     pub warnings: Vec<String>,
+    /// Why the index could not be brought up to date (the search used the last commit).
+    pub stale: Option<String>,
 }
 
 impl Report {
+    fn skip(&mut self, why: Skip) {
+        *self.skipped.entry(why).or_default() += 1;
+    }
+
+    fn skipped_total(&self) -> u64 {
+        self.skipped.values().sum()
+    }
+
     pub fn summary(&self) -> String {
+        let reasons: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|(why, n)| format!("{n} {}", why.as_str()))
+            .collect();
         format!(
-            "{} files: {} parsed, {} unchanged, {} removed, {} skipped; {} warnings",
+            "{} files: {} parsed, {} unchanged, {} removed, {} skipped{}; {} warnings",
             self.scanned,
             self.parsed,
             self.unchanged,
             self.removed,
-            self.skipped,
+            self.skipped_total(),
+            if reasons.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", reasons.join(", "))
+            },
             self.warnings.len()
         )
     }
 
     pub fn to_json(&self) -> serde_json::Value {
+        let by_reason: serde_json::Map<String, serde_json::Value> = self
+            .skipped
+            .iter()
+            .map(|(why, n)| (why.as_str().replace(' ', "_"), json!(n)))
+            .collect();
         json!({
             "scanned": self.scanned, "parsed": self.parsed, "unchanged": self.unchanged,
-            "removed": self.removed, "skipped": self.skipped, "bytes_parsed": self.bytes_parsed,
-            "passages": self.passages, "files_indexed": self.files_indexed, "warnings": self.warnings,
+            "removed": self.removed, "skipped": self.skipped_total(), "skipped_by_reason": by_reason,
+            "bytes_parsed": self.bytes_parsed, "passages": self.passages,
+            "files_indexed": self.files_indexed, "warnings": self.warnings, "stale": self.stale,
         })
     }
 }
@@ -163,16 +231,26 @@ fn collect(opts: &ChunkOptions, report: &mut Report) -> Vec<Candidate> {
                 }
                 stack.push((rel, depth + 1));
             } else if ft.is_file() {
-                if rules.is_ignored(&rel, false) || capstan_kb_parse::detect_format(&rel).is_none()
+                if rules.is_ignored(&rel, false) {
+                    continue;
+                }
+                if capstan_kb_parse::detect_format(&rel).is_none()
+                    && !capstan_kb_parse::may_sniff(&rel)
                 {
+                    report.skip(if capstan_kb_parse::is_binary_extension(&rel) {
+                        Skip::Binary
+                    } else {
+                        Skip::Private
+                    });
                     continue;
                 }
                 let Ok(meta) = std::fs::symlink_metadata(&rel) else {
+                    report.skip(Skip::Unreadable);
                     warn(report, format!("{rel}: cannot read metadata"));
                     continue;
                 };
                 if meta.len() > opts.max_file_bytes {
-                    report.skipped += 1;
+                    report.skip(Skip::TooLarge);
                     warn(
                         report,
                         format!(
@@ -200,7 +278,33 @@ fn collect(opts: &ChunkOptions, report: &mut Report) -> Vec<Candidate> {
     out
 }
 
-pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
+/// The first [`capstan_kb_parse::SNIFF_BYTES`] of a file.
+fn read_head(path: &str) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(capstan_kb_parse::SNIFF_BYTES);
+    std::fs::File::open(path)?
+        .take(capstan_kb_parse::SNIFF_BYTES as u64)
+        .read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// An index write that failed: fatal for [`Mode::Required`]; for [`Mode::BestEffort`],
+/// the end of the refresh (the search uses the last commit).
+fn write_failed(mode: Mode, report: &mut Report, e: String) -> Result<(), TaskError> {
+    match mode {
+        Mode::Required => Err(TaskError::Failed(format!("index: {e}"))),
+        Mode::BestEffort => {
+            emit(&Activity {
+                kind: "kb.stale".into(),
+                message: format!("{e}; searching the last committed index"),
+                data: String::new(),
+            });
+            report.stale = Some(e);
+            Ok(())
+        }
+    }
+}
+
+pub fn refresh(opts: &ChunkOptions, mode: Mode) -> Result<Report, TaskError> {
     let mut report = Report::default();
     let known: HashMap<String, FileMeta> = index::known_files()
         .map_err(|e| TaskError::Failed(format!("index: {e}")))?
@@ -209,6 +313,8 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
         .collect();
     let candidates = collect(opts, &mut report);
     let total = candidates.len() as u64;
+    let total_bytes: u64 = candidates.iter().map(|c| c.size).sum();
+    let mut done_bytes = 0u64;
     let mut seen = std::collections::HashSet::new();
     let mut changed = false;
     let mut batch = Batch::default();
@@ -216,7 +322,8 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
         if is_cancelled() {
             return Err(TaskError::Cancelled);
         }
-        crate::report_progress(i as u64 + 1, total);
+        done_bytes += c.size;
+        crate::report_progress(i as u64 + 1, total, done_bytes, total_bytes);
         report.scanned += 1;
         seen.insert(c.path.clone());
         let previous = known.get(&c.path);
@@ -224,10 +331,26 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
             report.unchanged += 1;
             continue;
         }
+        // A name that says nothing: look at the first bytes before reading it all, so a
+        // tree of unknown binaries costs a few KiB each.
+        if capstan_kb_parse::detect_format(&c.path).is_none() {
+            match read_head(&c.path) {
+                Ok(head) if capstan_kb_parse::looks_like_text(&head) => {}
+                Ok(_) => {
+                    report.skip(Skip::Binary);
+                    continue;
+                }
+                Err(e) => {
+                    report.skip(Skip::Unreadable);
+                    warn(&mut report, format!("{}: cannot read: {e}", c.path));
+                    continue;
+                }
+            }
+        }
         let bytes = match std::fs::read(&c.path) {
             Ok(b) => b,
             Err(e) => {
-                report.skipped += 1;
+                report.skip(Skip::Unreadable);
                 warn(&mut report, format!("{}: cannot read: {e}", c.path));
                 continue;
             }
@@ -239,29 +362,37 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
             size: c.size,
             hash,
         };
-        let passages = match capstan_kb_parse::parse(&c.path, &bytes, opts) {
+        let (passages, skipped) = match capstan_kb_parse::parse(&c.path, &bytes, opts) {
             Ok(parsed) => {
                 for w in parsed.warnings {
                     warn(&mut report, format!("{}: {w}", c.path));
                 }
-                parsed.passages
+                (parsed.passages, None)
             }
-            Err(ParseError::Binary) => {
-                report.skipped += 1;
-                continue;
+            Err(ParseError::Binary | ParseError::Unsupported { .. }) => {
+                (vec![], Some(Skip::Binary))
+            }
+            Err(e @ ParseError::TooLarge { .. }) => {
+                warn(&mut report, format!("{}: {e}; skipped", c.path));
+                (vec![], Some(Skip::TooLarge))
             }
             Err(e) => {
-                report.skipped += 1;
                 warn(&mut report, format!("{}: {e}; skipped", c.path));
-                // A file that used to parse and now does not must not keep stale passages.
-                if previous.is_some() {
-                    index::remove_file(&c.path)
-                        .map_err(|e| TaskError::Failed(format!("index: {e}")))?;
-                    changed = true;
-                }
-                continue;
+                (vec![], Some(Skip::Malformed))
             }
         };
+        if let Some(why) = skipped {
+            report.skip(why);
+            // A file that used to parse and now does not must not keep stale passages.
+            if previous.is_some() {
+                if let Err(e) = index::remove_file(&c.path) {
+                    write_failed(mode, &mut report, e)?;
+                    return Ok(report);
+                }
+                changed = true;
+            }
+            continue;
+        }
         let passages: Vec<Passage> = passages
             .into_iter()
             .map(|p| Passage {
@@ -274,20 +405,34 @@ pub fn refresh(opts: &ChunkOptions) -> Result<Report, TaskError> {
         report.parsed += 1;
         report.bytes_parsed += c.size;
         report.passages += passages.len() as u64;
-        batch.push(FileUpdate { meta, passages })?;
+        if let Err(e) = batch.push(FileUpdate { meta, passages }) {
+            write_failed(mode, &mut report, e)?;
+            return Ok(report);
+        }
         changed = true;
     }
-    batch.flush()?;
+    if let Err(e) = batch.flush() {
+        write_failed(mode, &mut report, e)?;
+        return Ok(report);
+    }
     for path in known.keys() {
         if !seen.contains(path) {
-            index::remove_file(path).map_err(|e| TaskError::Failed(format!("index: {e}")))?;
+            if let Err(e) = index::remove_file(path) {
+                write_failed(mode, &mut report, e)?;
+                return Ok(report);
+            }
             report.removed += 1;
             changed = true;
         }
     }
     if changed || known.is_empty() {
-        let stats = index::commit().map_err(|e| TaskError::Failed(format!("index commit: {e}")))?;
-        report.files_indexed = stats.files;
+        match index::commit() {
+            Ok(stats) => report.files_indexed = stats.files,
+            Err(e) => {
+                write_failed(mode, &mut report, e)?;
+                return Ok(report);
+            }
+        }
     } else {
         report.files_indexed = known.len() as u64;
     }

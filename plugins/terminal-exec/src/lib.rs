@@ -53,7 +53,8 @@ impl Guest for TerminalExec {
             operations: vec![OperationInfo {
                 name: "run".into(),
                 description: "Run shell commands in the workspace, in the OS sandbox, behind the approval gate. \
-                              Stops at the first command that fails unless continue_on_error is set."
+                              The first command that fails (non-zero exit, signal, timeout) stops the loop and \
+                              fails the task, unless continue_on_error is set."
                     .into(),
                 input_schema: RUN_SCHEMA.into(),
                 // What the commands do is classified by the host per command; this is a floor.
@@ -118,9 +119,9 @@ fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskErr
                 let status = if out.timed_out {
                     "timed out".to_string()
                 } else if let Some(code) = out.exit_code {
-                    format!("exit {code}")
+                    format!("exited {code}")
                 } else {
-                    format!("killed by signal {}", out.signal.unwrap_or(0))
+                    format!("was killed by signal {}", out.signal.unwrap_or(0))
                 };
                 emit(&Activity {
                     kind: "terminal.ran".into(),
@@ -134,7 +135,16 @@ fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskErr
                     "risk": format!("{:?}", out.risk).to_lowercase(), "reasons": out.reasons,
                 }));
                 if !ok && failed.is_none() {
-                    failed = Some(format!("`{command}` {status}"));
+                    // The last line of the error output usually says why.
+                    let why = out
+                        .stderr
+                        .lines()
+                        .rev()
+                        .map(str::trim)
+                        .find(|l| !l.is_empty())
+                        .map(|l| format!(": {}", l.chars().take(200).collect::<String>()))
+                        .unwrap_or_default();
+                    failed = Some(format!("`{command}` {status}{why}"));
                 }
                 if !ok && !input.continue_on_error {
                     break;
@@ -157,6 +167,17 @@ fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskErr
         progress(i as u64 + 1, total, "commands");
     }
     let ran = steps.len();
+    // A failed command fails the task unless the task asked to go on (the host
+    // enforces the same rule on what it saw run).
+    if let Some(f) = &failed
+        && !input.continue_on_error
+    {
+        return Err(TaskError::Failed(format!(
+            "{f} (ran {ran} of {} command{})",
+            commands.len(),
+            if commands.len() == 1 { "" } else { "s" }
+        )));
+    }
     let summary = match &failed {
         None => format!(
             "ran {ran} command{}: all succeeded",

@@ -3,7 +3,7 @@
 // every event against the protocol's schemas). Any deviation the client warns
 // about ("[ag-ui]") fails the run. Prints one JSON summary on stdout.
 //
-// usage: node drive.mjs <base-url> <workspace>
+// usage: CAPSTAN_TOKEN=<server token> node drive.mjs <base-url> <workspace>
 import { HttpAgent, buildResumeArray } from "@ag-ui/client";
 import { EventSchemas } from "@ag-ui/core/schemas";
 import { randomUUID } from "node:crypto";
@@ -20,7 +20,7 @@ console.warn = (...args) => {
 };
 
 function agent(text) {
-  const a = new HttpAgent({ url });
+  const a = new HttpAgent({ url, headers: { Authorization: `Bearer ${process.env.CAPSTAN_TOKEN}` } });
   a.messages = [{ id: randomUUID(), role: "user", content: text }];
   return a;
 }

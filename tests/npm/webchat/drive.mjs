@@ -3,25 +3,40 @@
 // and watch the answer stream in, approve a command and expand its step trace,
 // cancel a long command. Saves screenshots; prints one JSON summary on stdout.
 //
-// usage: node drive.mjs <base-url> <workspace> <artifacts-dir>
+// usage: node drive.mjs <start-up-url> <workspace> <artifacts-dir> <unregistered-dir>
+// (<start-up-url> is the `http://127.0.0.1:PORT/?token=...` capstan serve printed)
 import { chromium } from "playwright-core";
 
-const [base, workspace, artifacts] = process.argv.slice(2);
+const [startUrl, workspace, artifacts, unregistered] = process.argv.slice(2);
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
 });
 const summary = { errors: [] };
 try {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  const page = await context.newPage();
   page.setDefaultTimeout(90_000);
   page.on("pageerror", (e) => summary.errors.push(String(e)));
   page.on("console", (m) => m.type() === "error" && summary.errors.push(m.text()));
   const last = "#messages > li.assistant:last-child";
   const shot = (name) => page.screenshot({ path: `${artifacts}/webchat-${name}.png`, fullPage: true });
 
-  await page.goto(`${base}/`);
-  // The workspace picker: add the folder; it becomes the selection.
+  // The start-up URL: the token becomes an HttpOnly cookie and leaves the address bar.
+  await page.goto(startUrl);
+  await page.waitForFunction(() => !location.search.includes("token"));
+  const cookies = await context.cookies();
+  summary.auth = {
+    url: page.url(),
+    cookies: cookies.map((c) => ({ name: c.name, httpOnly: c.httpOnly, sameSite: c.sameSite })),
+    scriptSeesCookie: await page.evaluate(() => document.cookie.includes("capstan_token")),
+  };
+  // A folder nobody registered is refused, with the way to register it.
+  await page.fill("#workspace-path", unregistered);
+  await page.click("#add-workspace button");
+  await page.waitForFunction(() => document.querySelector("#status").textContent.includes("could not use"));
+  summary.unregistered = await page.textContent("#status");
+  // The workspace picker: the registered folder becomes the selection.
   await page.fill("#workspace-path", workspace);
   await page.click("#add-workspace button");
   await page.waitForFunction(() => document.querySelector("#workspace").value !== "");

@@ -104,6 +104,8 @@ pub struct RunnerDeps {
     pub capstan_exe: Option<PathBuf>,
     pub workspace: PathBuf,
     pub mode: Mode,
+    /// The config file where `[model]` and `[agents]` live, named in messages.
+    pub config_file: Option<PathBuf>,
 }
 
 /// Builds each runtime's runner once per execution, on first use.
@@ -133,25 +135,33 @@ impl RunnerFactory {
 
     /// The runner for `kind`, initialised (OpenCode: the connection is checked). An
     /// OpenCode server that cannot be reached falls back to Claude Code when the config
-    /// allows, with a `runtime_fallback` event.
+    /// allows, with a `runtime.fallback` event.
     pub async fn get(
         &self,
         kind: RuntimeKind,
         events: &Emitter,
     ) -> Result<Arc<dyn Runner>, AgentError> {
+        let (runner, notice) = self.build(kind).await?;
+        if let Some(n) = notice {
+            events.emit(n);
+        }
+        Ok(runner)
+    }
+
+    /// [`RunnerFactory::get`] without emitting: the runner, and the `runtime.fallback`
+    /// event to emit when this call built it on another runtime. For checks before the
+    /// execution starts, whose events must come after `execution.started`.
+    pub async fn build(
+        &self,
+        kind: RuntimeKind,
+    ) -> Result<(Arc<dyn Runner>, Option<EventKind>), AgentError> {
         let mut built = self.built.lock().await;
         if let Some(r) = built.get(&kind) {
-            return Ok(r.clone());
+            return Ok((r.clone(), None));
         }
+        let mut notice = None;
         let runner: Arc<dyn Runner> = match kind {
-            RuntimeKind::Cli => {
-                let Some((provider, model)) = self.deps.cli_model.clone() else {
-                    return Err(AgentError::Runtime(
-                        "the `cli` runtime needs a model: set [model] in capstan.toml".into(),
-                    ));
-                };
-                Arc::new(CliRunner::new(provider, model))
-            }
+            RuntimeKind::Cli => Arc::new(self.cli()?),
             RuntimeKind::Claude => Arc::new(self.claude()?),
             RuntimeKind::OpenCode => {
                 match OpenCodeRunner::connect(self.deps.config.opencode.clone()).await {
@@ -162,7 +172,8 @@ impl RunnerFactory {
                                 "{e}; the fallback to Claude Code failed too: {ce}"
                             ))
                         })?;
-                        events.emit(EventKind::RuntimeFallback {
+                        notice = Some(EventKind::RuntimeFallback {
+                            task: None,
                             from: RuntimeKind::OpenCode,
                             to: RuntimeKind::Claude,
                             reason: e.to_string(),
@@ -174,7 +185,28 @@ impl RunnerFactory {
             }
         };
         built.insert(kind, runner.clone());
-        Ok(runner)
+        Ok((runner, notice))
+    }
+
+    /// The `cli` runtime, on the configured model.
+    pub fn cli(&self) -> Result<CliRunner, AgentError> {
+        let Some((provider, model)) = self.deps.cli_model.clone() else {
+            return Err(AgentError::Runtime(self.needs_model("the `cli` runtime")));
+        };
+        Ok(CliRunner::new(provider, model))
+    }
+
+    /// What `who` needs when no model is configured, and where to configure it.
+    pub fn needs_model(&self, who: &str) -> String {
+        let file = self
+            .deps
+            .config_file
+            .as_ref()
+            .map_or("capstan.toml".to_string(), |p| p.display().to_string());
+        format!(
+            "{who} needs a model: add a [model] section to {file} (kind = \"anthropic\" or \"openai\", model, api_key_env; \
+             base_url for Ollama, vLLM or llama.cpp)"
+        )
     }
 
     fn claude(&self) -> Result<ClaudeRunner, AgentError> {

@@ -72,6 +72,7 @@ pub fn deps(
         capstan_exe: None,
         workspace: workspace.to_path_buf(),
         mode: Mode::Cli,
+        config_file: None,
     }
 }
 
@@ -231,4 +232,19 @@ impl OpenCodeServer {
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
     }
+}
+
+/// Process ids whose working directory is `dir`: the peer program a runner started in
+/// a test's own temporary workspace, and anything it spawned there. Zombies (already
+/// dead, not yet reaped) have no working directory and are not counted.
+pub fn processes_in(dir: &Path) -> Vec<u32> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            (std::fs::read_link(e.path().join("cwd")).ok()? == dir).then_some(pid)
+        })
+        .collect()
 }

@@ -17,22 +17,21 @@ const el = (tag, attrs = {}, ...children) => {
   return node;
 };
 
-// The token travels in the URL fragment (never sent to the server by the
-// browser) and is kept for this tab only.
-const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
-if (fromHash) {
-  sessionStorage.setItem("capstan-token", fromHash);
-  history.replaceState(null, "", location.pathname);
+// The page was opened with the start-up URL (`/?token=...`); the server
+// answered it with an HttpOnly SameSite=Strict cookie that carries the token
+// from now on. The script never sees the token: it only drops it from the
+// address bar (and so from history and bookmarks).
+if (new URLSearchParams(location.search).has("token")) {
+  history.replaceState(null, "", location.pathname + location.hash);
 }
-const token = sessionStorage.getItem("capstan-token");
 
 async function api(path, options = {}) {
   const headers = { ...(options.headers || {}) };
-  if (token) headers.Authorization = `Bearer ${token}`;
   if (options.body !== undefined) headers["Content-Type"] = "application/json";
   const resp = await fetch(path, {
     ...options,
     headers,
+    credentials: "same-origin",
     body: options.body === undefined ? undefined : JSON.stringify(options.body),
   });
   if (!resp.ok) {
@@ -83,12 +82,14 @@ $("#add-workspace").addEventListener("submit", async (ev) => {
   const path = $("#workspace-path").value.trim();
   if (!path) return;
   try {
+    // Selects a folder registered on this machine; the server refuses to
+    // register new ones from a web page and says how (`capstan workspace add`).
     const ws = await (await api("/v1/workspaces", { method: "POST", body: { path } })).json();
     $("#workspace-path").value = "";
     await loadWorkspaces(ws.root_path);
-    setStatus(`workspace ${ws.name} added`);
+    setStatus(`workspace ${ws.name} selected`);
   } catch (e) {
-    setStatus(`could not add the workspace: ${e.message}`);
+    setStatus(`could not use the workspace: ${e.message}`);
   }
 });
 

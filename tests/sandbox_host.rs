@@ -1,0 +1,199 @@
+//! The OS sandbox as the host uses it, through the real `capstan` binary:
+//! `[sandbox]` in capstan.toml (read paths, write quota) reaching commands and
+//! a limit failing the task with `resource-limit`; read paths that would expose
+//! Capstan's own state refused; `capstan sandbox check` end to end; and a
+//! running server whose binary file is replaced (a package upgrade) still
+//! running commands. The adversarial suite of the sandbox itself is
+//! crates/sandbox/tests/adversarial.rs.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::Stdio;
+
+use common::Home;
+use serde_json::{Value, json};
+
+fn invoke(home: &Home, ws: &Path, input: Value) -> (Option<i32>, Vec<Value>, String) {
+    let out = home
+        .capstan()
+        .args([
+            "invoke",
+            "terminal_exec",
+            "--json",
+            "--approve",
+            "all",
+            "--workspace",
+        ])
+        .arg(ws)
+        .args(["--input", &input.to_string()])
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (
+        out.status.code(),
+        events,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sandbox_settings_reach_commands_and_a_limit_fails_the_task_with_resource_limit() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("table.csv"), "a,b\n").unwrap();
+    let home = Home::new(&format!(
+        "[sandbox]\nwrite_quota_mb = 1\nread = [\"{}\"]\n",
+        data.path().display()
+    ));
+    let ws = tempfile::tempdir().unwrap();
+
+    let (code, events, stderr) = invoke(
+        &home,
+        ws.path(),
+        json!({"command": format!("cat {}/table.csv", data.path().display())}),
+    );
+    assert_eq!(code, Some(0), "{events:?} {stderr}");
+    let result = events.last().unwrap();
+    assert_eq!(result["data"]["steps"][0]["stdout"], "a,b\n", "{result}");
+
+    let (code, events, stderr) = invoke(
+        &home,
+        ws.path(),
+        json!({"command": "head -c 3000000 /dev/zero > big.bin"}),
+    );
+    assert_eq!(code, Some(1), "{events:?} {stderr}");
+    let result = events.last().unwrap();
+    assert_eq!(result["reason"], "resource-limit", "{result}");
+    let message = result.to_string();
+    assert!(message.contains("write quota"), "{message}");
+    assert!(message.contains("write_quota_mb"), "{message}");
+    // The command's step is still reported, and the quota held on disk.
+    assert!(
+        events.iter().any(|e| e["type"] == "terminal.step"),
+        "{events:?}"
+    );
+    let written = std::fs::metadata(ws.path().join("big.bin")).unwrap().len();
+    assert!(written <= 1 << 20, "{written} bytes reached the workspace");
+}
+
+#[test]
+fn a_read_path_that_holds_capstans_own_state_is_refused() {
+    let home = Home::new("");
+    let config = format!("[sandbox]\nread = [\"{}\"]\n", home.path().display());
+    std::fs::write(home.path().join("config/capstan.toml"), config).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let (code, events, stderr) = invoke(&home, ws.path(), json!({"command": "true"}));
+    assert_ne!(code, Some(0), "{events:?}");
+    assert!(stderr.contains("[sandbox] read"), "{stderr}");
+    assert!(stderr.contains("Capstan's own directory"), "{stderr}");
+}
+
+#[test]
+fn sandbox_check_reports_the_view_and_identity_and_fails_without_seccomp() {
+    let home = Home::new("");
+    let out = home.capstan().args(["sandbox", "check"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    for want in [
+        "sandbox = \"required\": available",
+        "identity:",
+        "filesystem: new root",
+        "memory cgroup",
+        "id-mapped mounts",
+    ] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
+    }
+    let out = home
+        .capstan()
+        .args(["sandbox", "check"])
+        .env(capstan_sandbox::UNAVAILABLE_ENV, "seccomp")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("UNAVAILABLE"), "{text}");
+    assert!(text.contains("seccomp is unavailable"), "{text}");
+}
+
+/// A package upgrade replaces the binary under a running `capstan mcp`: the
+/// next command still runs, in the sandbox, from the binary the server
+/// started with.
+#[test]
+fn a_running_server_survives_replacing_its_binary() {
+    let home = Home::new("");
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("keep.txt"), "keep me").unwrap();
+    let bin_dir = tempfile::tempdir().unwrap();
+    let bin = bin_dir.path().join("capstan");
+    std::fs::copy(env!("CARGO_BIN_EXE_capstan"), &bin).unwrap();
+    let mut child = std::process::Command::new(&bin)
+        .env("CAPSTAN_HOME", home.path())
+        .env_remove("CAPSTAN_CONFIG_DIR")
+        .env_remove("CAPSTAN_DATA_DIR")
+        .env_remove("CAPSTAN_CACHE_DIR")
+        .args(["mcp", "--workspace"])
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |v: Value| {
+        stdin.write_all(v.to_string().as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut reply_to = |id: i64| -> Value {
+        loop {
+            let line = lines.next().expect("the server closed stdout").unwrap();
+            let v: Value = serde_json::from_str(&line).expect("only JSON-RPC on stdout");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    send(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}),
+    );
+    assert_eq!(reply_to(1)["result"]["serverInfo"]["name"], "capstan");
+    send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let mut run = |id: i64, command: &str| -> Value {
+        send(
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+            "name":"terminal_exec.run","arguments":{"command":command}}}),
+        );
+        let reply = reply_to(id);
+        assert_ne!(reply["result"]["isError"], true, "{reply}");
+        reply["result"]["structuredContent"]["data"]["steps"][0].clone()
+    };
+    let before = run(2, "cat keep.txt");
+    assert_eq!(before["stdout"], "keep me", "{before}");
+    assert_eq!(before["exit_code"], 0, "{before}");
+
+    // Replace the file the way an upgrade does: a new file renamed over it.
+    let new = bin_dir.path().join("capstan.new");
+    std::fs::write(&new, "#!/bin/sh\necho this is not capstan\nexit 3\n").unwrap();
+    std::fs::rename(&new, &bin).unwrap();
+    let exe = std::fs::read_link(format!("/proc/{}/exe", child.id())).unwrap();
+    assert!(
+        exe.to_string_lossy().ends_with("(deleted)"),
+        "the running binary should now be a deleted file: {exe:?}"
+    );
+
+    let after = run(3, "cat keep.txt");
+    assert_eq!(after["stdout"], "keep me", "{after}");
+    assert_eq!(after["exit_code"], 0, "{after}");
+    // And with the file gone entirely.
+    std::fs::remove_file(&bin).unwrap();
+    let gone = run(4, "cat keep.txt");
+    assert_eq!(gone["stdout"], "keep me", "{gone}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
