@@ -538,14 +538,14 @@ fn a_workspace_capstan_toml_cannot_replace_or_add_plugins() {
     assert_eq!(warning.len(), 1, "{err}");
     let user_toml = home.path().join("config/capstan.toml");
     for part in [
-        &ws.path().join("capstan.toml").display().to_string(),
-        "[[plugin]] `terminal-exec`, `hello` ignored",
-        &format!(
+        ws.path().join("capstan.toml").display().to_string(),
+        "[[plugin]] `terminal-exec`, `hello` ignored".to_string(),
+        format!(
             "move the entry to your own capstan.toml ({})",
             user_toml.display()
         ),
     ] {
-        assert!(warning[0].contains(part), "{part}: {err}");
+        assert!(warning[0].contains(&part), "{part}: {err}");
     }
     assert!(
         err.contains("unsupported-capability") || err.contains("no capability serves kind `echo`"),

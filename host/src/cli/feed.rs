@@ -33,6 +33,23 @@ pub enum ApproveSource {
     NoTerminal,
 }
 
+/// `activity` kinds that repeat, in words, an event this feed renders from its
+/// structure (they exist for feeds built from `activity` alone, see
+/// docs/EVENTS.md): the plan (`plan.created`), a task's failure
+/// (`task.failed`), a missing workspace (`workspace.required`), the approval
+/// prompt and decision (`approval.*`), a command that ran (`terminal.step`),
+/// a search's hit count (`retrieval.completed`, or the task's summary).
+const MIRRORED_ACTIVITY: &[&str] = &[
+    "plan",
+    "task.rejected",
+    "task.failed",
+    "workspace.required",
+    "approval.waiting",
+    "approval",
+    "terminal.ran",
+    "kb.searched",
+];
+
 /// Which tasks' outcomes get a line of their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcomes {
@@ -219,13 +236,7 @@ impl Feed {
             Event::ApprovalDecided { decision, by, .. } => {
                 errln!("  approval: {decision} ({})", self.decided_by(by))
             }
-            // Said already: the prompt shows the wait, `approval.decided` the
-            // decision, `terminal.step` the command that ran.
-            Event::Activity { kind, .. }
-                if matches!(
-                    kind.as_str(),
-                    "approval.waiting" | "approval" | "terminal.ran"
-                ) => {}
+            Event::Activity { kind, .. } if MIRRORED_ACTIVITY.contains(&kind.as_str()) => {}
             Event::Activity { message, .. } => errln!("  • {message}"),
             Event::CapabilityStatus {
                 status, message, ..

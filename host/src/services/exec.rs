@@ -277,7 +277,12 @@ impl ExecService for Exec {
         let classified = evaluation.classification.risk;
         let risk = capstan_policy::effective_risk(classified, req.min_risk.map(to_policy_risk));
         let mut reasons = evaluation.classification.reasons.clone();
-        reasons.extend(evaluation.explanation.iter().cloned());
+        for why in &evaluation.explanation {
+            // The policy may restate the classifier's reason: say it once.
+            if !reasons.contains(why) {
+                reasons.push(why.clone());
+            }
+        }
         let (verdict, floor) = apply_plugin_floor(
             evaluation.verdict.clone(),
             classified,
