@@ -274,7 +274,7 @@ fn bind(host: &Path, target: &Path, read_only: bool) -> Result<(), String> {
 fn mask_secrets(root: &Path) -> Result<(), String> {
     let empty_file = root.join(".capstan-masked");
     std::fs::File::create(&empty_file).map_err(|e| io(&empty_file, e))?;
-    std::fs::set_permissions(&empty_file, std::fs::Permissions::from_mode(0))
+    std::fs::set_permissions(&empty_file, std::fs::Permissions::from_mode(0o0))
         .map_err(|e| io(&empty_file, e))?;
     for secret in ETC_SECRETS {
         let target = root.join(secret.trim_start_matches('/'));
