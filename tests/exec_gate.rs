@@ -510,6 +510,7 @@ async fn a_plugin_asking_for_a_stricter_risk_makes_the_command_ask() {
             Arc::new(rec.clone()),
             HostServices::default(),
         ),
+        resource_limit: Default::default(),
     };
     let exec = |profile| {
         let broker =
