@@ -545,7 +545,7 @@ fn a_workspace_capstan_toml_cannot_replace_or_add_plugins() {
             user_toml.display()
         ),
     ] {
-        assert!(warning[0].contains(&part[..]), "{part}: {err}");
+        assert!(warning[0].contains(part), "{part}: {err}");
     }
     assert!(
         err.contains("unsupported-capability") || err.contains("no capability serves kind `echo`"),
