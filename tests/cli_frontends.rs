@@ -378,7 +378,7 @@ fn approve_for_this_session_covers_that_command_in_that_session_only() {
     let out = repl.child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", repl.seen);
 
-    // The audit trail has each decision, oldest last.
+    // The audit trail has each decision, oldest first.
     let decisions: Vec<(String, String, String)> = store(&home)
         .list_approvals(None, 10)
         .unwrap()
@@ -395,10 +395,10 @@ fn approve_for_this_session_covers_that_command_in_that_session_only() {
     assert_eq!(
         decisions,
         [
-            s("make check", "denied", "user"),
-            s("touch granted.txt", "denied", "user"),
-            s("make check", "approved", "user"),
             s("make check", "approved-for-session", "user"),
+            s("make check", "approved", "user"),
+            s("touch granted.txt", "denied", "user"),
+            s("make check", "denied", "user"),
         ]
     );
 }
@@ -413,7 +413,8 @@ fn an_approval_nobody_answers_expires_as_denied() {
     repl.send("run `touch expired.txt`");
     repl.wait_for("? approval needed (write): touch expired.txt");
     repl.wait_for("approval: expired (by policy)");
-    repl.wait_for("· failed:");
+    repl.wait_for("nobody answered the approval in time");
+    repl.wait_for("· failed (denied)");
     repl.send("/quit");
     let out = repl.child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", repl.seen);
@@ -462,23 +463,39 @@ fn files_under(dir: &std::path::Path) -> usize {
 fn home_and_dir_overrides_put_config_data_and_cache_where_they_say() {
     let user_home = tempfile::tempdir().unwrap();
     let ws = handbook();
-    let locked = "[policy]\nprofile = \"locked\"\n";
+    // A config only these tests write: `plugins check` names its plugin entry, so a
+    // report naming it proves which capstan.toml was read.
+    let config_text = "[[plugin]]\nname = \"override-marker\"\ncomponent = \"/nonexistent/override-marker.wasm\"\nsha256 = \"00\"\nkinds = [\"override-marker\"]\n";
+    let check_reads_config = |cmd: &mut Command| {
+        let out = cmd.args(["plugins", "check"]).output().unwrap();
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("override-marker"), "{err}");
+    };
+    let ask_writes_state = |cmd: &mut Command| {
+        let out = cmd
+            .args(["ask", "-w"])
+            .arg(ws.path())
+            .arg("How do I rotate the signing keys?")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    };
 
-    // --home: all three under one directory; its config is read (the locked profile
-    // refuses the command), its data and cache written.
+    // --home: all three under one directory.
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join("config")).unwrap();
-    std::fs::write(home.path().join("config/capstan.toml"), locked).unwrap();
-    let out = bare_capstan(user_home.path())
-        .arg("--home")
-        .arg(home.path())
-        .args(["ask", "--approve", "all", "-w"])
-        .arg(ws.path())
-        .arg("run `make check`")
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert!(err.contains("profile is `locked`"), "{err}");
+    std::fs::write(home.path().join("config/capstan.toml"), config_text).unwrap();
+    check_reads_config(
+        bare_capstan(user_home.path())
+            .arg("--home")
+            .arg(home.path()),
+    );
+    ask_writes_state(
+        bare_capstan(user_home.path())
+            .arg("--home")
+            .arg(home.path()),
+    );
     assert!(home.path().join("data/capstan.db").exists());
     assert!(
         files_under(&home.path().join("cache")) > 0,
@@ -491,18 +508,16 @@ fn home_and_dir_overrides_put_config_data_and_cache_where_they_say() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    std::fs::write(config.path().join("capstan.toml"), locked).unwrap();
-    let out = bare_capstan(user_home.path())
-        .env("CAPSTAN_CONFIG_DIR", config.path())
-        .env("CAPSTAN_DATA_DIR", data.path())
-        .env("CAPSTAN_CACHE_DIR", cache.path())
-        .args(["ask", "--approve", "all", "-w"])
-        .arg(ws.path())
-        .arg("run `make check`")
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert!(err.contains("profile is `locked`"), "{err}");
+    std::fs::write(config.path().join("capstan.toml"), config_text).unwrap();
+    let with_vars = || {
+        let mut cmd = bare_capstan(user_home.path());
+        cmd.env("CAPSTAN_CONFIG_DIR", config.path())
+            .env("CAPSTAN_DATA_DIR", data.path())
+            .env("CAPSTAN_CACHE_DIR", cache.path());
+        cmd
+    };
+    check_reads_config(&mut with_vars());
+    ask_writes_state(&mut with_vars());
     assert!(data.path().join("capstan.db").exists());
     assert!(files_under(cache.path()) > 0, "nothing cached");
     assert_eq!(files_under(config.path()), 1, "only the config file");
