@@ -543,7 +543,7 @@ fn capstans_own_state_inside_the_workspace_is_refused() {
     let err = text(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
-        err.contains("contains Capstan's own directory") && err.contains(".capstan-data"),
+        err.contains("overlaps Capstan's own directory") && err.contains(".capstan-data"),
         "{err}"
     );
 }
