@@ -192,7 +192,8 @@ impl Drop for Chat {
 
 /// A run through `capstan serve`: the whole SSE stream as text.
 async fn serve_run(server: &Server, ws: &Path, message: &str) -> String {
-    let resp = reqwest::Client::new()
+    let resp = server
+        .client()
         .post(server.url("/v1/runs"))
         .json(&json!({"message": message, "workspace": ws}))
         .send()
