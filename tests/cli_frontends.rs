@@ -414,7 +414,7 @@ fn an_approval_nobody_answers_expires_as_denied() {
     repl.wait_for("? approval needed (write): touch expired.txt");
     repl.wait_for("approval: expired (by policy)");
     repl.wait_for("nobody answered the approval in time");
-    repl.wait_for("· failed (denied)");
+    repl.wait_for("· failed: `touch expired.txt` (write): nobody answered");
     repl.send("/quit");
     let out = repl.child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", repl.seen);

@@ -88,5 +88,9 @@ fn invoke_runs_a_task_and_exit_codes_tell_success_from_failure() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--workspace"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/no/such/dir") && err.contains("existing directory"),
+        "{err}"
+    );
 }

@@ -253,12 +253,15 @@ impl Captured {
 }
 
 /// A `GET` on 127.0.0.1 with nothing but std: the status line.
+/// The API token the README's `serve` runs with (through CAPSTAN_TOKEN).
+const README_TOKEN: &str = "readme-test-token-0123456789abcdef";
+
 fn http_status(addr: &str, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {README_TOKEN}\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut text = String::new();
@@ -366,6 +369,9 @@ impl Tour {
             .env("TERM", "xterm-256color")
             // `serve` without --port: any free port, so parallel runs do not collide.
             .env("CAPSTAN_PORT", "0")
+            // `serve` needs a token on every API route; a known one lets the
+            // health check below authenticate as any API client would.
+            .env("CAPSTAN_TOKEN", README_TOKEN)
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
         cmd
     }

@@ -305,7 +305,7 @@ async fn an_approval_is_answered_over_http() {
         "planned 1 task(s): run `make check`",
         "waiting for approval of `make check` (write)",
         "approval for `make check` (write): approved by user via http-token",
-        "ran `make check`: exit 0",
+        "ran `make check`: exited 0",
     ] {
         assert!(feed.contains(&want), "no {want:?} in {feed:?}");
     }

@@ -27,6 +27,7 @@ pub const USER_KEYS: &[&str] = &[
     "agents",
     "index",
     "sandbox",
+    "server",
     "plugin",
     "mcp_server",
 ];

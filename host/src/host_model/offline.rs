@@ -571,7 +571,10 @@ mod tests {
         // The sources are the citations' job (the feed prints them once), not the text's.
         assert!(!text.contains("Sources:"), "{text}");
         assert_eq!(cites.len(), 1);
-        assert!(format!("{:?}", cites[0]).contains("ops/keys.md"), "{cites:?}");
+        assert!(
+            format!("{:?}", cites[0]).contains("ops/keys.md"),
+            "{cites:?}"
+        );
     }
 
     #[test]
