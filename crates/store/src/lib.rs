@@ -73,7 +73,7 @@ pub use events::EventWriter;
 pub use id::new_id;
 pub use model::{
     Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
-    Session, Turn, Usage, Workspace,
+    Session, SessionDeletion, Turn, Usage, Workspace,
 };
 pub use runs::INTERRUPTED_REASON;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};

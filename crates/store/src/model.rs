@@ -180,6 +180,16 @@ pub struct Session {
     pub updated_at: String,
 }
 
+/// What [`crate::Store::delete_session`] removed, and what it kept for the audit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDeletion {
+    pub turns: u64,
+    pub events: u64,
+    pub runs: u64,
+    /// Runs kept because they hold approvals (with the session's tombstone).
+    pub audited_runs_kept: u64,
+}
+
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Turn {

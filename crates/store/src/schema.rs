@@ -116,6 +116,12 @@ CREATE TABLE approvals (
 ) STRICT;
 CREATE INDEX approvals_by_run ON approvals(run_id, created_at);
 "#,
+    // v2: deleting a session (see `Store::delete_session`). A deleted session
+    // whose runs hold approvals stays as a tombstone (no title, summary or
+    // turns) so the audit trail keeps its runs; reads skip tombstones.
+    r#"
+ALTER TABLE sessions ADD COLUMN deleted_at TEXT;
+"#,
 ];
 
 /// Reads the header and refuses files this build must not touch. Writes

@@ -4,7 +4,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
 use crate::{
-    Durability, Role, Session, Store, Turn, Usage, limit, new_id, now_rfc3339, to_i64, to_u64,
+    Durability, Role, Session, SessionDeletion, Store, Turn, Usage, limit, new_id, now_rfc3339,
+    to_i64, to_u64,
 };
 
 const SESSION_COLUMNS: &str = "id, title, workspace_id, summary, input_tokens, output_tokens, \
@@ -85,7 +86,7 @@ impl Store {
     pub fn get_session(&self, id: &str) -> Result<Option<Session>> {
         self.with_conn(|c| {
             c.prepare_cached(&format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1 AND deleted_at IS NULL"
             ))
             .and_then(|mut s| s.query_row([id], session_from_row).optional())
             .map_err(|e| self.sql(e))
@@ -97,7 +98,8 @@ impl Store {
         self.with_conn(|c| {
             let mut stmt = c
                 .prepare_cached(&format!(
-                    "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY updated_at DESC, id DESC LIMIT ?1"
+                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE deleted_at IS NULL
+                     ORDER BY updated_at DESC, id DESC LIMIT ?1"
                 ))
                 .map_err(|e| self.sql(e))?;
             let rows = stmt
@@ -105,6 +107,101 @@ impl Store {
                 .map_err(|e| self.sql(e))?;
             rows.collect::<rusqlite::Result<_>>()
                 .map_err(|e| self.sql(e))
+        })
+    }
+
+    /// The `limit` most recently updated sessions whose title or any turn
+    /// contains `query` (case-insensitive for ASCII), newest first. `%` and
+    /// `_` in the query match themselves.
+    pub fn search_sessions(&self, query: &str, limit: usize) -> Result<Vec<Session>> {
+        let pattern = format!(
+            "%{}%",
+            query
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_")
+        );
+        self.with_conn(|c| {
+            let mut stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions s WHERE deleted_at IS NULL AND (
+                         title LIKE ?1 ESCAPE '\\'
+                         OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id
+                                    AND t.content LIKE ?1 ESCAPE '\\'))
+                     ORDER BY updated_at DESC, id DESC LIMIT ?2"
+                ))
+                .map_err(|e| self.sql(e))?;
+            let rows = stmt
+                .query_map(params![pattern, crate::limit(limit)], session_from_row)
+                .map_err(|e| self.sql(e))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.sql(e))
+        })
+    }
+
+    /// Deletes a session, in one durable transaction. What goes and what stays:
+    /// - gone: its turns (the conversation), its title and rolling summary,
+    ///   and the event log of every one of its runs;
+    /// - gone: its runs that hold no approval;
+    /// - kept: runs that hold approvals, with those approvals (the audit trail
+    ///   never loses a decision), under a tombstone of the session that keeps
+    ///   only its id, times and usage totals (spent money stays counted).
+    ///   Every read of sessions skips tombstones.
+    ///
+    /// Refused with [`StoreError::SessionRunning`] while one of its runs is
+    /// still `running`. Returns what was removed.
+    pub fn delete_session(&self, id: &str) -> Result<SessionDeletion> {
+        self.write(Durability::Durable, |c| {
+            let live = c
+                .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1 AND deleted_at IS NULL")
+                .and_then(|mut s| s.exists([id]))
+                .map_err(|e| self.sql(e))?;
+            if !live {
+                return Err(not_found("session", id));
+            }
+            let running: Option<String> = c
+                .prepare_cached("SELECT id FROM runs WHERE session_id = ?1 AND status = 'running'")
+                .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+                .map_err(|e| self.sql(e))?;
+            if let Some(run_id) = running {
+                return Err(StoreError::SessionRunning {
+                    id: id.to_owned(),
+                    run_id,
+                });
+            }
+            let exec = |sql: &str| -> Result<usize> {
+                c.prepare_cached(sql)
+                    .and_then(|mut s| s.execute([id]))
+                    .map_err(|e| self.sql(e))
+            };
+            let turns = exec("DELETE FROM turns WHERE session_id = ?1")?;
+            let events = exec(
+                "DELETE FROM events WHERE run_id IN (SELECT id FROM runs WHERE session_id = ?1)",
+            )?;
+            let runs = exec(
+                "DELETE FROM runs WHERE session_id = ?1
+                 AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id)",
+            )?;
+            let kept_runs: i64 = c
+                .prepare_cached("SELECT count(*) FROM runs WHERE session_id = ?1")
+                .and_then(|mut s| s.query_row([id], |r| r.get(0)))
+                .map_err(|e| self.sql(e))?;
+            if kept_runs == 0 {
+                exec("DELETE FROM sessions WHERE id = ?1")?;
+            } else {
+                c.prepare_cached(
+                    "UPDATE sessions SET title = '', summary = '', workspace_id = NULL,
+                         deleted_at = ?2 WHERE id = ?1",
+                )
+                .and_then(|mut s| s.execute(params![id, now_rfc3339()]))
+                .map_err(|e| self.sql(e))?;
+            }
+            Ok(SessionDeletion {
+                turns: to_u64(turns as i64),
+                events: to_u64(events as i64),
+                runs: to_u64(runs as i64),
+                audited_runs_kept: to_u64(kept_runs),
+            })
         })
     }
 

@@ -132,6 +132,7 @@ impl From<capstan_store::StoreError> for ApiError {
         match e {
             capstan_store::StoreError::NotFound { .. } => ApiError::not_found(e.to_string()),
             capstan_store::StoreError::InvalidArgument(_) => ApiError::bad_request(e.to_string()),
+            capstan_store::StoreError::SessionRunning { .. } => ApiError::conflict(e.to_string()),
             other => ApiError::internal(other),
         }
     }

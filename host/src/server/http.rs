@@ -228,12 +228,48 @@ pub async fn decide_approval(
     ))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsQuery {
+    limit: Option<usize>,
+    /// Only sessions whose title or turns contain this text.
+    q: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenameBody {
+    title: String,
+}
+
 pub async fn list_sessions(
     State(state): State<AppState>,
-    ApiQuery(q): ApiQuery<Limit>,
+    ApiQuery(q): ApiQuery<SessionsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let sessions = state.runs.sessions(q.limit.unwrap_or(DEFAULT_LIMIT))?;
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    let sessions = match q.q.as_deref().map(str::trim) {
+        Some(text) if !text.is_empty() => state.runs.search_sessions(text, limit)?,
+        _ => state.runs.sessions(limit)?,
+    };
     Ok(Json(json!({ "sessions": sessions })))
+}
+
+/// `PATCH /v1/sessions/{id}`: rename.
+pub async fn rename_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RenameBody>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(state.runs.rename_session(&id, &body.title)?)))
+}
+
+/// `DELETE /v1/sessions/{id}`: the conversation goes; approvals stay for the audit.
+pub async fn delete_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let removed = state.runs.delete_session(&id)?;
+    Ok(Json(json!({"session_id": id, "deleted": true, "removed": removed})))
 }
 
 pub async fn get_session(
@@ -261,8 +297,21 @@ pub async fn session_runs(
     Ok(Json(json!({ "runs": runs })))
 }
 
+/// The registered workspaces, and the one `serve -w` gave as the default.
 pub async fn list_workspaces(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!({ "workspaces": state.runs.workspaces()? })))
+    Ok(Json(json!({
+        "workspaces": state.runs.workspaces()?,
+        "default": state.runs.default_workspace(),
+    })))
+}
+
+/// `GET /v1/workspaces/{id}/file?path=REL`: the citation viewer's read.
+pub async fn workspace_file(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<super::files::FileQuery>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(state.runs.workspace_file(&id, &q.path)?)))
 }
 
 /// `POST /v1/workspaces`: selects a folder registered at the command line;

@@ -11,6 +11,7 @@
 
 pub mod agui;
 pub mod error;
+pub mod files;
 pub mod guard;
 pub mod http;
 pub mod runs;
@@ -55,13 +56,19 @@ pub fn router(state: AppState, extra: Vec<Router>) -> Router {
         .route("/v1/runs/{id}/cancel", post(http::cancel_run))
         .route("/v1/approvals/{id}", post(http::decide_approval))
         .route("/v1/sessions", get(http::list_sessions))
-        .route("/v1/sessions/{id}", get(http::get_session))
+        .route(
+            "/v1/sessions/{id}",
+            get(http::get_session)
+                .patch(http::rename_session)
+                .delete(http::delete_session),
+        )
         .route("/v1/sessions/{id}/turns", get(http::session_turns))
         .route("/v1/sessions/{id}/runs", get(http::session_runs))
         .route(
             "/v1/workspaces",
             get(http::list_workspaces).post(http::add_workspace),
         )
+        .route("/v1/workspaces/{id}/file", get(http::workspace_file))
         .route("/openapi.json", get(http::openapi))
         .route("/agui", post(agui::run))
         .with_state(state.clone());
@@ -76,6 +83,7 @@ pub fn router(state: AppState, extra: Vec<Router>) -> Router {
     let public = Router::new()
         .route("/", get(web::index))
         .route("/assets/{file}", get(web::asset))
+        .route("/assets/vendor/{file}", get(web::vendor_asset))
         .with_state(state.clone());
     Router::new()
         .merge(public)

@@ -26,6 +26,9 @@ use crate::protocol::{Envelope, Event};
 use crate::services::approval::Via;
 use crate::workspace_gate::{Caller, Refusal};
 
+/// The longest session title a rename accepts.
+pub const MAX_TITLE_CHARS: usize = 200;
+
 /// What a frontend sends to start a run.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -550,6 +553,71 @@ impl RunManager {
 
     pub fn sessions(&self, limit: usize) -> Result<Vec<Session>, ApiError> {
         Ok(self.app.store.list_sessions(limit)?)
+    }
+
+    /// Sessions whose title or turns contain `query`, newest first.
+    pub fn search_sessions(&self, query: &str, limit: usize) -> Result<Vec<Session>, ApiError> {
+        Ok(self.app.store.search_sessions(query, limit)?)
+    }
+
+    /// Renames a session. The title is one line of at most
+    /// [`MAX_TITLE_CHARS`] characters.
+    pub fn rename_session(&self, id: &str, title: &str) -> Result<Session, ApiError> {
+        let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
+        if title.is_empty() {
+            return Err(ApiError::bad_request(
+                "`title` is empty; send the new name of the session",
+            ));
+        }
+        if title.chars().count() > MAX_TITLE_CHARS {
+            return Err(ApiError::bad_request(format!(
+                "`title` is longer than {MAX_TITLE_CHARS} characters; send a shorter name"
+            )));
+        }
+        self.session(id)?;
+        self.app.store.set_session_title(id, &title)?;
+        self.session(id)
+    }
+
+    /// Deletes a session (see [`capstan_store::Store::delete_session`] for
+    /// what stays for the audit). Refused while a run of it is in flight.
+    pub fn delete_session(
+        self: &Arc<Self>,
+        id: &str,
+    ) -> Result<capstan_store::SessionDeletion, ApiError> {
+        self.session(id)?;
+        // Held for the delete, so no run can start in the session meanwhile.
+        let _guard = self.reserve_session(id)?;
+        Ok(self.app.store.delete_session(id)?)
+    }
+
+    /// The workspace `-w` gave the server, if any (the page preselects it).
+    pub fn default_workspace(&self) -> Option<&Path> {
+        self.default_workspace.as_deref()
+    }
+
+    /// A text file of a registered workspace, for the citation viewer (see
+    /// [`super::files`]).
+    pub fn workspace_file(
+        &self,
+        workspace_id: &str,
+        path: &str,
+    ) -> Result<super::files::FileText, ApiError> {
+        let ws = self.app.store.get_workspace_by_id(workspace_id)?.ok_or_else(|| {
+            ApiError::not_found(format!(
+                "no workspace `{workspace_id}`; list them at GET /v1/workspaces"
+            ))
+        })?;
+        // The gate again: registered, and still not a forbidden place (a
+        // symlink may have been swapped in since it was registered).
+        let store = &self.app.store;
+        let root = self
+            .app
+            .gate
+            .check_for(&ws.root_path, self.caller, |root| {
+                matches!(store.get_workspace_by_root(root), Ok(Some(_)))
+            })?;
+        super::files::read(&root, &ws.id, path)
     }
 
     pub fn session(&self, id: &str) -> Result<Session, ApiError> {

@@ -1,9 +1,19 @@
-//! The reference web chat: three static files compiled into the binary, so
+//! The reference web chat: static files compiled into the binary, so
 //! `cargo build` is the only build step. They hold no data and load without
 //! the token. Opened as `/?token=...` (the start-up URL), the page comes with
 //! an HttpOnly SameSite=Strict cookie holding the token; the page's script
 //! then drops the token from the address bar and its API calls carry the
 //! cookie, which no script can read and no other site's request carries.
+//!
+//! Model output and workspace text are untrusted. The page renders Markdown
+//! with vendored, pinned releases of marked (parser), DOMPurify (sanitiser)
+//! and highlight.js (code colours); see `web/vendor/README.md` for why these
+//! and how they are pinned. Every response carries a strict
+//! Content-Security-Policy as a second wall: scripts and styles only from this
+//! server (no inline script, no `eval`), no remote images, fonts, frames or
+//! connections, the page never framed (no clickjacking of the approval
+//! buttons), and Trusted Types, so no string reaches an HTML sink except
+//! through DOMPurify's policy.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -15,8 +25,37 @@ use super::AppState;
 use super::error::ApiError;
 
 const INDEX: &str = include_str!("web/index.html");
-const APP_JS: &str = include_str!("web/app.js");
-const STYLE_CSS: &str = include_str!("web/style.css");
+
+/// `/assets/{name}`: the page's own files.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("app.js", JS, include_str!("web/app.js")),
+    ("markdown.js", JS, include_str!("web/markdown.js")),
+    ("theme.js", JS, include_str!("web/theme.js")),
+    ("style.css", CSS, include_str!("web/style.css")),
+];
+
+/// `/assets/vendor/{name}`: third-party files, byte for byte as published
+/// (tests/webchat.rs compares them with the pinned npm packages).
+const VENDOR: &[(&str, &str, &str)] = &[
+    ("marked.umd.js", JS, include_str!("web/vendor/marked.umd.js")),
+    ("purify.min.js", JS, include_str!("web/vendor/purify.min.js")),
+    (
+        "highlight.min.js",
+        JS,
+        include_str!("web/vendor/highlight.min.js"),
+    ),
+];
+
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+
+/// The policy on every page response. `img-src data:` is for the blank
+/// favicon only; Markdown images are never turned into `<img>` (see
+/// markdown.js), and this keeps a slip from loading a remote one.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; \
+     form-action 'self'; frame-ancestors 'none'; require-trusted-types-for 'script'; \
+     trusted-types dompurify";
 
 #[derive(Deserialize)]
 pub struct IndexQuery {
@@ -36,21 +75,35 @@ pub async fn index(
         // The token is in this URL: keep it out of caches and referrers.
         resp.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        resp.headers_mut().insert(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
-        );
     }
     resp
 }
 
 pub async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
-    match file.as_str() {
-        "app.js" => Ok(page(APP_JS, "text/javascript; charset=utf-8")),
-        "style.css" => Ok(page(STYLE_CSS, "text/css; charset=utf-8")),
-        _ => Err(ApiError::not_found(format!(
-            "no asset `{file}`; the web chat has /assets/app.js and /assets/style.css"
-        ))),
+    lookup(ASSETS, &file, "/assets/")
+}
+
+pub async fn vendor_asset(Path(file): Path<String>) -> Result<Response, ApiError> {
+    lookup(VENDOR, &file, "/assets/vendor/")
+}
+
+fn lookup(
+    table: &[(&str, &'static str, &'static str)],
+    file: &str,
+    prefix: &str,
+) -> Result<Response, ApiError> {
+    match table.iter().find(|(name, _, _)| *name == file) {
+        Some((_, content_type, body)) => Ok(page(body, content_type)),
+        None => {
+            let known: Vec<String> = table
+                .iter()
+                .map(|(name, _, _)| format!("{prefix}{name}"))
+                .collect();
+            Err(ApiError::not_found(format!(
+                "no asset `{file}`; the web chat has {}",
+                known.join(", ")
+            )))
+        }
     }
 }
 
@@ -59,10 +112,11 @@ fn page(body: &'static str, content_type: &'static str) -> Response {
         [
             (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "no-cache"),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'self'; connect-src 'self'; img-src 'self' data:",
-            ),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            // Links in answers lead to other sites: they learn nothing of this one.
+            (header::REFERRER_POLICY, "no-referrer"),
         ],
         body,
     )

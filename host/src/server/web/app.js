@@ -2,7 +2,9 @@
 // API (POST /v1/runs answers with the run's SSE stream) and renders the event
 // protocol of docs/EVENTS.md: the answer from response.*, the activity feed
 // from `activity`, the plan panel from plan.* and terminal.step, approvals
-// from approval.*. Every server string goes through textContent, never HTML.
+// from approval.*. Answers are Markdown rendered by markdown.js (sanitised);
+// every other server string (file text, commands, feed lines, titles) goes
+// through textContent, never HTML.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -11,7 +13,7 @@ const el = (tag, attrs = {}, ...children) => {
   for (const [k, v] of Object.entries(attrs)) {
     if (k === "class") node.className = v;
     else if (k === "text") node.textContent = v;
-    else node.setAttribute(k, v);
+    else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v);
   }
   for (const c of children) node.append(c);
   return node;
@@ -48,34 +50,81 @@ const state = {
   sessionId: null,
   runId: null,
   workspaces: [],
+  sessions: [],
 };
 
 function setStatus(text) {
   $("#status").textContent = text;
 }
 
+// Theme: system, then dark, then light (theme.js applied the saved choice).
+
+const THEMES = ["system", "dark", "light"];
+function showTheme() {
+  const t = document.documentElement.dataset.theme || "system";
+  const words = { system: "follows the system", dark: "dark", light: "light" };
+  $("#theme-toggle").setAttribute("aria-label", `Theme: ${words[t]} (change)`);
+  $("#theme-toggle").title = `Theme: ${words[t]}`;
+}
+$("#theme-toggle").addEventListener("click", () => {
+  const now = document.documentElement.dataset.theme || "system";
+  const next = THEMES[(THEMES.indexOf(now) + 1) % THEMES.length];
+  if (next === "system") {
+    delete document.documentElement.dataset.theme;
+    localStorage.removeItem("capstan-theme");
+  } else {
+    document.documentElement.dataset.theme = next;
+    localStorage.setItem("capstan-theme", next);
+  }
+  showTheme();
+});
+showTheme();
+
+// The sessions drawer (narrow screens).
+
+function setDrawer(open) {
+  document.body.classList.toggle("drawer-open", open);
+  $("#drawer-open").setAttribute("aria-expanded", String(open));
+  $("#scrim").hidden = !open;
+  if (open) $("#session-search").focus();
+}
+$("#drawer-open").addEventListener("click", () => setDrawer(true));
+$("#drawer-close").addEventListener("click", () => { setDrawer(false); $("#drawer-open").focus(); });
+$("#scrim").addEventListener("click", () => setDrawer(false));
+
 // Workspaces.
 
+function workspaceById(id) {
+  return state.workspaces.find((w) => w.id === id);
+}
+
+function selectedWorkspace() {
+  return state.workspaces.find((w) => w.root_path === $("#workspace").value);
+}
+
 async function loadWorkspaces(select) {
-  const { workspaces } = await (await api("/v1/workspaces")).json();
+  const { workspaces, default: fallback } = await (await api("/v1/workspaces")).json();
   state.workspaces = workspaces;
   const picker = $("#workspace");
-  picker.replaceChildren(el("option", { value: "", text: "(none)" }));
+  picker.replaceChildren(el("option", { value: "", text: "No workspace" }));
   for (const ws of workspaces) {
-    picker.append(el("option", { value: ws.root_path, text: `${ws.name} — ${ws.root_path}` }));
+    picker.append(el("option", { value: ws.root_path, text: ws.name || ws.root_path, title: ws.root_path }));
   }
-  const wanted = select ?? localStorage.getItem("capstan-workspace") ?? "";
-  if ([...picker.options].some((o) => o.value === wanted)) picker.value = wanted;
+  // The explicit choice, else the last one used here, else the server's `-w`.
+  const saved = localStorage.getItem("capstan-workspace");
+  const has = (v) => v !== null && v !== undefined && [...picker.options].some((o) => o.value === v);
+  picker.value = [select, saved, fallback].find(has) ?? "";
   showProfile();
 }
 
 function showProfile() {
-  const ws = state.workspaces.find((w) => w.root_path === $("#workspace").value);
+  const ws = selectedWorkspace();
   $("#profile").textContent = ws ? `policy: ${ws.policy_profile}` : "";
+  $("#workspace").title = ws ? ws.root_path : "No workspace: answers without files or commands";
   localStorage.setItem("capstan-workspace", $("#workspace").value);
 }
 
-$("#workspace").addEventListener("change", showProfile);
+$("#workspace").addEventListener("change", () => { showProfile(); renderSessions(); });
 
 $("#add-workspace").addEventListener("submit", async (ev) => {
   ev.preventDefault();
@@ -93,72 +142,338 @@ $("#add-workspace").addEventListener("submit", async (ev) => {
   }
 });
 
-// Sessions.
+// Sessions: grouped by workspace, newest first, with dates, search, rename, delete.
+
+const dayFormat = new Intl.DateTimeFormat(undefined, { day: "numeric", month: "short" });
+const yearFormat = new Intl.DateTimeFormat(undefined, { day: "numeric", month: "short", year: "numeric" });
+const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+
+function when(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return "";
+  const now = new Date();
+  if (d.toDateString() === now.toDateString()) return timeFormat.format(d);
+  return (d.getFullYear() === now.getFullYear() ? dayFormat : yearFormat).format(d);
+}
+
+let searchTimer = null;
+$("#session-search").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => loadSessions().catch((e) => setStatus(e.message)), 200);
+});
 
 async function loadSessions() {
-  const { sessions } = await (await api("/v1/sessions?limit=30")).json();
-  const list = $("#sessions");
-  list.replaceChildren();
-  for (const s of sessions) {
-    const button = el("button", { type: "button", text: s.title || s.id, title: s.id });
-    if (s.id === state.sessionId) button.setAttribute("aria-current", "true");
-    button.addEventListener("click", () => openSession(s.id));
-    list.append(el("li", {}, button));
+  const q = $("#session-search").value.trim();
+  const query = q ? `&q=${encodeURIComponent(q)}` : "";
+  const { sessions } = await (await api(`/v1/sessions?limit=100${query}`)).json();
+  state.sessions = sessions;
+  renderSessions();
+}
+
+function renderSessions() {
+  const groups = new Map();
+  for (const s of state.sessions) {
+    const key = s.workspace_id || "";
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(s);
   }
+  // The selected workspace's sessions first, then the others by recency.
+  const current = selectedWorkspace()?.id || "";
+  const keys = [...groups.keys()].sort((a, b) => (b === current) - (a === current));
+  const box = $("#sessions");
+  box.replaceChildren();
+  if (!state.sessions.length) {
+    box.append(el("p", { class: "muted", text: $("#session-search").value ? "No session matches." : "No sessions yet." }));
+  }
+  for (const key of keys) {
+    const ws = workspaceById(key);
+    const name = key ? (ws ? ws.name : "Removed workspace") : "No workspace";
+    const headingId = `group-${key || "none"}`;
+    const list = el("ul", { "aria-labelledby": headingId });
+    for (const s of groups.get(key)) list.append(sessionItem(s));
+    box.append(el("section", { class: "session-group" },
+      el("h3", { id: headingId, text: name, title: ws ? ws.root_path : "" }), list));
+  }
+}
+
+function sessionItem(s) {
+  const title = s.title || "Untitled session";
+  const open = el("button", { type: "button", class: "session-open", title },
+    el("span", { class: "session-title", text: title }),
+    el("time", { class: "session-date", datetime: s.updated_at, text: when(s.updated_at) }));
+  if (s.id === state.sessionId) open.setAttribute("aria-current", "true");
+  open.addEventListener("click", () => { openSession(s.id); setDrawer(false); });
+  const rename = el("button", { type: "button", class: "icon-button small", "aria-label": `Rename “${title}”`, title: "Rename" },
+    el("span", { "aria-hidden": "true", text: "✎" }));
+  const remove = el("button", { type: "button", class: "icon-button small", "aria-label": `Delete “${title}”`, title: "Delete" },
+    el("span", { "aria-hidden": "true", text: "🗑" }));
+  const li = el("li", { class: "session", "data-session": s.id }, open, el("span", { class: "session-tools" }, rename, remove));
+  rename.addEventListener("click", () => startRename(li, s));
+  remove.addEventListener("click", () => confirmDelete(li, s));
+  return li;
+}
+
+function startRename(li, s) {
+  const input = el("input", { type: "text", class: "rename", value: s.title, "aria-label": "New session name", maxlength: "200" });
+  const form = el("form", { class: "rename-form" }, input);
+  li.replaceChildren(form);
+  input.focus();
+  input.select();
+  const done = () => renderSessions();
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      await api(`/v1/sessions/${encodeURIComponent(s.id)}`, { method: "PATCH", body: { title: input.value } });
+      await loadSessions();
+      setStatus("session renamed");
+    } catch (e) {
+      setStatus(`could not rename: ${e.message}`);
+      done();
+    }
+  });
+  input.addEventListener("keydown", (ev) => { if (ev.key === "Escape") { ev.stopPropagation(); done(); } });
+}
+
+function confirmDelete(li, s) {
+  const yes = el("button", { type: "button", class: "danger", text: "Delete" });
+  const no = el("button", { type: "button", text: "Keep" });
+  li.replaceChildren(el("div", { class: "confirm", role: "group", "aria-label": "Delete this session?" },
+    el("span", { text: `Delete “${s.title || "Untitled session"}”? Approvals stay in the audit log.` }), yes, no));
+  no.focus();
+  no.addEventListener("click", () => renderSessions());
+  yes.addEventListener("click", async () => {
+    try {
+      await api(`/v1/sessions/${encodeURIComponent(s.id)}`, { method: "DELETE" });
+      if (state.sessionId === s.id) newChat();
+      await loadSessions();
+      setStatus("session deleted");
+    } catch (e) {
+      setStatus(`could not delete: ${e.message}`);
+      renderSessions();
+    }
+  });
 }
 
 async function openSession(id) {
   if (state.runId) return;
   state.sessionId = id;
-  const { turns } = await (await api(`/v1/sessions/${encodeURIComponent(id)}/turns`)).json();
+  const [{ turns }, session] = await Promise.all([
+    (await api(`/v1/sessions/${encodeURIComponent(id)}/turns`)).json(),
+    (await api(`/v1/sessions/${encodeURIComponent(id)}`)).json(),
+  ]);
   $("#messages").replaceChildren();
   clearPlan();
+  closeViewer();
+  const ws = workspaceById(session.workspace_id);
+  if (ws) { $("#workspace").value = ws.root_path; showProfile(); }
+  const replays = [];
   for (const t of turns) {
-    if (t.role === "user") addUserMessage(t.content);
-    else addAssistantMessage().answer.textContent = t.content;
+    if (t.role === "user") {
+      addUserMessage(t.content);
+      continue;
+    }
+    const view = addAssistantMessage(session.workspace_id);
+    view.text = t.content;
+    renderAnswer(view);
+    if (t.run_id) replays.push(replay(view, t.run_id));
   }
-  await loadSessions();
+  updateEmpty();
+  renderSessions();
+  await Promise.allSettled(replays);
+  $("#messages").lastElementChild?.scrollIntoView({ block: "end" });
+}
+
+// A finished run's stored events give back its citations, feed and status.
+async function replay(view, runId) {
+  view.replaying = true;
+  const resp = await api(`/v1/runs/${encodeURIComponent(runId)}/events`);
+  await readEvents(resp, (e) => handle(view, e));
+  view.replaying = false;
+}
+
+function newChat() {
+  state.sessionId = null;
+  $("#messages").replaceChildren();
+  clearPlan();
+  closeViewer();
+  updateEmpty();
+  renderSessions();
 }
 
 $("#new-chat").addEventListener("click", () => {
   if (state.runId) return;
-  state.sessionId = null;
-  $("#messages").replaceChildren();
-  clearPlan();
-  loadSessions();
+  newChat();
   $("#message").focus();
 });
 
 // Messages.
 
+function updateEmpty() {
+  $("#empty").hidden = $("#messages").children.length > 0;
+}
+
 function addUserMessage(text) {
   const li = el("li", { class: "user" }, el("div", { class: "bubble", text }));
   $("#messages").append(li);
+  updateEmpty();
   li.scrollIntoView({ block: "end" });
 }
 
-function addAssistantMessage() {
-  const answer = el("div", { class: "answer", "aria-live": "polite" });
+function addAssistantMessage(workspaceId) {
+  const answer = el("div", { class: "answer markdown" });
   const approvals = el("div", { class: "approvals" });
   const citations = el("ol", { class: "citations", "aria-label": "Sources" });
   const feedList = el("ul", { class: "activity" });
-  const feed = el("details", { class: "feed", open: "" },
-    el("summary", { text: "What Capstan did" }), feedList);
+  const feedSummary = el("summary", { text: "What Capstan is doing" });
+  const feed = el("details", { class: "feed", hidden: "" }, feedSummary, feedList);
   const status = el("div", { class: "run-status" });
-  const li = el("li", { class: "assistant" }, approvals, answer, citations, feed, status);
+  const copy = el("button", { type: "button", class: "copy-answer small", hidden: "", text: "Copy answer" });
+  const footer = el("div", { class: "answer-tools" }, status, copy);
+  const li = el("li", { class: "assistant" }, approvals, answer, citations, feed, footer);
   $("#messages").append(li);
-  return { li, answer, approvals, citations, feedList, feed, status };
+  updateEmpty();
+  const view = {
+    li, answer, approvals, citations, feedList, feed, feedSummary, status, copy,
+    text: "", cites: [], workspaceId, scheduled: false, replaying: false, steps: 0,
+  };
+  copy.addEventListener("click", () => copyText(copy, view.text));
+  return view;
 }
+
+// Renders the answer's Markdown; while it streams, once per frame at most.
+function scheduleRender(view) {
+  if (view.scheduled) return;
+  view.scheduled = true;
+  requestAnimationFrame(() => {
+    view.scheduled = false;
+    renderAnswer(view);
+  });
+}
+
+function renderAnswer(view) {
+  const cited = new Set(view.cites.map((c) => c.n));
+  const frag = CapstanMarkdown.render(view.text, cited, (n) => citeLink(view, n));
+  decorate(frag, view);
+  view.answer.replaceChildren(frag);
+  view.copy.hidden = !view.text;
+}
+
+// The page's own controls on rendered Markdown: copy buttons on code blocks,
+// scrollable tables, workspace-file links.
+function decorate(frag, view) {
+  for (const pre of frag.querySelectorAll("pre")) {
+    const code = pre.querySelector("code");
+    const lang = code?.dataset.lang || "";
+    const button = el("button", { type: "button", class: "copy-code small", text: "Copy", "aria-label": `Copy ${lang || "code"}` });
+    button.addEventListener("click", () => copyText(button, code ? code.textContent : pre.textContent));
+    const head = el("div", { class: "code-head" }, el("span", { class: "muted", text: lang || "text" }), button);
+    const wrap = el("div", { class: "code-block" });
+    pre.replaceWith(wrap);
+    wrap.append(head, pre);
+  }
+  for (const table of frag.querySelectorAll("table")) {
+    const wrap = el("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": "Table" });
+    table.replaceWith(wrap);
+    wrap.append(table);
+  }
+  for (const a of frag.querySelectorAll("a.file-link")) {
+    a.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      openViewer(view, { path: a.dataset.file, line_start: 0, line_end: 0, heading: "" }, a);
+    });
+  }
+}
+
+async function copyText(button, text) {
+  const label = button.textContent;
+  try {
+    await navigator.clipboard.writeText(text);
+    button.textContent = "Copied";
+  } catch (_) {
+    button.textContent = "Copy failed";
+  }
+  setTimeout(() => { button.textContent = label; }, 1500);
+}
+
+function citeLabel(c) {
+  const lines = c.line_start ? `:${c.line_start}${c.line_end && c.line_end !== c.line_start ? `–${c.line_end}` : ""}` : "";
+  return `${c.path}${lines}`;
+}
+
+function citeLink(view, n) {
+  const c = view.cites.find((x) => x.n === n);
+  const a = el("a", { href: "#", class: "cite", text: `[${n}]`, title: c ? `Open ${citeLabel(c)}` : "" });
+  a.addEventListener("click", (ev) => { ev.preventDefault(); if (c) openViewer(view, c, a); });
+  return a;
+}
+
+function showCitations(view) {
+  view.citations.replaceChildren(...view.cites.map((c) => {
+    const a = el("a", { href: "#", class: "citation" },
+      el("span", { class: "cite-path", text: citeLabel(c) }),
+      c.heading ? el("span", { class: "muted", text: ` — ${c.heading}` }) : "");
+    a.addEventListener("click", (ev) => { ev.preventDefault(); openViewer(view, c, a); });
+    return el("li", { value: String(c.n) }, a);
+  }));
+}
+
+// The side viewer: the cited lines of a workspace file, as plain text.
+
+let viewerReturn = null;
+
+async function openViewer(view, cite, from) {
+  viewerReturn = from;
+  const box = $("#viewer");
+  const wsId = view.workspaceId || selectedWorkspace()?.id;
+  $("#viewer-title").textContent = citeLabel(cite);
+  $("#viewer-note").textContent = "Loading…";
+  $("#viewer-lines").replaceChildren();
+  box.hidden = false;
+  document.body.classList.add("viewer-open");
+  $("#viewer-title").focus();
+  if (!wsId) {
+    $("#viewer-note").textContent = "This answer has no workspace to open files from.";
+    return;
+  }
+  try {
+    const file = await (await api(`/v1/workspaces/${encodeURIComponent(wsId)}/file?path=${encodeURIComponent(cite.path)}`)).json();
+    const list = $("#viewer-lines");
+    let first = null;
+    file.lines.forEach((text, i) => {
+      const n = i + 1;
+      const cited = cite.line_start && n >= cite.line_start && n <= (cite.line_end || cite.line_start);
+      const li = el("li", { value: String(n), class: cited ? "cited" : "" }, el("code", { text: text || " " }));
+      if (cited && !first) first = li;
+      list.append(li);
+    });
+    const ws = workspaceById(wsId);
+    $("#viewer-note").textContent = `${file.lines.length} lines${ws ? ` in ${ws.name}` : ""}${cite.heading ? ` · ${cite.heading}` : ""}${file.lossy ? " · not valid UTF-8, shown approximately" : ""}`;
+    (first || list.firstElementChild)?.scrollIntoView({ block: "center" });
+  } catch (e) {
+    $("#viewer-note").textContent = `Cannot open ${cite.path}: ${e.message}`;
+  }
+}
+
+function closeViewer() {
+  if ($("#viewer").hidden) return;
+  $("#viewer").hidden = true;
+  document.body.classList.remove("viewer-open");
+  if (viewerReturn && document.contains(viewerReturn)) viewerReturn.focus();
+  viewerReturn = null;
+}
+$("#viewer-close").addEventListener("click", closeViewer);
 
 // The plan panel.
 
 function clearPlan() {
   $("#plan-tasks").replaceChildren();
   $("#plan-empty").hidden = false;
+  document.body.classList.remove("has-plan");
 }
 
 function renderPlan(tasks) {
   $("#plan-empty").hidden = true;
+  document.body.classList.add("has-plan");
   const list = $("#plan-tasks");
   list.replaceChildren();
   for (const t of tasks) {
@@ -166,7 +481,7 @@ function renderPlan(tasks) {
     const trace = el("div", { class: "trace" },
       el("p", { class: "note", text: `${t.kind} · ${t.operation}` }));
     const details = el("details", {},
-      el("summary", {}, badge, el("span", { text: t.title || `${t.kind} ${t.operation}` })), trace);
+      el("summary", {}, badge, el("span", { class: "task-title", text: t.title || `${t.kind} ${t.operation}` })), trace);
     list.append(el("li", { "data-task": t.id }, details));
   }
 }
@@ -188,6 +503,15 @@ function addTraceNote(id, text) {
   if (li) li.querySelector(".trace").append(el("p", { class: "note", text }));
 }
 
+// A task's summary repeats its commands' output; the steps show it once, in
+// monospace, so a task with steps keeps only the summary's first line.
+function addTaskSummary(id, summary) {
+  const li = planTask(id);
+  if (!li) return;
+  const hasSteps = li.querySelector(".trace .step");
+  addTraceNote(id, hasSteps ? summary.split("\n")[0] : summary);
+}
+
 function addTerminalStep(ev) {
   const li = planTask(ev.task_id);
   if (!li) return;
@@ -199,45 +523,82 @@ function addTerminalStep(ev) {
     el("span", { class: "muted", text: `${outcome} · ${ev.duration_ms} ms · ${ev.risk}` }));
   let output = ev.output_tail || "(no output)";
   if (ev.truncated_bytes) output = `… ${ev.truncated_bytes} earlier bytes not shown\n${output}`;
-  li.querySelector(".trace").append(el("div", { class: "step" }, head, el("pre", { text: output })));
+  li.querySelector(".trace").append(el("div", { class: "step" }, head, el("pre", { text: output, tabindex: "0" })));
 }
 
-// Approvals.
+// Approvals: each reason once; the buttons give way to the decision. The card
+// takes focus, not its Approve button, so an Enter meant for the message box
+// cannot approve: Tab reaches the buttons, Enter or Space presses one.
 
 function showApproval(view, ev) {
-  const decision = el("span", { class: "decision", role: "status" });
+  const decision = el("p", { class: "decision", role: "status" });
   const buttons = el("div", { class: "buttons" });
-  const card = el("div", { class: "approval", "data-approval": ev.approval_id },
-    el("div", {}, el("strong", { text: `Approval needed (${ev.risk}): ` }), el("code", { text: ev.command || ev.action })),
-    el("ul", {}, ...ev.reasons.map((r) => el("li", { text: r }))),
+  const titleId = `approval-${ev.approval_id}`;
+  const seen = new Set([String(ev.risk).toLowerCase()]);
+  const reasons = (ev.reasons || []).filter((r) => {
+    const key = r.trim().toLowerCase();
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+  const card = el("div", { class: "approval", "data-approval": ev.approval_id, role: "group", tabindex: "-1", "aria-labelledby": titleId },
+    el("p", { id: titleId, class: "approval-title" },
+      el("strong", { text: `Approve this ${ev.risk} command?` })),
+    el("pre", { class: "approval-command", text: ev.command || ev.action }),
+    ev.cwd ? el("p", { class: "muted small-text", text: `in ${ev.cwd}` }) : "",
+    reasons.length ? el("ul", {}, ...reasons.map((r) => el("li", { text: r }))) : "",
     buttons, decision);
   const choices = [
     ["Approve", "approved", "primary"],
     ["Always this session", "approved-for-session", ""],
-    ["Deny", "denied", ""],
+    ["Deny", "denied", "danger"],
   ];
+  const send = async (value) => {
+    for (const x of buttons.querySelectorAll("button")) x.disabled = true;
+    try {
+      await api(`/v1/approvals/${encodeURIComponent(ev.approval_id)}`, { method: "POST", body: { decision: value } });
+    } catch (e) {
+      decision.textContent = `could not send the decision: ${e.message}`;
+      for (const x of buttons.querySelectorAll("button")) x.disabled = false;
+    }
+  };
   for (const [label, value, cls] of choices) {
     const b = el("button", { type: "button", class: cls, text: label });
-    b.addEventListener("click", async () => {
-      for (const x of buttons.querySelectorAll("button")) x.disabled = true;
-      try {
-        await api(`/v1/approvals/${encodeURIComponent(ev.approval_id)}`, { method: "POST", body: { decision: value } });
-      } catch (e) {
-        decision.textContent = `could not send the decision: ${e.message}`;
-        for (const x of buttons.querySelectorAll("button")) x.disabled = false;
-      }
-    });
+    b.addEventListener("click", () => send(value));
     buttons.append(b);
   }
   view.approvals.append(card);
-  buttons.querySelector("button").focus();
+  card.scrollIntoView({ block: "nearest" });
+  if (!view.replaying) card.focus();
 }
 
 function approvalDecided(view, ev) {
   const card = view.approvals.querySelector(`[data-approval="${CSS.escape(ev.approval_id)}"]`);
   if (!card) return;
-  for (const b of card.querySelectorAll("button")) b.disabled = true;
-  card.querySelector(".decision").textContent = `${ev.decision} (by ${ev.by})`;
+  const hadFocus = card.contains(document.activeElement);
+  card.querySelector(".buttons")?.remove();
+  card.classList.add(ev.decision.startsWith("approved") ? "approved" : "denied");
+  card.querySelector(".decision").textContent = `${ev.decision} (by ${ev.by}${ev.via ? ` via ${ev.via}` : ""})`;
+  if (hadFocus) $("#message").focus();
+}
+
+// The activity feed: open while the run works, one line once it ends.
+
+function addFeed(view, text, cls) {
+  view.feed.hidden = false;
+  if (!view.replaying && !view.ended) view.feed.open = true;
+  view.steps += 1;
+  view.lastFeed = text;
+  view.feedList.append(el("li", { class: cls || "", text }));
+}
+
+function endFeed(view, word) {
+  view.ended = true;
+  view.feed.open = false;
+  if (!view.steps) return;
+  const steps = `${view.steps} step${view.steps === 1 ? "" : "s"}`;
+  view.feedSummary.textContent = `What Capstan did: ${steps}${view.lastFeed ? ` · ${view.lastFeed}` : ""}`;
+  view.feedSummary.title = `${word}; open to see every step`;
 }
 
 // A run.
@@ -247,19 +608,23 @@ function usageText(u) {
   return `${u.input_tokens} in / ${u.output_tokens} out tokens${u.estimated ? " (estimated)" : ""}${cost}`;
 }
 
+// Feed lines that repeat what the card or the trace already shows.
+const MIRRORED = new Set(["approval.waiting", "approval", "plan"]);
+
 function handle(view, ev) {
   switch (ev.type) {
     case "run.started":
+      if (view.replaying) break;
       state.runId = ev.run_id;
       state.sessionId = ev.session_id || state.sessionId;
       $("#cancel").disabled = false;
-      setStatus("running…");
+      setStatus("running… (Esc cancels)");
       break;
     case "activity":
-      view.feedList.append(el("li", { text: ev.message }));
+      if (!MIRRORED.has(ev.kind)) addFeed(view, ev.message);
       break;
     case "workspace.required":
-      view.feedList.append(el("li", { class: "error", text: `workspace required: ${ev.message}` }));
+      addFeed(view, `workspace required: ${ev.message}`, "error");
       break;
     case "plan.created":
       renderPlan(ev.tasks);
@@ -274,7 +639,7 @@ function handle(view, ev) {
       addTraceNote(ev.task_id, `skipped: ${ev.reason}`);
       break;
     case "task.completed":
-      addTraceNote(ev.task_id, ev.summary);
+      addTaskSummary(ev.task_id, ev.summary);
       break;
     case "capability.status":
       addTraceNote(ev.task_id, `${ev.status}: ${ev.message}`);
@@ -290,25 +655,31 @@ function handle(view, ev) {
       approvalDecided(view, ev);
       break;
     case "response.delta":
-      view.answer.textContent += ev.text;
+      if (view.replaying) break;
+      view.text += ev.text;
+      scheduleRender(view);
       break;
     case "response.completed":
-      view.answer.textContent = ev.text;
-      view.citations.replaceChildren(...ev.citations.map((c) =>
-        el("li", { value: String(c.n), text: `${c.path}:${c.line_start}-${c.line_end}${c.heading ? ` — ${c.heading}` : ""}` })));
+      view.text = ev.text;
+      view.cites = ev.citations || [];
+      renderAnswer(view);
+      showCitations(view);
       break;
     case "budget.warning":
-      view.feedList.append(el("li", { class: "error", text: ev.message }));
+      addFeed(view, ev.message, "error");
       break;
     case "run.completed":
       view.status.textContent = `completed · ${usageText(ev.usage)}`;
+      endFeed(view, "completed");
       break;
     case "run.failed":
       view.status.textContent = `failed (${ev.reason}): ${ev.message} · ${usageText(ev.usage)}`;
       view.status.classList.add("failed");
+      endFeed(view, "failed");
       break;
     case "run.cancelled":
       view.status.textContent = `cancelled · ${usageText(ev.usage)}`;
+      endFeed(view, "cancelled");
       break;
   }
 }
@@ -338,19 +709,21 @@ $("#composer").addEventListener("submit", async (ev) => {
   const message = $("#message").value.trim();
   if (!message || state.runId) return;
   $("#message").value = "";
+  autosize();
   $("#send").disabled = true;
   addUserMessage(message);
   clearPlan();
-  const view = addAssistantMessage();
+  closeViewer();
+  const ws = selectedWorkspace();
+  const view = addAssistantMessage(ws?.id);
   const body = { message };
   if (state.sessionId) body.session_id = state.sessionId;
-  const workspace = $("#workspace").value;
-  if (workspace) body.workspace = workspace;
+  if (ws) body.workspace = ws.root_path;
   try {
     const resp = await api("/v1/runs", { method: "POST", body });
     await readEvents(resp, (e) => {
       handle(view, e);
-      view.li.scrollIntoView({ block: "end" });
+      if (e.type === "response.delta" || e.type === "response.completed") view.li.scrollIntoView({ block: "end" });
     });
     setStatus("");
   } catch (e) {
@@ -365,14 +738,22 @@ $("#composer").addEventListener("submit", async (ev) => {
   }
 });
 
+// The composer grows with its text up to a third of the screen.
+function autosize() {
+  const box = $("#message");
+  box.style.height = "auto";
+  box.style.height = `${Math.min(box.scrollHeight + 2, window.innerHeight / 3)}px`;
+}
+$("#message").addEventListener("input", autosize);
+
 $("#message").addEventListener("keydown", (ev) => {
-  if (ev.key === "Enter" && !ev.shiftKey) {
+  if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
     ev.preventDefault();
     $("#composer").requestSubmit();
   }
 });
 
-$("#cancel").addEventListener("click", async () => {
+async function cancelRun() {
   if (!state.runId) return;
   $("#cancel").disabled = true;
   setStatus("cancelling…");
@@ -381,6 +762,19 @@ $("#cancel").addEventListener("click", async () => {
   } catch (e) {
     setStatus(`could not cancel: ${e.message}`);
   }
+}
+$("#cancel").addEventListener("click", cancelRun);
+
+// Esc: close the viewer, then the drawer, then cancel the run.
+document.addEventListener("keydown", (ev) => {
+  if (ev.key !== "Escape" || ev.defaultPrevented) return;
+  if (!$("#viewer").hidden) closeViewer();
+  else if (document.body.classList.contains("drawer-open")) { setDrawer(false); $("#drawer-open").focus(); }
+  else if (state.runId) cancelRun();
 });
 
-Promise.all([loadWorkspaces(), loadSessions()]).catch((e) => setStatus(e.message));
+$("#message").focus();
+updateEmpty();
+Promise.all([loadWorkspaces(), loadSessions()])
+  .then(renderSessions)
+  .catch((e) => setStatus(e.message));
