@@ -297,8 +297,7 @@ impl App {
                 .get_session(id)?
                 .with_context(|| format!("no session `{id}`; see `capstan chat` /sessions"))?,
             None => {
-                let title: String = req.message.chars().take(60).collect();
-                self.store.create_session(&title, None)?
+                self.store.create_session(&session_title(&req.message), None)?
             }
         };
         // A session's remembered folder passes the gate too.
@@ -498,4 +497,43 @@ pub fn roll_summary(previous: &str, question: &str, answer: &str) -> String {
 /// The user's home directory, for `~/` in `[sandbox] read`.
 fn home_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(PathBuf::from)
+}
+
+/// Longest session title made from a first message, in characters.
+const TITLE_CHARS: usize = 80;
+
+/// A session's title from its first message: one line, whitespace runs
+/// collapsed, cut at a word boundary with an ellipsis when long (lists show
+/// two lines of it; rename gives it any name).
+pub fn session_title(message: &str) -> String {
+    let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= TITLE_CHARS {
+        return line;
+    }
+    let cut: String = line.chars().take(TITLE_CHARS).collect();
+    let at_word = match cut.rfind(' ') {
+        Some(i) if i > TITLE_CHARS / 2 => &cut[..i],
+        _ => cut.as_str(),
+    };
+    format!("{}…", at_word.trim_end_matches([',', '.', ';', ':', ' ']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_title;
+
+    #[test]
+    fn session_titles_are_one_line_cut_at_a_word() {
+        assert_eq!(
+            session_title("  How do I\n rotate   keys? "),
+            "How do I rotate keys?"
+        );
+        let long = "Please look through the release handbook and tell me every step of rotating \
+                    the signing keys, with owners";
+        let t = session_title(long);
+        assert!(t.ends_with('…') && t.chars().count() <= 81, "{t}");
+        assert!(long.starts_with(t.trim_end_matches('…')), "{t}");
+        let next = &long[t.trim_end_matches('…').len()..];
+        assert!(next.starts_with(' '), "cut at a word: {t}");
+    }
 }

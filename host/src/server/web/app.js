@@ -267,9 +267,12 @@ async function openSession(id) {
   const ws = workspaceById(session.workspace_id);
   if (ws) { $("#workspace").value = ws.root_path; showProfile(); }
   const replays = [];
+  const answered = new Set(turns.filter((t) => t.role === "assistant").map((t) => t.run_id));
   for (const t of turns) {
     if (t.role === "user") {
       addUserMessage(t.content);
+      // A run that left no answer (cancelled, failed early) still shows how it ended.
+      if (t.run_id && !answered.has(t.run_id)) replays.push(replay(addAssistantMessage(session.workspace_id), t.run_id));
       continue;
     }
     const view = addAssistantMessage(session.workspace_id);
@@ -364,7 +367,7 @@ function decorate(frag, view) {
   for (const pre of frag.querySelectorAll("pre")) {
     const code = pre.querySelector("code");
     const lang = code?.dataset.lang || "";
-    const button = el("button", { type: "button", class: "copy-code small", text: "Copy", "aria-label": `Copy ${lang || "code"}` });
+    const button = el("button", { type: "button", class: "copy-code small", text: "Copy", title: `Copy the ${lang || "code"}` });
     button.addEventListener("click", () => copyText(button, code ? code.textContent : pre.textContent));
     const head = el("div", { class: "code-head" }, el("span", { class: "muted", text: lang || "text" }), button);
     const wrap = el("div", { class: "code-block" });

@@ -32,7 +32,9 @@ window.CapstanMarkdown = (() => {
   const purify = (html) => DOMPurify.sanitize(html, {
     ALLOWED_TAGS: TAGS,
     ALLOWED_ATTR: ATTRS,
+    // Applies to href only: the other attributes are words, not addresses.
     ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i,
+    ADD_URI_SAFE_ATTR: ["target", "rel", "align", "start", "data-file", "data-lang"],
     ALLOW_DATA_ATTR: false,
     RETURN_DOM_FRAGMENT: true,
   });
@@ -107,7 +109,7 @@ window.CapstanMarkdown = (() => {
   // `[n]` in text (not in code or links) for each cited n.
   function linkMarkers(root, cited, makeLink) {
     const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
-      acceptNode: (n) => (n.parentElement.closest("code, pre, a") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
+      acceptNode: (n) => (n.parentElement?.closest("code, pre, a") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
     });
     const nodes = [];
     while (walker.nextNode()) nodes.push(walker.currentNode);
