@@ -68,7 +68,9 @@ try {
   const page = await context.newPage();
   watch(page);
   const last = "#messages > li.assistant:last-child";
-  const shot = (name, p = page) => p.screenshot({ path: `${artifacts}/webchat-${name}.png`, fullPage: true });
+  // The phone's shots show the screen as a person sees it (a full-page shot
+// would paint the sticky header and fixed composer mid-page).
+const shot = (name, p = page, fullPage = true) => p.screenshot({ path: `${artifacts}/webchat-${name}.png`, fullPage });
 
   // The start-up URL: the token becomes an HttpOnly cookie and leaves the address bar.
   await page.goto(startUrl);
@@ -230,7 +232,7 @@ try {
   await context.close();
 
   // A phone: 390 px wide, dark, the same session.
-  const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, colorScheme: "dark", isMobile: true, hasTouch: true });
+  const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, colorScheme: "dark", reducedMotion: "reduce", isMobile: true, hasTouch: true });
   const mobile = await phone.newPage();
   watch(mobile);
   await mobile.goto(startUrl);
@@ -239,7 +241,7 @@ try {
   await mobile.click("#drawer-open");
   await mobile.waitForSelector("#sidebar li.session", { state: "visible" });
   summary.phone.drawer = await overflow(mobile);
-  await shot("390-drawer", mobile);
+  await shot("390-drawer", mobile, false);
   await mobile.click("#sidebar li.session .session-open");
   await mobile.waitForFunction(() => document.querySelectorAll("#messages .citations li").length > 0);
   await mobile.waitForFunction(() => !document.body.classList.contains("drawer-open"));
@@ -253,7 +255,7 @@ try {
     const p = document.querySelector("#plan").getBoundingClientRect();
     return p.top >= m.bottom - 1;
   });
-  await shot("390-dark", mobile);
+  await shot("390-dark", mobile, false);
   summary.audit.phoneDark = await audit(mobile);
   await phone.close();
 

@@ -206,7 +206,7 @@ function sessionItem(s) {
   const rename = el("button", { type: "button", class: "icon-button small", "aria-label": `Rename “${title}”`, title: "Rename" },
     el("span", { "aria-hidden": "true", text: "✎" }));
   const remove = el("button", { type: "button", class: "icon-button small", "aria-label": `Delete “${title}”`, title: "Delete" },
-    el("span", { "aria-hidden": "true", text: "🗑" }));
+    el("span", { "aria-hidden": "true", text: "×" }));
   const li = el("li", { class: "session", "data-session": s.id }, open, el("span", { class: "session-tools" }, rename, remove));
   rename.addEventListener("click", () => startRename(li, s));
   remove.addEventListener("click", () => confirmDelete(li, s));
@@ -548,7 +548,7 @@ function showApproval(view, ev) {
     el("p", { id: titleId, class: "approval-title" },
       el("strong", { text: `Approve this ${ev.risk} command?` })),
     el("pre", { class: "approval-command", text: ev.command || ev.action }),
-    ev.cwd ? el("p", { class: "muted small-text", text: `in ${ev.cwd}` }) : "",
+    ev.cwd && ev.cwd !== "." ? el("p", { class: "muted small-text", text: `in ${ev.cwd}` }) : "",
     reasons.length ? el("ul", {}, ...reasons.map((r) => el("li", { text: r }))) : "",
     buttons, decision);
   const choices = [
@@ -597,6 +597,7 @@ function addFeed(view, text, cls) {
 
 function endFeed(view, word) {
   view.ended = true;
+  view.li.classList.add("ended");
   view.feed.open = false;
   if (!view.steps) return;
   const steps = `${view.steps} step${view.steps === 1 ? "" : "s"}`;

@@ -64,7 +64,9 @@ window.CapstanMarkdown = (() => {
     try { return decodeURIComponent(s); } catch (_) { return s; }
   }
 
-  const md = new marked.Marked({ gfm: true, breaks: false, async: false });
+  // `breaks`: a single newline is a line break, as in chat; answers written
+  // as plain lines (the offline answerer's) keep their shape.
+  const md = new marked.Marked({ gfm: true, breaks: true, async: false });
   md.use({
     renderer: {
       html(token) {
