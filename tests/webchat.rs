@@ -133,8 +133,16 @@ fn the_web_chat_renders_safely_cites_approves_by_keyboard_and_fits_a_phone() {
         .collect();
     assert!(errors.is_empty(), "errors in the page: {errors:?}");
     assert_eq!(s["dialogs"], json!([]), "a dialog opened");
-    assert_eq!(s["requests"], json!([]), "requests left the server's origin");
-    assert_eq!(s["cspViolations"], json!([]), "the policy had to stop something");
+    assert_eq!(
+        s["requests"],
+        json!([]),
+        "requests left the server's origin"
+    );
+    assert_eq!(
+        s["cspViolations"],
+        json!([]),
+        "the policy had to stop something"
+    );
     let csp = s["csp"].as_str().unwrap();
     for part in [
         "default-src 'none'",
@@ -183,7 +191,11 @@ fn strings(v: &Value) -> Vec<&str> {
 
 fn check_auth_and_keyboard(s: &Value, server: &Server, ws: &Path) {
     let auth = &s["auth"];
-    assert_eq!(auth["url"], server.url("/"), "the token left the address bar");
+    assert_eq!(
+        auth["url"],
+        server.url("/"),
+        "the token left the address bar"
+    );
     let port = server.base.rsplit(':').next().unwrap();
     assert_eq!(
         auth["cookies"],
@@ -196,12 +208,12 @@ fn check_auth_and_keyboard(s: &Value, server: &Server, ws: &Path) {
         "{refused}"
     );
     // `serve -w DIR` preselects DIR.
-    assert_eq!(
-        s["workspace"],
-        ws.canonicalize().unwrap().to_str().unwrap()
-    );
+    assert_eq!(s["workspace"], ws.canonicalize().unwrap().to_str().unwrap());
     assert_eq!(s["profile"], "policy: cautious");
-    assert_eq!(s["focusOnLoad"], "message", "the composer has focus on load");
+    assert_eq!(
+        s["focusOnLoad"], "message",
+        "the composer has focus on load"
+    );
     assert_eq!(s["firstTab"], "Skip to the message box");
     assert_eq!(s["skipTarget"], "message");
     assert_eq!(s["shiftEnterKeepsText"], "How do I rotate\n");
@@ -214,7 +226,10 @@ fn check_offline_runs(s: &Value) {
         "{q}"
     );
     // At least one render while it streamed, and the final one.
-    assert!(q["updates"].as_u64().unwrap() >= 2, "streamed in pieces: {q}");
+    assert!(
+        q["updates"].as_u64().unwrap() >= 2,
+        "streamed in pieces: {q}"
+    );
     assert!(
         strings(&q["citations"])
             .iter()
@@ -270,7 +285,10 @@ fn check_offline_runs(s: &Value) {
         trace["outputFont"].as_str().unwrap().contains("monospace"),
         "{trace}"
     );
-    assert_eq!(trace["outputTimes"], 1, "the output is shown once in the trace");
+    assert_eq!(
+        trace["outputTimes"], 1,
+        "the output is shown once in the trace"
+    );
     assert!(
         strings(&s["approvalFeed"])
             .iter()
@@ -324,7 +342,10 @@ fn check_layouts(s: &Value) {
     }
     let composer = &phone["composer"];
     assert_eq!(composer["position"], "fixed", "{composer}");
-    assert_eq!(composer["bottom"], composer["height"], "at the bottom: {composer}");
+    assert_eq!(
+        composer["bottom"], composer["height"],
+        "at the bottom: {composer}"
+    );
     assert_eq!(phone["planBelowMessages"], true);
 }
 
@@ -344,7 +365,14 @@ fn check_markdown(s: &Value, ws: &Path) {
     assert_eq!(md["tableHeader"], json!(["Step", "Who", "When"]));
     assert_eq!(
         md["tableCells"],
-        json!(["Rotate", "ops", "monthly", "Verify", "security", "after each rotation"])
+        json!([
+            "Rotate",
+            "ops",
+            "monthly",
+            "Verify",
+            "security",
+            "after each rotation"
+        ])
     );
     // Inert: no element that runs or loads, no handler, no script-bearing link.
     assert_eq!(md["scripts"], 0, "{md}");
@@ -365,7 +393,10 @@ fn check_markdown(s: &Value, ws: &Path) {
     let external = &md["external"][0];
     assert_eq!(external["target"], "_blank");
     assert_eq!(external["rel"], "noopener noreferrer nofollow");
-    assert_eq!(external["host"], "↗ docs.example.org", "marked with its host");
+    assert_eq!(
+        external["host"], "↗ docs.example.org",
+        "marked with its host"
+    );
     // Citations: `[n]` markers link, the answer's own Sources list is gone.
     assert_eq!(md["markers"], json!(["[1]"]));
     assert!(!text.contains("Sources:"), "{text}");
@@ -418,11 +449,15 @@ fn vendored_files_are_the_pinned_releases(modules: &Path) {
         ("LICENSE-marked", "marked/LICENSE"),
         ("purify.min.js", "dompurify/dist/purify.min.js"),
         ("LICENSE-dompurify", "dompurify/LICENSE"),
-        ("highlight.min.js", "@highlightjs/cdn-assets/highlight.min.js"),
+        (
+            "highlight.min.js",
+            "@highlightjs/cdn-assets/highlight.min.js",
+        ),
         ("LICENSE-highlightjs", "@highlightjs/cdn-assets/LICENSE"),
     ] {
         assert!(
-            std::fs::read(vendor.join(ours)).unwrap() == std::fs::read(modules.join(theirs)).unwrap(),
+            std::fs::read(vendor.join(ours)).unwrap()
+                == std::fs::read(modules.join(theirs)).unwrap(),
             "host/src/server/web/vendor/{ours} differs from the pinned npm release {theirs}; \
              copy it again (see host/src/server/web/vendor/README.md)"
         );
@@ -436,8 +471,11 @@ fn the_file_route_stays_inside_registered_workspaces_behind_the_doors() {
     let ws = handbook();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret.txt"), "the secret\n").unwrap();
-    std::os::unix::fs::symlink(outside.path().join("secret.txt"), ws.path().join("leak.txt"))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.txt"),
+        ws.path().join("leak.txt"),
+    )
+    .unwrap();
     std::os::unix::fs::symlink(outside.path(), ws.path().join("ops/out")).unwrap();
     let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
     let client = server.client();
@@ -454,12 +492,7 @@ fn the_file_route_stays_inside_registered_workspaces_behind_the_doors() {
         let root = ws.path().canonicalize().unwrap();
         assert_eq!(list["default"], root.to_str().unwrap());
         let id = list["workspaces"][0]["id"].as_str().unwrap().to_string();
-        let url = |path: &str| {
-            format!(
-                "{}/v1/workspaces/{id}/file?path={path}",
-                server.base
-            )
-        };
+        let url = |path: &str| format!("{}/v1/workspaces/{id}/file?path={path}", server.base);
 
         let ok: Value = client
             .get(url("ops/key-rotation.md"))
@@ -499,7 +532,10 @@ fn the_file_route_stays_inside_registered_workspaces_behind_the_doors() {
         // An unknown workspace id, or one spelt as a path, is not a door.
         for bad in ["ws_nope", "..%2F..%2Fetc"] {
             let resp = client
-                .get(format!("{}/v1/workspaces/{bad}/file?path=passwd", server.base))
+                .get(format!(
+                    "{}/v1/workspaces/{bad}/file?path=passwd",
+                    server.base
+                ))
                 .send()
                 .await
                 .unwrap();

@@ -296,9 +296,9 @@ impl App {
                 .store
                 .get_session(id)?
                 .with_context(|| format!("no session `{id}`; see `capstan chat` /sessions"))?,
-            None => {
-                self.store.create_session(&session_title(&req.message), None)?
-            }
+            None => self
+                .store
+                .create_session(&session_title(&req.message), None)?,
         };
         // A session's remembered folder passes the gate too.
         let workspace = match &asked {

@@ -104,7 +104,9 @@ pub enum StoreError {
     RunNotRunning { id: String, status: String },
 
     /// `delete_session` while one of the session's runs is still running.
-    #[error("session {id} has a run in flight ({run_id}); cancel it or wait for it to end, then delete")]
+    #[error(
+        "session {id} has a run in flight ({run_id}); cancel it or wait for it to end, then delete"
+    )]
     SessionRunning { id: String, run_id: String },
 
     /// A caller passed a value the store refuses (e.g. `finish_run` with status

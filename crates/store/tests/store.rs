@@ -893,8 +893,12 @@ fn deleting_a_session_erases_the_conversation_and_keeps_the_audit() {
     // A session without approvals disappears whole.
     let plain = store.create_session("plain chat", None).unwrap();
     let run = store.start_run(&plain.id, "m").unwrap();
-    store.add_turn(&plain.id, Some(&run.id), Role::User, "hi").unwrap();
-    store.append_event(&run.id, 0, "t", "run.started", "{}").unwrap();
+    store
+        .add_turn(&plain.id, Some(&run.id), Role::User, "hi")
+        .unwrap();
+    store
+        .append_event(&run.id, 0, "t", "run.started", "{}")
+        .unwrap();
     // A run in flight blocks the delete.
     let err = store.delete_session(&plain.id).unwrap_err();
     assert!(matches!(err, StoreError::SessionRunning { .. }), "{err}");
@@ -903,7 +907,10 @@ fn deleting_a_session_erases_the_conversation_and_keeps_the_audit() {
         .finish_run(&run.id, RunStatus::Completed, None, None)
         .unwrap();
     let gone = store.delete_session(&plain.id).unwrap();
-    assert_eq!((gone.turns, gone.events, gone.runs, gone.audited_runs_kept), (1, 1, 1, 0));
+    assert_eq!(
+        (gone.turns, gone.events, gone.runs, gone.audited_runs_kept),
+        (1, 1, 1, 0)
+    );
     assert!(store.get_session(&plain.id).unwrap().is_none());
     assert!(store.get_run(&run.id).unwrap().is_none());
 
@@ -913,23 +920,54 @@ fn deleting_a_session_erases_the_conversation_and_keeps_the_audit() {
     let kept = store.start_run(&audited.id, "m").unwrap();
     let plain_run = store.start_run(&audited.id, "m").unwrap();
     for r in [&kept, &plain_run] {
-        store.finish_run(&r.id, RunStatus::Completed, None, None).unwrap();
+        store
+            .finish_run(&r.id, RunStatus::Completed, None, None)
+            .unwrap();
     }
     approve(&store, &kept.id);
-    store.add_turn(&audited.id, Some(&kept.id), Role::User, "run make check").unwrap();
-    store.add_usage(&audited.id, Some(&kept.id), &Usage { input_tokens: 5, output_tokens: 1, cost_usd: 0.0 }).unwrap();
+    store
+        .add_turn(&audited.id, Some(&kept.id), Role::User, "run make check")
+        .unwrap();
+    store
+        .add_usage(
+            &audited.id,
+            Some(&kept.id),
+            &Usage {
+                input_tokens: 5,
+                output_tokens: 1,
+                cost_usd: 0.0,
+            },
+        )
+        .unwrap();
     let gone = store.delete_session(&audited.id).unwrap();
     assert_eq!((gone.turns, gone.runs, gone.audited_runs_kept), (1, 1, 1));
     assert!(store.get_session(&audited.id).unwrap().is_none());
-    assert!(store.list_sessions(10).unwrap().iter().all(|s| s.id != audited.id));
+    assert!(
+        store
+            .list_sessions(10)
+            .unwrap()
+            .iter()
+            .all(|s| s.id != audited.id)
+    );
     assert!(store.search_sessions("make", 10).unwrap().is_empty());
-    assert!(store.recent_turns(&audited.id, usize::MAX).unwrap().is_empty());
-    let run = store.get_run(&kept.id).unwrap().expect("the audited run stays");
+    assert!(
+        store
+            .recent_turns(&audited.id, usize::MAX)
+            .unwrap()
+            .is_empty()
+    );
+    let run = store
+        .get_run(&kept.id)
+        .unwrap()
+        .expect("the audited run stays");
     assert_eq!(run.usage.input_tokens, 5);
     assert_eq!(store.list_approvals(Some(&kept.id), 10).unwrap().len(), 1);
     assert!(store.events(&kept.id).unwrap().is_empty());
     // Deleting twice says it is gone; nothing is left half-done after a reopen.
-    assert!(matches!(store.delete_session(&audited.id), Err(StoreError::NotFound { .. })));
+    assert!(matches!(
+        store.delete_session(&audited.id),
+        Err(StoreError::NotFound { .. })
+    ));
     drop(store);
     let store = reopen(&dir);
     assert!(store.integrity_check().unwrap().is_empty());
@@ -939,11 +977,20 @@ fn deleting_a_session_erases_the_conversation_and_keeps_the_audit() {
 #[test]
 fn sessions_are_found_by_title_or_by_what_was_said() {
     let (_dir, store) = fresh();
-    let a = store.create_session("Rotate the signing keys", None).unwrap();
+    let a = store
+        .create_session("Rotate the signing keys", None)
+        .unwrap();
     let b = store.create_session("Other", None).unwrap();
-    store.add_turn(&b.id, None, Role::Assistant, "use 100% of the quota_x").unwrap();
+    store
+        .add_turn(&b.id, None, Role::Assistant, "use 100% of the quota_x")
+        .unwrap();
     let ids = |q: &str| -> Vec<String> {
-        store.search_sessions(q, 10).unwrap().into_iter().map(|s| s.id).collect()
+        store
+            .search_sessions(q, 10)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
     };
     assert_eq!(ids("signing"), [a.id.clone()]);
     assert_eq!(ids("SIGNING"), [a.id.clone()]);

@@ -27,6 +27,8 @@ POST /v1/runs/{id}/cancel       cancel a run\n  \
 POST /v1/approvals/{id}         answer an approval {\"decision\":\"approved\"}\n  \
 GET  /v1/runs/{id}/events       replay a run's events (then follow it live)\n  \
 GET  /v1/sessions, /v1/sessions/{id}/turns, /v1/runs, /v1/workspaces\n  \
+PATCH, DELETE /v1/sessions/{id}    rename {\"title\":...} or delete a session (approvals stay)\n  \
+GET  /v1/workspaces/{id}/file?path=  a workspace text file, read-only (the citation viewer)\n  \
 POST /agui                      AG-UI endpoint (RunAgentInput in, AG-UI events out)\n  \
 POST /mcp                       MCP (streamable HTTP): the capabilities as tools (docs/MCP.md)\n  \
 GET  /openapi.json              the whole API\n\n\

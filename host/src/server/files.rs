@@ -73,8 +73,9 @@ pub fn check_relative(path: &str) -> Result<&Path, ApiError> {
 /// Reads `rel` under the (already gated) canonical `root`.
 pub fn read(root: &Path, workspace_id: &str, rel_str: &str) -> Result<FileText, ApiError> {
     let rel = check_relative(rel_str)?;
-    let dir = Dir::open_ambient_dir(root, ambient_authority())
-        .map_err(|e| ApiError::internal(format!("cannot open workspace {}: {e}", root.display())))?;
+    let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| {
+        ApiError::internal(format!("cannot open workspace {}: {e}", root.display()))
+    })?;
     let file = dir.open(rel).map_err(|e| open_error(rel_str, e))?;
     let meta = file
         .metadata()
@@ -182,8 +183,14 @@ mod tests {
         let ok = read(&root, "ws", "docs/guide.md").unwrap();
         assert_eq!(ok.lines, ["one", "two"]);
         // A symlink that stays inside is followed.
-        assert_eq!(read(&root, "ws", "docs/inside.md").unwrap().lines, ["one", "two"]);
-        assert_eq!(read(&root, "ws", "./docs//guide.md").unwrap().lines.len(), 2);
+        assert_eq!(
+            read(&root, "ws", "docs/inside.md").unwrap().lines,
+            ["one", "two"]
+        );
+        assert_eq!(
+            read(&root, "ws", "./docs//guide.md").unwrap().lines.len(),
+            2
+        );
         let secret = outside.path().join("secret.txt");
         for (path, status) in [
             ("../secret.txt", 400),

@@ -269,7 +269,9 @@ pub async fn delete_session(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let removed = state.runs.delete_session(&id)?;
-    Ok(Json(json!({"session_id": id, "deleted": true, "removed": removed})))
+    Ok(Json(
+        json!({"session_id": id, "deleted": true, "removed": removed}),
+    ))
 }
 
 pub async fn get_session(

@@ -603,11 +603,15 @@ impl RunManager {
         workspace_id: &str,
         path: &str,
     ) -> Result<super::files::FileText, ApiError> {
-        let ws = self.app.store.get_workspace_by_id(workspace_id)?.ok_or_else(|| {
-            ApiError::not_found(format!(
-                "no workspace `{workspace_id}`; list them at GET /v1/workspaces"
-            ))
-        })?;
+        let ws = self
+            .app
+            .store
+            .get_workspace_by_id(workspace_id)?
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "no workspace `{workspace_id}`; list them at GET /v1/workspaces"
+                ))
+            })?;
         // The gate again: registered, and still not a forbidden place (a
         // symlink may have been swapped in since it was registered).
         let store = &self.app.store;

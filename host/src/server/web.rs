@@ -37,8 +37,16 @@ const ASSETS: &[(&str, &str, &str)] = &[
 /// `/assets/vendor/{name}`: third-party files, byte for byte as published
 /// (tests/webchat.rs compares them with the pinned npm packages).
 const VENDOR: &[(&str, &str, &str)] = &[
-    ("marked.umd.js", JS, include_str!("web/vendor/marked.umd.js")),
-    ("purify.min.js", JS, include_str!("web/vendor/purify.min.js")),
+    (
+        "marked.umd.js",
+        JS,
+        include_str!("web/vendor/marked.umd.js"),
+    ),
+    (
+        "purify.min.js",
+        JS,
+        include_str!("web/vendor/purify.min.js"),
+    ),
     (
         "highlight.min.js",
         JS,
