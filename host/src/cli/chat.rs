@@ -141,19 +141,13 @@ impl Chat {
         match root {
             None => errln!("workspace: none (questions only; /workspace DIR binds one)"),
             Some(root) => {
-                let profile = self
-                    .app
-                    .store
-                    .get_workspace_by_root(&root)
-                    .ok()
-                    .flatten()
-                    .map(|w| w.policy_profile.to_string())
-                    .unwrap_or_else(|| {
-                        format!(
-                            "{}; registered at the next run",
-                            capstan_store::Profile::default()
-                        )
-                    });
+                let profile = match self.app.store.get_workspace_by_root(&root).ok().flatten() {
+                    Some(ws) => self.app.config.profile_for(&ws).to_string(),
+                    None => format!(
+                        "{}; registered at the next run",
+                        self.app.config.policy.profile
+                    ),
+                };
                 errln!("workspace: {} (policy: {profile})", root.display());
             }
         }
