@@ -783,11 +783,13 @@ fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() 
     let (dir, store) = fresh();
     drop(store);
     let path = dir.path().join("capstan.db");
-    // Turn the fresh file back into what version 1 wrote: no `profile_set`,
-    // and 'cautious' for every folder registered without a choice.
+    // Turn the fresh file back into what version 1 wrote: no `profile_set`
+    // (nor v3's `sessions.deleted_at`), and 'cautious' for every folder
+    // registered without a choice.
     let raw = rusqlite_open(&path);
     raw.execute_batch(
         "ALTER TABLE workspaces DROP COLUMN profile_set;
+         ALTER TABLE sessions DROP COLUMN deleted_at;
          INSERT INTO workspaces (id, root_path, name, policy_profile, created_at) VALUES
            ('ws_auto', '/a', 'a', 'cautious', '2026-01-01T00:00:00Z'),
            ('ws_chosen', '/b', 'b', 'trusted', '2026-01-01T00:00:00Z');

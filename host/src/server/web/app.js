@@ -272,17 +272,21 @@ async function openSession(id) {
     if (t.role === "user") {
       addUserMessage(t.content);
       // A run that left no answer (cancelled, failed early) still shows how it ended.
-      if (t.run_id && !answered.has(t.run_id)) replays.push(replay(addAssistantMessage(session.workspace_id), t.run_id));
+      if (t.run_id && !answered.has(t.run_id)) replays.push([addAssistantMessage(session.workspace_id), t.run_id]);
       continue;
     }
     const view = addAssistantMessage(session.workspace_id);
     view.text = t.content;
     renderAnswer(view);
-    if (t.run_id) replays.push(replay(view, t.run_id));
+    if (t.run_id) replays.push([view, t.run_id]);
   }
   updateEmpty();
   renderSessions();
-  await Promise.allSettled(replays);
+  // One stream at a time: the server caps open event streams.
+  for (const [view, runId] of replays) {
+    if (state.sessionId !== id) return;
+    await replay(view, runId).catch(() => {});
+  }
   $("#messages").lastElementChild?.scrollIntoView({ block: "end" });
 }
 
