@@ -1022,10 +1022,10 @@ fn sessions_are_found_by_title_or_by_what_was_said() {
             .map(|s| s.id)
             .collect()
     };
-    assert_eq!(ids("signing"), [a.id.clone()]);
-    assert_eq!(ids("SIGNING"), [a.id.clone()]);
-    assert_eq!(ids("quota_x"), [b.id.clone()]);
-    assert_eq!(ids("100%"), [b.id.clone()]);
+    assert_eq!(ids("signing"), [a.id.as_str()]);
+    assert_eq!(ids("SIGNING"), [a.id.as_str()]);
+    assert_eq!(ids("quota_x"), [b.id.as_str()]);
+    assert_eq!(ids("100%"), [b.id.as_str()]);
     // `%` and `_` are literal, not wildcards.
     assert!(ids("quota%x").is_empty() && ids("o_her").is_empty());
 }
