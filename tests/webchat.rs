@@ -560,3 +560,87 @@ fn the_file_route_stays_inside_registered_workspaces_behind_the_doors() {
         assert_eq!(resp.status().as_u16(), 403);
     });
 }
+
+#[test]
+fn sessions_are_renamed_and_deleted_over_http_and_a_running_one_is_kept() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let home = Home::new("");
+    let ws = handbook();
+    let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
+    let client = server.client();
+    rt.block_on(async {
+        let run = client
+            .post(server.url("/v1/runs"))
+            .json(&json!({"message": "run `sleep 60`"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(run.status().as_u16(), 200);
+        let header = |name: &str| run.headers()[name].to_str().unwrap().to_string();
+        let (run_id, session) = (header("x-capstan-run-id"), header("x-capstan-session-id"));
+        let session_url = server.url(&format!("/v1/sessions/{session}"));
+        // In flight: deleting is refused and says what to do.
+        let busy = client.delete(&session_url).send().await.unwrap();
+        assert_eq!(busy.status().as_u16(), 409);
+        let body: Value = busy.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("cancel"),
+            "{body}"
+        );
+        client
+            .post(server.url(&format!("/v1/runs/{run_id}/cancel")))
+            .send()
+            .await
+            .unwrap();
+        let events = run.text().await.unwrap();
+        assert!(events.contains("run.cancelled"), "{events}");
+
+        for (title, status) in [("   ", 400), (&*"x".repeat(201), 400)] {
+            let resp = client
+                .patch(&session_url)
+                .json(&json!({"title": title}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), status, "{title:?}");
+        }
+        let renamed: Value = client
+            .patch(&session_url)
+            .json(&json!({"title": "  Sleep\n test  "}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(renamed["title"], "Sleep test");
+        let found: Value = client
+            .get(server.url("/v1/sessions?q=sleep"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(found["sessions"][0]["id"], session.as_str());
+
+        let deleted: Value = client
+            .delete(&session_url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(deleted["deleted"], true, "{deleted}");
+        assert_eq!(deleted["removed"]["runs"], 1, "{deleted}");
+        assert_eq!(deleted["removed"]["turns"], 1, "{deleted}");
+        let gone = client.get(&session_url).send().await.unwrap();
+        assert_eq!(gone.status().as_u16(), 404);
+        let again = client.delete(&session_url).send().await.unwrap();
+        assert_eq!(again.status().as_u16(), 404);
+    });
+}
