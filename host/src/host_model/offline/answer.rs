@@ -39,7 +39,7 @@ pub struct Finding {
 const COVERAGE_NEEDED: f32 = 0.6;
 /// Weight of a word carried over from the previous question, relative to the
 /// message's own words.
-const CARRIED_WEIGHT: f32 = 0.5;
+const CARRIED_WEIGHT: f32 = 0.35;
 /// A lead longer than this is cut to the clause that answers, if one does.
 const LONG_LEAD: usize = 180;
 
@@ -76,9 +76,28 @@ pub fn find(reading: &Reading, passages: &[Passage]) -> Finding {
         weights.push((k.clone(), base * idf, focus));
     }
     let total: f32 = weights.iter().map(|(_, w, _)| w).sum();
+    let focus_total: f32 = weights.iter().filter(|(_, _, f)| *f).map(|(_, w, _)| w).sum();
     let mut picks = Vec::new();
     for (pi, passage) in passages.iter().enumerate() {
         let head: HashSet<String> = keywords(&passage.heading).into_iter().collect();
+        // The section's own title: in question-and-answer documents it is the
+        // question, and the section's first sentences are its answer.
+        let title = passage.heading.rsplit(" > ").next().unwrap_or("");
+        let title_words = keywords(title);
+        let title_cover = if focus_total > 0.0 {
+            weights
+                .iter()
+                .filter(|(k, _, f)| *f && title_words.contains(k))
+                .map(|(_, w, _)| w)
+                .sum::<f32>()
+                / focus_total
+        } else {
+            0.0
+        };
+        let title_order = in_order(&reading.focus, &title_words);
+        let opens_section = !passages.iter().any(|q| {
+            q.path == passage.path && q.heading == passage.heading && q.line_start < passage.line_start
+        });
         let head_covers_all = !weights.is_empty()
             && weights
                 .iter()
@@ -119,6 +138,17 @@ pub fn find(reading: &Reading, passages: &[Passage]) -> Finding {
             if why_heading && reading.wants == Wants::Reason {
                 score += 1.0;
             }
+            if title_cover >= 0.6 && opens_section {
+                score += match unit.index {
+                    0 => 3.0 * title_cover,
+                    1 => 1.0 * title_cover,
+                    _ => 0.0,
+                };
+            }
+            score += title_order;
+            if reading.wants == Wants::Definition && defines(&unit.text, &reading.focus) {
+                score += 1.0;
+            }
             if unit.index == 0 {
                 score += 0.2;
             }
@@ -154,6 +184,27 @@ pub fn find(reading: &Reading, passages: &[Passage]) -> Finding {
     });
     let answered = picks.first().is_some_and(|p| answers(reading, p));
     Finding { picks, answered }
+}
+
+/// Share of the question's consecutive topic-word pairs that the heading
+/// holds in the same order: "convert a string to a number" is not "convert a
+/// number to a string".
+fn in_order(focus: &[String], title: &[String]) -> f32 {
+    if focus.len() < 2 {
+        return 0.0;
+    }
+    let pairs: Vec<(&String, &String)> = focus.iter().zip(focus.iter().skip(1)).collect();
+    let theirs: Vec<(&String, &String)> = title.iter().zip(title.iter().skip(1)).collect();
+    pairs.iter().filter(|p| theirs.contains(p)).count() as f32 / pairs.len() as f32
+}
+
+/// "Python is an interpreted ... language": a sentence whose subject is the
+/// thing asked about and whose verb defines it.
+fn defines(text: &str, focus: &[String]) -> bool {
+    let words = keywords(text);
+    let lower = text.to_lowercase();
+    words.first().is_some_and(|w| focus.contains(w))
+        && [" is ", " are ", " means "].iter().any(|v| lower.contains(v))
 }
 
 /// The sufficiency test for one unit: about the question's topic, holding
@@ -247,6 +298,16 @@ pub fn compose(reading: &Reading, finding: &Finding, passages: &[Passage]) -> (S
         return (String::new(), vec![]);
     };
     let mut used = vec![best];
+    // "There are several advantages." needs the sentence after it.
+    let follows = finding.picks.iter().find(|p| {
+        p.passage == best.passage
+            && p.unit.index == best.unit.index + 1
+            && p.unit.kind != UnitKind::Code
+            && p.unit.text.chars().count() <= 260
+    });
+    if let Some(next) = follows.filter(|_| best.unit.text.chars().count() < 60) {
+        used.push(next);
+    } else
     // A second unit joins when it carries on the first (the next sentence or
     // item of the same passage) or answers a part of the question the first
     // leaves out, and the answer stays short.

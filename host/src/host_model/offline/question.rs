@@ -37,7 +37,9 @@ const LEADS: &[(&str, Wants)] = &[
     ("how much", Wants::Count),
     ("how quickly", Wants::Duration),
     ("how soon", Wants::Duration),
-    ("how fast", Wants::Duration),
+    ("what kind of", Wants::Definition),
+    ("what type of", Wants::Definition),
+    ("what sort of", Wants::Definition),
     ("what time", Wants::Time),
     ("which day", Wants::Time),
     ("what day", Wants::Time),
@@ -153,10 +155,15 @@ pub fn topic(message: &str) -> Vec<String> {
 fn answer_type(message: &str) -> Option<String> {
     const AUX: &[&str] = &[
         "is", "are", "was", "were", "does", "do", "did", "can", "should", "will", "would", "has",
-        "have", "happens", "happened", "about", "if", "a", "an", "the", "of",
+        "have", "happens", "happened", "about", "if", "a", "an", "the", "of", "kind", "type", "sort",
     ];
     let c = core(message);
-    let rest = c.strip_prefix("which ").or_else(|| c.strip_prefix("what "))?;
+    // "Since which version...", "In what file...": the lead-in may come second.
+    let rest = c
+        .split_whitespace()
+        .take(2)
+        .find(|w| *w == "which" || *w == "what")
+        .and_then(|w| c.find(&format!("{w} ")).map(|at| &c[at + w.len() + 1..]))?;
     let word: String = rest
         .chars()
         .take_while(|c| c.is_alphanumeric() || *c == '-')
@@ -170,7 +177,8 @@ const UNITS_OF_TIME: &[&str] = &[
 const NUMBER_WORDS: &[&str] = &[
     "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
     "twelve", "fifteen", "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "once",
-    "twice", "single", "half", "dozen", "a",
+    "twice", "single", "half", "dozen", "dozens", "hundreds", "thousands", "millions", "million",
+    "billions", "several", "few", "a",
 ];
 const WEEKDAYS: &[&str] = &[
     "monday",

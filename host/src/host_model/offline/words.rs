@@ -10,6 +10,7 @@ pub const STOPWORDS: &[&str] = &[
     "have", "if", "then", "than", "into", "us", "get", "use", "used", "using", "those", "these",
     "they", "them", "its", "must", "need", "needs", "would", "could", "may", "might", "one",
     "ones", "also", "else", "some", "am", "been", "being", "here", "i'm", "want", "know", "way",
+    "since", "happen", "happens", "seem", "seems",
 ];
 
 /// The words of a text as written, split at anything that is not part of a
@@ -55,7 +56,31 @@ pub fn content_words(text: &str) -> Vec<String> {
     out
 }
 
+/// Irregular forms the suffix rules cannot reach.
+const IRREGULAR: &[(&str, &str)] = &[
+    ("written", "writ"),
+    ("wrote", "writ"),
+    ("chosen", "choos"),
+    ("chose", "choos"),
+    ("taken", "tak"),
+    ("took", "tak"),
+    ("given", "giv"),
+    ("gave", "giv"),
+    ("broken", "brok"),
+    ("broke", "brok"),
+    ("known", "know"),
+    ("knew", "know"),
+    ("shown", "show"),
+    ("ran", "run"),
+    ("running", "run"),
+    ("children", "child"),
+    ("people", "person"),
+];
+
 pub fn stem(w: &str) -> String {
+    if let Some((_, base)) = IRREGULAR.iter().find(|(form, _)| *form == w) {
+        return base.to_string();
+    }
     if let Some(base) = w.strip_suffix("ation").filter(|b| b.len() >= 3) {
         return format!("{base}at");
     }
