@@ -46,10 +46,9 @@ fn repo() -> PathBuf {
 }
 
 fn subset() -> Vec<Case> {
-    let eval: Eval = toml::from_str(
-        &std::fs::read_to_string(repo().join("bench/qa/eval.toml")).unwrap(),
-    )
-    .unwrap();
+    let eval: Eval =
+        toml::from_str(&std::fs::read_to_string(repo().join("bench/qa/eval.toml")).unwrap())
+            .unwrap();
     let cases: Vec<Case> = eval.case.into_iter().filter(|c| c.test).collect();
     assert!(
         cases.iter().all(|c| c.set == "handbook"),
@@ -85,7 +84,11 @@ fn ask_json(
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        let event = if v.get("event").is_some() { &v["event"] } else { &v };
+        let event = if v.get("event").is_some() {
+            &v["event"]
+        } else {
+            &v
+        };
         match event["type"].as_str() {
             Some("run.started") => {
                 session_id = event["session_id"].as_str().unwrap_or("").to_string()
@@ -117,14 +120,17 @@ fn the_eval_subset_gets_the_fact_cites_its_file_and_stays_short() {
     let home = Home::new("");
     let ws = handbook();
     let cases: Vec<Case> = subset().into_iter().filter(|c| !c.absent).collect();
-    assert!(cases.len() >= 6, "the subset has {} answerable cases", cases.len());
+    assert!(
+        cases.len() >= 6,
+        "the subset has {} answerable cases",
+        cases.len()
+    );
     for case in cases {
         let session = case
             .before
             .as_deref()
             .map(|b| ask_json(&home, ws.path(), b, None).0);
-        let (_, answer, cited, code) =
-            ask_json(&home, ws.path(), &case.ask, session.as_deref());
+        let (_, answer, cited, code) = ask_json(&home, ws.path(), &case.ask, session.as_deref());
         assert_eq!(code, Some(0), "{}: {answer}", case.ask);
         let lower = answer.to_lowercase();
         assert!(
@@ -145,7 +151,10 @@ fn the_eval_subset_gets_the_fact_cites_its_file_and_stays_short() {
             case.ask,
             answer.chars().count()
         );
-        assert!(!answer.contains("From "), "no pasted-passage header: {answer}");
+        assert!(
+            !answer.contains("From "),
+            "no pasted-passage header: {answer}"
+        );
     }
 }
 

@@ -78,7 +78,8 @@ impl Score {
                 self.honest += 1;
             } else {
                 self.invented += 1;
-                self.misses.push(format!("INVENTED {}: {}", case.ask, one_line(text)));
+                self.misses
+                    .push(format!("INVENTED {}: {}", case.ask, one_line(text)));
             }
             return;
         }
@@ -103,7 +104,10 @@ impl Score {
             let cites: Vec<&str> = citations.iter().map(|c| c.path.as_str()).collect();
             self.misses.push(format!(
                 "MISS {}{}: {} {:?}",
-                case.before.as_deref().map(|b| format!("[after {b}] ")).unwrap_or_default(),
+                case.before
+                    .as_deref()
+                    .map(|b| format!("[after {b}] "))
+                    .unwrap_or_default(),
                 case.ask,
                 one_line(text),
                 cites
@@ -229,10 +233,9 @@ async fn run(app: &App, eval: &Eval, spaces: &BTreeMap<String, PathBuf>) -> Scor
 fn main() {
     capstan_sandbox::set_launcher(env!("CARGO_BIN_EXE_capstan"));
     let file = repo().join("bench/qa/eval.toml");
-    let eval: Eval = toml::from_str(
-        &std::fs::read_to_string(&file).expect("bench/qa/eval.toml is readable"),
-    )
-    .expect("bench/qa/eval.toml parses");
+    let eval: Eval =
+        toml::from_str(&std::fs::read_to_string(&file).expect("bench/qa/eval.toml is readable"))
+            .expect("bench/qa/eval.toml parses");
     let root = tempfile::tempdir().expect("a temporary directory");
     let spaces = workspaces(root.path());
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -269,11 +272,21 @@ fn main() {
     let rows: [(&str, fn(&Score) -> String); 10] = [
         ("fact found", |s| pct(s.fact, s.answerable)),
         ("right file cited", |s| pct(s.file, s.answerable)),
-        ("fact + right file (goal ≥ 90%)", |s| pct(s.fact_and_file, s.answerable)),
-        ("only the right file cited", |s| pct(s.only_right_file, s.answerable)),
-        ("median answer length, chars (goal < 250)", |s| s.median().to_string()),
-        ("follow-ups right (goal ≥ 80%)", |s| pct(s.follow_ups_right, s.follow_ups)),
-        ("honest \"not in the workspace\"", |s| pct(s.honest, s.absent)),
+        ("fact + right file (goal ≥ 90%)", |s| {
+            pct(s.fact_and_file, s.answerable)
+        }),
+        ("only the right file cited", |s| {
+            pct(s.only_right_file, s.answerable)
+        }),
+        ("median answer length, chars (goal < 250)", |s| {
+            s.median().to_string()
+        }),
+        ("follow-ups right (goal ≥ 80%)", |s| {
+            pct(s.follow_ups_right, s.follow_ups)
+        }),
+        ("honest \"not in the workspace\"", |s| {
+            pct(s.honest, s.absent)
+        }),
         ("invented answers (goal 0)", |s| s.invented.to_string()),
         ("answered without the fact", |s| s.wrong.to_string()),
         ("answerable cases", |s| s.answerable.to_string()),

@@ -3,7 +3,9 @@
 //! new side by side. It answers questions only: the eval plans nothing.
 
 use async_trait::async_trait;
-use capstan::host_model::{FinalInput, HostContext, HostModel, ModelFailure, Passage, Step, TokenSink};
+use capstan::host_model::{
+    FinalInput, HostContext, HostModel, ModelFailure, Passage, Step, TokenSink,
+};
 use capstan::protocol::{Citation, Usage};
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +50,12 @@ fn stem(w: &str) -> String {
 }
 
 fn decide(ctx: &HostContext) -> Step {
-    if ctx.workspace.is_none() || !ctx.capabilities.iter().any(|c| c.kind == "local_kb_retrieval") {
+    if ctx.workspace.is_none()
+        || !ctx
+            .capabilities
+            .iter()
+            .any(|c| c.kind == "local_kb_retrieval")
+    {
         return Step::Answer {
             reason: "no knowledge base to search".into(),
         };

@@ -71,12 +71,20 @@ pub fn find(reading: &Reading, passages: &[Passage]) -> Finding {
         if weights.iter().any(|(w, ..)| w == k) {
             continue;
         }
-        let df = unit_words.iter().flatten().filter(|s| s.contains(k)).count() as f32;
+        let df = unit_words
+            .iter()
+            .flatten()
+            .filter(|s| s.contains(k))
+            .count() as f32;
         let idf = 1.0 + ((all_units + 1.0) / (df + 1.0)).ln();
         weights.push((k.clone(), base * idf, focus));
     }
     let total: f32 = weights.iter().map(|(_, w, _)| w).sum();
-    let focus_total: f32 = weights.iter().filter(|(_, _, f)| *f).map(|(_, w, _)| w).sum();
+    let focus_total: f32 = weights
+        .iter()
+        .filter(|(_, _, f)| *f)
+        .map(|(_, w, _)| w)
+        .sum();
     let mut picks = Vec::new();
     for (pi, passage) in passages.iter().enumerate() {
         let head: HashSet<String> = keywords(&passage.heading).into_iter().collect();
@@ -96,7 +104,9 @@ pub fn find(reading: &Reading, passages: &[Passage]) -> Finding {
         };
         let title_order = in_order(&reading.focus, &title_words);
         let opens_section = !passages.iter().any(|q| {
-            q.path == passage.path && q.heading == passage.heading && q.line_start < passage.line_start
+            q.path == passage.path
+                && q.heading == passage.heading
+                && q.line_start < passage.line_start
         });
         let head_covers_all = !weights.is_empty()
             && weights
@@ -204,7 +214,9 @@ fn defines(text: &str, focus: &[String]) -> bool {
     let words = keywords(text);
     let lower = text.to_lowercase();
     words.first().is_some_and(|w| focus.contains(w))
-        && [" is ", " are ", " means "].iter().any(|v| lower.contains(v))
+        && [" is ", " are ", " means "]
+            .iter()
+            .any(|v| lower.contains(v))
 }
 
 /// The sufficiency test for one unit: about the question's topic, holding
@@ -293,7 +305,11 @@ fn cite(passages: &[Passage], citations: &mut Vec<Citation>, pi: usize) -> u32 {
 /// The answer: one or two units that answer, each with its citation marker;
 /// a unit cut to its answering clause is followed by the whole sentence as
 /// the supporting quote. Only the passages used are cited.
-pub fn compose(reading: &Reading, finding: &Finding, passages: &[Passage]) -> (String, Vec<Citation>) {
+pub fn compose(
+    reading: &Reading,
+    finding: &Finding,
+    passages: &[Passage],
+) -> (String, Vec<Citation>) {
     let Some(best) = finding.picks.first() else {
         return (String::new(), vec![]);
     };
@@ -433,7 +449,10 @@ mod tests {
         let f = find(&r, &ps);
         assert!(f.answered, "{:?}", f.picks.first());
         let (text, cites) = compose(&r, &f, &ps);
-        assert!(text.starts_with("Auditors must be able to replay"), "{text}");
+        assert!(
+            text.starts_with("Auditors must be able to replay"),
+            "{text}"
+        );
         assert_eq!(cites.len(), 1, "{cites:?}");
         assert_eq!(cites[0].heading, "Ledger > Why the ledger is append-only");
     }

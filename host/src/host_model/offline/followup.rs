@@ -55,8 +55,7 @@ fn leans(message: &str) -> bool {
     // point back only when nothing follows them.
     let ambiguous = ["that", "this", "one", "there", "her"];
     words.iter().enumerate().any(|(i, w)| {
-        POINTERS.contains(&w.as_str())
-            && (!ambiguous.contains(&w.as_str()) || i + 1 == words.len())
+        POINTERS.contains(&w.as_str()) && (!ambiguous.contains(&w.as_str()) || i + 1 == words.len())
     }) || topic(message).is_empty()
 }
 
@@ -158,7 +157,10 @@ mod tests {
         ];
         let r = read("And how many of those carry over?", &history);
         assert!(r.leaned);
-        assert_eq!(r.query, "How many of those carry over? (vacation days employees)");
+        assert_eq!(
+            r.query,
+            "How many of those carry over? (vacation days employees)"
+        );
         assert_eq!(r.wants, Wants::Count);
         assert!(r.carried.contains(&"vacat".to_string()), "{r:?}");
     }

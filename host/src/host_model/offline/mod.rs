@@ -20,9 +20,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    FinalInput, HostContext, HostModel, ModelFailure, Step, TaskReport, TokenSink,
-};
+use super::{FinalInput, HostContext, HostModel, ModelFailure, Step, TaskReport, TokenSink};
 use crate::protocol::{Citation, FailureReason, PlanTask, Usage};
 
 pub struct OfflineModel;
@@ -327,7 +325,10 @@ fn write_final(input: &FinalInput) -> (String, Vec<Citation>) {
                 return (text, vec![]);
             }
             let tail = closest.split_once("\n\n").map(|(_, t)| t).unwrap_or("");
-            return (format!("{text}\n\n{tail}").trim_end().to_string(), citations);
+            return (
+                format!("{text}\n\n{tail}").trim_end().to_string(),
+                citations,
+            );
         }
         None => {}
     }

@@ -70,8 +70,20 @@ const LEADS: &[(&str, Wants)] = &[
 
 /// Words that only say which kind is asked for.
 const KIND_WORDS: &[&str] = &[
-    "long", "often", "frequently", "many", "much", "quickly", "soon", "fast", "time", "reason",
-    "command", "tool", "mean", "means",
+    "long",
+    "often",
+    "frequently",
+    "many",
+    "much",
+    "quickly",
+    "soon",
+    "fast",
+    "time",
+    "reason",
+    "command",
+    "tool",
+    "mean",
+    "means",
 ];
 
 /// Openers of a message that leans on the previous one ("and", "so"...).
@@ -155,7 +167,8 @@ pub fn topic(message: &str) -> Vec<String> {
 fn answer_type(message: &str) -> Option<String> {
     const AUX: &[&str] = &[
         "is", "are", "was", "were", "does", "do", "did", "can", "should", "will", "would", "has",
-        "have", "happens", "happened", "about", "if", "a", "an", "the", "of", "kind", "type", "sort",
+        "have", "happens", "happened", "about", "if", "a", "an", "the", "of", "kind", "type",
+        "sort",
     ];
     let c = core(message);
     // "Since which version...", "In what file...": the lead-in may come second.
@@ -175,10 +188,39 @@ const UNITS_OF_TIME: &[&str] = &[
     "second", "minute", "hour", "day", "week", "month", "year", "sec", "min", "ms", "business",
 ];
 const NUMBER_WORDS: &[&str] = &[
-    "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-    "twelve", "fifteen", "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "once",
-    "twice", "single", "half", "dozen", "dozens", "hundreds", "thousands", "millions", "million",
-    "billions", "several", "few", "a",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "fifteen",
+    "twenty",
+    "thirty",
+    "forty",
+    "fifty",
+    "hundred",
+    "thousand",
+    "once",
+    "twice",
+    "single",
+    "half",
+    "dozen",
+    "dozens",
+    "hundreds",
+    "thousands",
+    "millions",
+    "million",
+    "billions",
+    "several",
+    "few",
+    "a",
 ];
 const WEEKDAYS: &[&str] = &[
     "monday",
@@ -226,14 +268,22 @@ fn is_time_unit(w: &str) -> bool {
 
 fn has_duration(lower: &str) -> bool {
     let words = words_of(lower);
-    words.windows(2).any(|p| is_number(p[0]) && is_time_unit(p[1]))
+    words
+        .windows(2)
+        .any(|p| is_number(p[0]) && is_time_unit(p[1]))
         || words.iter().any(|w| {
             w.split_once('-')
                 .is_some_and(|(n, u)| is_number(n) && is_time_unit(u))
         })
-        || ["immediately", "at once", "right away", "forever", "indefinitely"]
-            .iter()
-            .any(|p| lower.contains(p))
+        || [
+            "immediately",
+            "at once",
+            "right away",
+            "forever",
+            "indefinitely",
+        ]
+        .iter()
+        .any(|p| lower.contains(p))
 }
 
 fn has_any(lower: &str, needles: &[&str]) -> bool {
@@ -274,8 +324,19 @@ pub fn bears(wants: Wants, text: &str, heading: &str) -> bool {
                 || has_any(
                     &lower,
                     &[
-                        "before", "after", "until", "utc", "noon", "midnight", "during", "whenever",
-                        "when", "once", "every", "on merge", "as soon as",
+                        "before",
+                        "after",
+                        "until",
+                        "utc",
+                        "noon",
+                        "midnight",
+                        "during",
+                        "whenever",
+                        "when",
+                        "once",
+                        "every",
+                        "on merge",
+                        "as soon as",
                     ],
                 )
         }
@@ -340,12 +401,18 @@ pub fn bears(wants: Wants, text: &str, heading: &str) -> bool {
         Wants::Place => {
             text.contains('/')
                 || text.contains('`')
-                || has_any(&lower, &["in", "at", "under", "inside", "on", "from", "http"])
+                || has_any(
+                    &lower,
+                    &["in", "at", "under", "inside", "on", "from", "http"],
+                )
         }
         Wants::Procedure => {
             text.contains('`')
                 || lower.starts_with("$ ")
-                || has_any(&lower, &["run", "use", "call", "type", "click", "open", "create"])
+                || has_any(
+                    &lower,
+                    &["run", "use", "call", "type", "click", "open", "create"],
+                )
         }
         Wants::Definition => has_any(&lower, &["is", "are", "means", "refers", "called"]),
         Wants::Other => true,
@@ -358,10 +425,16 @@ mod tests {
 
     #[test]
     fn kinds_from_lead_ins() {
-        assert_eq!(wants("How long does the old key stay valid?"), Wants::Duration);
+        assert_eq!(
+            wants("How long does the old key stay valid?"),
+            Wants::Duration
+        );
         assert_eq!(wants("And how many of those carry over?"), Wants::Count);
         assert_eq!(wants("Why is the ledger append-only?"), Wants::Reason);
-        assert_eq!(wants("Which command verifies a download?"), Wants::Procedure);
+        assert_eq!(
+            wants("Which command verifies a download?"),
+            Wants::Procedure
+        );
         assert_eq!(wants("Who owns the signing keys?"), Wants::Owner);
         assert_eq!(wants("When is the handover?"), Wants::Time);
         assert_eq!(wants("Which algorithm is used for new keys?"), Wants::Other);
@@ -369,16 +442,30 @@ mod tests {
 
     #[test]
     fn topic_drops_kind_words() {
-        assert_eq!(topic("How long does the old key stay valid?"), ["old", "key", "stay", "valid"]);
-        assert_eq!(topic("Which algorithm is used for new keys?"), ["new", "key"]);
+        assert_eq!(
+            topic("How long does the old key stay valid?"),
+            ["old", "key", "stay", "valid"]
+        );
+        assert_eq!(
+            topic("Which algorithm is used for new keys?"),
+            ["new", "key"]
+        );
     }
 
     #[test]
     fn recognises_answer_bearing_text() {
         assert!(bears(Wants::Duration, "Acknowledge within 15 minutes.", ""));
         assert!(!bears(Wants::Duration, "Acknowledge the page.", ""));
-        assert!(bears(Wants::Time, "Handover happens every Monday at 10:00 UTC.", ""));
-        assert!(bears(Wants::Reason, "Auditors replay it.", "Ledger > Why the ledger is append-only"));
+        assert!(bears(
+            Wants::Time,
+            "Handover happens every Monday at 10:00 UTC.",
+            ""
+        ));
+        assert!(bears(
+            Wants::Reason,
+            "Auditors replay it.",
+            "Ledger > Why the ledger is append-only"
+        ));
         assert!(bears(Wants::Procedure, "Run `make check`.", ""));
     }
 }

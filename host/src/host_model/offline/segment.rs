@@ -292,7 +292,9 @@ mod tests {
 
     #[test]
     fn list_items_stay_whole_and_numbered() {
-        let u = units("1. Generate a key with `minisign -G`.\n2. Sign the new key with\n   the old one.\n\nThe old key stays valid.");
+        let u = units(
+            "1. Generate a key with `minisign -G`.\n2. Sign the new key with\n   the old one.\n\nThe old key stays valid.",
+        );
         assert_eq!(u[0].kind, UnitKind::ListItem);
         assert_eq!(u[1].text, "Sign the new key with the old one.");
         assert_eq!((u[0].item, u[1].item), (0, 1));
