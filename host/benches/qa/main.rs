@@ -269,7 +269,8 @@ fn main() {
             .join(", ")
     );
     println!("| | old (pasted passages) | new (extracted answer) |\n|---|---|---|");
-    let rows: [(&str, fn(&Score) -> String); 10] = [
+    type Row = (&'static str, fn(&Score) -> String);
+    let rows: [Row; 10] = [
         ("fact found", |s| pct(s.fact, s.answerable)),
         ("right file cited", |s| pct(s.file, s.answerable)),
         ("fact + right file (goal ≥ 90%)", |s| {
