@@ -155,6 +155,15 @@ fn the_eval_subset_gets_the_fact_cites_its_file_and_stays_short() {
             !answer.contains("From "),
             "no pasted-passage header: {answer}"
         );
+        // Whole sentences: every line ends at a citation marker or a quote's
+        // end, never where the source file happened to wrap.
+        for line in answer.lines().filter(|l| !l.trim().is_empty()) {
+            assert!(
+                line.ends_with(']') || line.ends_with('”'),
+                "{}: a line broken mid-sentence: {line:?} in {answer}",
+                case.ask
+            );
+        }
     }
 }
 

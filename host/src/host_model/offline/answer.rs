@@ -71,11 +71,15 @@ pub fn find(reading: &Reading, passages: &[Passage]) -> Finding {
         if weights.iter().any(|(w, ..)| w == k) {
             continue;
         }
+        // A word no unit holds weighs as much as one a single unit holds: it
+        // counts against coverage, but a generic verb the documents happen not
+        // to use ("run") must not outweigh every rare word they do hold.
         let df = unit_words
             .iter()
             .flatten()
             .filter(|s| s.contains(k))
-            .count() as f32;
+            .count()
+            .max(1) as f32;
         let idf = 1.0 + ((all_units + 1.0) / (df + 1.0)).ln();
         weights.push((k.clone(), base * idf, focus));
     }
