@@ -240,7 +240,7 @@ async fn serve_chat_and_a_loop_of_ask_and_search_share_one_workspace() {
                 let ask = capstan()
                     .args(["ask", "--approve", "none", "-w"])
                     .arg(&ws_dir)
-                    .arg("Who approves a key rotation?")
+                    .arg("Who owns the signing keys?")
                     .output()
                     .unwrap();
                 let search = capstan()

@@ -390,8 +390,14 @@ impl Host {
             });
             match step {
                 Step::Retrieve {
-                    query, variants, ..
-                } => self.retrieve(ctx, run, query, variants).await?,
+                    query,
+                    variants,
+                    rewritten_from,
+                    ..
+                } => {
+                    self.retrieve(ctx, run, query, variants, rewritten_from)
+                        .await?
+                }
                 Step::Answer { .. } => return Ok(()),
                 Step::Plan { tasks, .. } => match validate_plan(&tasks) {
                     Err(problem) if plan_retries < self.config.max_plan_retries => {
@@ -427,6 +433,7 @@ impl Host {
         run: &RunContext,
         query: String,
         variants: Vec<String>,
+        rewritten_from: Option<String>,
     ) -> Result<(), Stop> {
         let attempt = ctx.retrievals + 1;
         let task_id = format!("retrieval-{attempt}");
@@ -457,6 +464,7 @@ impl Host {
             attempt,
             query: query.clone(),
             variants: variants.clone(),
+            rewritten_from,
         });
         let task = TaskRequest {
             id: task_id,
@@ -480,12 +488,7 @@ impl Host {
         };
         let passages: Vec<Passage> =
             serde_json::from_value(data["passages"].clone()).unwrap_or_default();
-        let sufficient = data["sufficient"].as_bool().unwrap_or(!passages.is_empty());
-        run.events.emit(Event::RetrievalCompleted {
-            attempt,
-            hits: passages.len() as u32,
-            sufficient,
-        });
+        let hits = passages.len() as u32;
         for p in passages {
             if !ctx
                 .passages
@@ -495,6 +498,17 @@ impl Host {
                 ctx.passages.push(p);
             }
         }
+        // The model's reading of the passages (does one answer?) wins over
+        // retrieval's share of query words found.
+        let sufficient = self
+            .model
+            .judge_sufficiency(ctx)
+            .unwrap_or_else(|| data["sufficient"].as_bool().unwrap_or(hits > 0));
+        run.events.emit(Event::RetrievalCompleted {
+            attempt,
+            hits,
+            sufficient,
+        });
         ctx.last_retrieval_sufficient = Some(sufficient);
         Ok(())
     }

@@ -178,6 +178,10 @@ pub enum Event {
         attempt: u32,
         query: String,
         variants: Vec<String>,
+        /// The user's message when `query` is a follow-up rewritten to stand
+        /// alone with the previous question.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rewritten_from: Option<String>,
     },
     #[serde(rename = "retrieval.completed")]
     RetrievalCompleted {

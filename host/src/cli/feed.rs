@@ -153,7 +153,15 @@ impl Feed {
             Event::HostAnalysis {
                 decision, reason, ..
             } => errln!("· {decision}: {reason}"),
-            Event::RetrievalStarted { query, .. } => {
+            Event::RetrievalStarted {
+                query,
+                rewritten_from,
+                attempt,
+                ..
+            } => {
+                if let (Some(asked), 1) = (rewritten_from, attempt) {
+                    errln!("· follow-up \"{asked}\" read with the previous question")
+                }
                 errln!("· searching the knowledge base for \"{query}\"")
             }
             Event::RetrievalCompleted {

@@ -89,6 +89,7 @@ pub fn parse_step(text: &str) -> Result<Step, String> {
                 query,
                 variants: reply.variants,
                 reason: reply.reason,
+                rewritten_from: None,
             })
         }
         "answer" => Ok(Step::Answer {

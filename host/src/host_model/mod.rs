@@ -71,6 +71,9 @@ pub enum Step {
         query: String,
         variants: Vec<String>,
         reason: String,
+        /// The user's own words when `query` rewrites a follow-up to stand
+        /// alone (shown in the feed next to the query).
+        rewritten_from: Option<String>,
     },
     Answer {
         reason: String,
@@ -126,6 +129,12 @@ pub trait HostModel: Send + Sync {
     /// plugin must be loaded before it plans), rather than from kinds alone.
     fn reads_operation_schemas(&self) -> bool {
         true
+    }
+
+    /// Whether the passages gathered so far answer the message, by the
+    /// model's own reading; `None` leaves it to retrieval's word coverage.
+    fn judge_sufficiency(&self, _ctx: &HostContext) -> Option<bool> {
+        None
     }
 
     /// One step of the host loop.

@@ -3,62 +3,29 @@
 //!
 //! - Plans `terminal_exec` when the message asks to run an explicit command (in
 //!   backticks, or after the word "run"), `docx` / `xlsx` when it names such a file.
-//! - Otherwise retrieves: the message first, then its keywords, then each keyword,
-//!   until retrieval says the context is sufficient (the orchestrator stops it
-//!   after three attempts).
-//! - Answers by extracting the sentences of the retrieved passages that share the
-//!   most keywords with the question, each with a numbered citation.
+//! - Otherwise retrieves: the question (read together with the previous one
+//!   when it leans on it, see [`followup`]), then its topic words, then each
+//!   word, until a retrieved passage answers it (the orchestrator stops it after
+//!   three attempts).
+//! - Answers with the sentence, list item or table row that answers the
+//!   question ([`answer`]), cited; when none does, says so and what it searched.
+
+mod answer;
+mod followup;
+mod question;
+mod segment;
+mod words;
 
 use async_trait::async_trait;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    FinalInput, HostContext, HostModel, ModelFailure, Passage, Step, TaskReport, TokenSink,
-};
-use crate::protocol::{Citation, PlanTask, Usage};
+use super::{FinalInput, HostContext, HostModel, ModelFailure, Step, TaskReport, TokenSink};
+use crate::protocol::{Citation, FailureReason, PlanTask, Usage};
 
 pub struct OfflineModel;
 
 pub const ID: &str = "capstan-offline";
-
-const STOPWORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
-    "i", "in", "is", "it", "me", "my", "of", "on", "or", "our", "should", "so", "that", "the",
-    "their", "this", "to", "we", "what", "when", "where", "which", "who", "why", "will", "with",
-    "you", "your", "please", "tell", "about", "there", "any", "all", "was", "were", "did", "has",
-    "have", "if", "then", "than", "into", "us", "get", "use", "used", "using",
-];
-
-/// Lower-cased content words, crudely stemmed so "keys" meets "key".
-pub fn keywords(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for word in text.split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-') {
-        let w = word.trim_matches('-').to_lowercase();
-        if w.len() < 2 || STOPWORDS.contains(&w.as_str()) {
-            continue;
-        }
-        let stem = stem(&w);
-        if !out.contains(&stem) {
-            out.push(stem);
-        }
-    }
-    out
-}
-
-fn stem(w: &str) -> String {
-    if let Some(base) = w.strip_suffix("ation").filter(|b| b.len() >= 3) {
-        return format!("{base}at");
-    }
-    for suffix in ["ing", "ed", "es", "e", "s"] {
-        if let Some(base) = w.strip_suffix(suffix)
-            && base.len() >= 3
-        {
-            return base.to_string();
-        }
-    }
-    w.to_string()
-}
 
 /// Commands the message asks to run: `backticked` spans, or what follows "run".
 pub fn explicit_commands(message: &str) -> Vec<String> {
@@ -221,20 +188,16 @@ fn decide(ctx: &HostContext) -> Step {
     }
     if ctx.last_retrieval_sufficient == Some(true) {
         return Step::Answer {
-            reason: "retrieved context is sufficient".into(),
+            reason: "a retrieved passage answers the question".into(),
         };
     }
-    let words = keywords(&ctx.message);
-    let (query, variants) = match ctx.retrievals {
-        0 => (ctx.message.clone(), vec![words.join(" ")]),
-        1 => (words.join(" "), vec![words.join(" OR ")]),
-        _ => (words.join(" OR "), words.clone()),
-    };
+    let reading = followup::read(&ctx.message, &ctx.history);
+    let (query, variants) = search(&reading, ctx.retrievals);
     let reason = if ctx.retrievals == 0 {
         "an informational question: search the knowledge base".to_string()
     } else {
         format!(
-            "retrieval {} was insufficient: broaden the query",
+            "no passage from retrieval {} answers the question: broaden the query",
             ctx.retrievals
         )
     };
@@ -242,132 +205,42 @@ fn decide(ctx: &HostContext) -> Step {
         query,
         variants,
         reason,
+        rewritten_from: reading.leaned.then(|| ctx.message.clone()),
     }
 }
 
-/// Sentences (and list items) of a passage.
-fn sentences(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with("```") {
-            continue;
-        }
-        let mut current = String::new();
-        let chars: Vec<char> = line.chars().collect();
-        for (i, c) in chars.iter().enumerate() {
-            current.push(*c);
-            let boundary =
-                matches!(c, '.' | '?' | '!') && chars.get(i + 1).is_none_or(|n| n.is_whitespace());
-            if boundary
-                && current.trim().len() > 1
-                && !current
-                    .trim()
-                    .chars()
-                    .all(|c| c.is_ascii_digit() || c == '.')
-            {
-                out.push(current.trim().to_string());
-                current.clear();
-            }
-        }
-        if !current.trim().is_empty() {
-            out.push(current.trim().to_string());
+/// The query and variants of retrieval number `done + 1`: the question as read,
+/// then its topic words, then any of them. Words as written: the feed shows
+/// queries to people.
+fn search(reading: &followup::Reading, done: u32) -> (String, Vec<String>) {
+    let topic: Vec<&String> = reading.focus.iter().chain(&reading.carried).collect();
+    let mut shown: Vec<String> = words::content_words(&reading.query)
+        .into_iter()
+        .filter(|w| topic.contains(&&words::stem(w)))
+        .collect();
+    if shown.is_empty() {
+        shown = words::content_words(&reading.query);
+    }
+    if shown.is_empty() {
+        return (reading.query.clone(), vec![]);
+    }
+    match done {
+        0 => (reading.query.clone(), vec![shown.join(" ")]),
+        1 => (shown.join(" "), vec![shown.join(" OR ")]),
+        _ => (shown.join(" OR "), shown),
+    }
+}
+
+/// The queries the first `done` retrievals used, for saying what was searched.
+fn searched(reading: &followup::Reading, done: u32) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for attempt in 0..done {
+        let (query, _) = search(reading, attempt);
+        if !out.contains(&query) {
+            out.push(query);
         }
     }
     out
-}
-
-fn overlap(words: &[String], text: &str) -> usize {
-    let have = keywords(text);
-    words.iter().filter(|w| have.contains(w)).count()
-}
-
-fn mentions(words: &[String], text: &str) -> usize {
-    keywords_all(text)
-        .iter()
-        .filter(|w| words.contains(w))
-        .count()
-}
-
-/// Every content word, repeats kept.
-fn keywords_all(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
-        .map(|w| w.trim_matches('-').to_lowercase())
-        .filter(|w| w.len() >= 2 && !STOPWORDS.contains(&w.as_str()))
-        .map(|w| stem(&w))
-        .collect()
-}
-
-/// The extractive answer: per cited passage, its best sentences in order.
-fn extract(message: &str, passages: &[Passage]) -> (String, Vec<Citation>) {
-    let words = keywords(message);
-    // Distinct keywords matched first (heading and text), then how often the
-    // text mentions them; ties keep retrieval order (the sort is stable).
-    let mut ranked: Vec<((usize, usize), &Passage)> = passages
-        .iter()
-        .map(|p| {
-            (
-                (
-                    overlap(&words, &format!("{} {}", p.heading, p.text)),
-                    mentions(&words, &p.text),
-                ),
-                p,
-            )
-        })
-        .filter(|((score, _), _)| *score > 0)
-        .collect();
-    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
-    let mut text = String::new();
-    let mut citations = Vec::new();
-    for (_, p) in ranked.into_iter().take(2) {
-        let n = citations.len() as u32 + 1;
-        let all = sentences(&p.text);
-        let chosen: Vec<&String> = if p.text.len() <= 700 {
-            all.iter().collect()
-        } else {
-            let mut scored: Vec<(usize, usize)> = all
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (overlap(&words, s), i))
-                .collect();
-            scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            let mut keep: Vec<usize> = scored
-                .iter()
-                .filter(|(s, _)| *s > 0)
-                .take(4)
-                .map(|(_, i)| *i)
-                .collect();
-            keep.sort();
-            keep.iter().map(|i| &all[*i]).collect()
-        };
-        if chosen.is_empty() {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str("\n\n");
-        }
-        let where_ = if p.heading.is_empty() {
-            p.path.clone()
-        } else {
-            format!("{} › {}", p.path, p.heading)
-        };
-        text.push_str(&format!("From {where_} [{n}]:\n"));
-        for s in chosen {
-            text.push_str(s);
-            text.push('\n');
-        }
-        citations.push(Citation {
-            n,
-            path: p.path.clone(),
-            heading: p.heading.clone(),
-            line_start: p.line_start,
-            line_end: p.line_end,
-        });
-    }
-    // The sources are not repeated in the text: every frontend shows the
-    // citations themselves (the terminal after the answer, the web chat as a
-    // list), as they do for a real model's answer.
-    (text.trim_end().to_string(), citations)
 }
 
 fn tail_lines(s: &str, n: usize) -> String {
@@ -432,14 +305,32 @@ fn write_final(input: &FinalInput) -> (String, Vec<Citation>) {
         }
         return (text.trim_end().to_string(), vec![]);
     }
-    if let Some((reason, message)) = &input.failure {
-        let (found, citations) = extract(&ctx.message, &ctx.passages);
-        let mut text = format!("I could not complete this: {message} ({reason}).");
-        if !found.is_empty() {
-            text.push_str("\n\nThe closest passages I found:\n\n");
-            text.push_str(&found);
+    let reading = followup::read(&ctx.message, &ctx.history);
+    let finding = answer::find(&reading, &ctx.passages);
+    let not_found = || {
+        answer::not_found(
+            &reading,
+            &finding,
+            &ctx.passages,
+            &searched(&reading, ctx.retrievals),
+        )
+    };
+    match &input.failure {
+        // Retrieval never found an answer: that is the answer.
+        Some((FailureReason::RetryLimit, _)) => return not_found(),
+        Some((reason, message)) => {
+            let (closest, citations) = not_found();
+            let text = format!("I could not complete this: {message} ({reason}).");
+            if ctx.passages.is_empty() {
+                return (text, vec![]);
+            }
+            let tail = closest.split_once("\n\n").map(|(_, t)| t).unwrap_or("");
+            return (
+                format!("{text}\n\n{tail}").trim_end().to_string(),
+                citations,
+            );
         }
-        return (text, citations);
+        None => {}
     }
     if ctx.workspace.is_none() {
         return (
@@ -449,14 +340,11 @@ fn write_final(input: &FinalInput) -> (String, Vec<Citation>) {
             vec![],
         );
     }
-    let (text, citations) = extract(&ctx.message, &ctx.passages);
-    if text.is_empty() {
-        return (
-            "I found nothing in the workspace that answers this.".into(),
-            vec![],
-        );
+    if finding.answered {
+        answer::compose(&reading, &finding, &ctx.passages)
+    } else {
+        not_found()
     }
-    (text, citations)
 }
 
 fn estimate_tokens(s: &str) -> u64 {
@@ -472,6 +360,13 @@ impl HostModel for OfflineModel {
     /// It plans by kind (`has_capability`), so plugins load only when a task runs.
     fn reads_operation_schemas(&self) -> bool {
         false
+    }
+
+    /// A passage is enough when one of its sentences answers the question,
+    /// whatever share of the query words retrieval saw in it.
+    fn judge_sufficiency(&self, ctx: &HostContext) -> Option<bool> {
+        let reading = followup::read(&ctx.message, &ctx.history);
+        Some(answer::find(&reading, &ctx.passages).answered)
     }
 
     async fn step(
@@ -543,38 +438,6 @@ mod tests {
         assert_eq!(explicit_commands("Run ls."), ["ls"]);
         assert!(explicit_commands("How do I rotate the signing keys?").is_empty());
         assert!(explicit_commands("how do I run the tests?").is_empty());
-    }
-
-    #[test]
-    fn keywords_drop_stopwords_and_stem() {
-        assert_eq!(
-            keywords("How do I rotate the signing keys?"),
-            ["rotat", "sign", "key"]
-        );
-    }
-
-    #[test]
-    fn extracts_cited_sentences() {
-        let p = Passage {
-            path: "ops/keys.md".into(),
-            heading: "Rotation".into(),
-            line_start: 3,
-            line_end: 5,
-            text: "Keys are rotated every 90 days. Lunch is at noon.".into(),
-            score: 1.0,
-        };
-        let (text, cites) = extract("when are keys rotated?", &[p]);
-        assert!(
-            text.contains("Keys are rotated every 90 days. [1]") || text.contains("[1]"),
-            "{text}"
-        );
-        // The sources are the citations' job (the feed prints them once), not the text's.
-        assert!(!text.contains("Sources:"), "{text}");
-        assert_eq!(cites.len(), 1);
-        assert!(
-            format!("{:?}", cites[0]).contains("ops/keys.md"),
-            "{cites:?}"
-        );
     }
 
     #[test]
