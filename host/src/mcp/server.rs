@@ -1035,3 +1035,24 @@ pub fn http_router(
         ))
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reason_said_twice_is_shown_once() {
+        let reasons = vec![
+            "`rm` deletes files".to_string(),
+            "asks because `rm` deletes files".to_string(),
+            "risk: delete".to_string(),
+            "the plugin asked to treat this as `delete`".to_string(),
+            "`rm` deletes files".to_string(),
+        ];
+        let kept = distinct_reasons(&reasons, "Capstan asks to run `rm x` (risk: delete)");
+        assert_eq!(
+            kept,
+            ["asks because `rm` deletes files", "the plugin asked to treat this as `delete`"]
+        );
+    }
+}
