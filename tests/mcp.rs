@@ -1803,3 +1803,178 @@ async fn tools_declare_output_schemas_and_honest_annotations() {
     assert!(validator.is_valid(&structured), "{structured}");
     session.cancel().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// What Capstan offers the servers it uses: roots, progress, content kept, its
+// log for their stderr, and a dead HTTP server noticed at once.
+
+/// The reference servers with nothing but Capstan's roots to go on: the
+/// filesystem server started with no directory (it then serves the client's
+/// roots, or nothing) and the "everything" server.
+fn roots_config() -> String {
+    format!(
+        r#"
+[[mcp_server]]
+name = "fsroots"
+command = {fs:?}
+risk = "read_only"
+
+[[mcp_server]]
+name = "every"
+command = {everything:?}
+risk = "read_only"
+timeout_secs = 120
+"#,
+        fs = third_party_bin("mcp-server-filesystem"),
+        everything = third_party_bin("mcp-server-everything"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_servers_get_the_workspace_as_root_progress_and_keep_images() {
+    setup_sandbox_launcher();
+    let home = Home::new(&roots_config());
+    let ws = workspace();
+    let root = ws.path().canonicalize().unwrap();
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(&root)).await;
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let (run, recorder) = direct_run(&app, &root);
+
+    // The filesystem server got no directory: what it serves is Capstan's root.
+    let keep = root.join("keep.txt").display().to_string();
+    let read = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:fsroots/read_text_file", json!({"path": keep})),
+        &run,
+    )
+    .await
+    .expect("the filesystem server serves the workspace it got as a root");
+    assert!(read.data.to_string().contains("keep me"), "{:?}", read.data);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("x.txt"), "outside").unwrap();
+    let refused = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:fsroots/read_text_file",
+            json!({"path": outside.path().join("x.txt")}),
+        ),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.reason, FailureReason::Failed, "{refused:?}");
+    let roots = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:every/get-roots-list", json!({})),
+        &run,
+    )
+    .await
+    .unwrap();
+    assert!(
+        roots.data.to_string().contains(&format!("file://{}", root.display())),
+        "{:?}",
+        roots.data
+    );
+
+    // Progress notifications become the run's progress events; the task event
+    // names the operation even when the plan left it out.
+    let mut long = task(
+        "mcp:every/trigger-long-running-operation",
+        json!({"duration": 1, "steps": 4}),
+    );
+    long.operation = String::new();
+    run_task(&app.runtime, &registry, &long, &run).await.unwrap();
+    let events: Vec<Value> = recorder
+        .events()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect();
+    let progress: Vec<&Value> = events.iter().filter(|e| e["type"] == "progress").collect();
+    assert!(progress.len() >= 4, "{events:?}");
+    assert_eq!(progress.last().unwrap()["done"], 4);
+    assert_eq!(progress.last().unwrap()["total"], 4);
+    assert!(
+        events.iter().any(|e| e["type"] == "task.started"
+            && e["kind"] == "mcp:every/trigger-long-running-operation"
+            && e["operation"] == "call"),
+        "{events:?}"
+    );
+
+    // An image answer is kept with the task's data, not dropped.
+    let image = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:every/get-tiny-image", json!({})),
+        &run,
+    )
+    .await
+    .unwrap();
+    let content = image.data["content"].as_array().expect("content kept");
+    let png = content
+        .iter()
+        .find(|c| c["type"] == "image")
+        .unwrap_or_else(|| panic!("{content:?}"));
+    assert_eq!(png["mimeType"], "image/png");
+    assert!(png["data"].as_str().unwrap().len() > 100);
+}
+
+/// An external server on streamable HTTP (a real `capstan mcp --listen`,
+/// on 127.0.0.1) killed with SIGKILL in the middle of a two-minute call: the
+/// call fails as a lost connection, long before its 300 s timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_killed_mid_call_fails_the_call_at_once() {
+    setup_sandbox_launcher();
+    let inner_home = Home::new("");
+    let inner_ws = workspace();
+    let (mut inner, url) = listen_without_token(&inner_home, inner_ws.path(), &[]);
+    let home = Home::new(&format!(
+        "[[mcp_server]]\nname = \"remote\"\nurl = {url:?}\nrisk = \"read_only\"\n"
+    ));
+    let ws = workspace();
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = Arc::new(app.registry(Some(ws.path())).await);
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let app = Arc::new(app);
+    let marker = "119.5";
+    let calling = {
+        let (app, registry, ws) = (app.clone(), registry.clone(), ws.path().to_path_buf());
+        tokio::spawn(async move {
+            let (run, _) = direct_run(&app, &ws);
+            run_task(
+                &app.runtime,
+                &registry,
+                &task(
+                    "mcp:remote/terminal_exec.run",
+                    json!({"command": format!("sleep {marker}")}),
+                ),
+                &run,
+            )
+            .await
+        })
+    };
+    wait_for("the remote sleep to start", || {
+        !processes_with(&["sleep", marker]).is_empty()
+    })
+    .await;
+    let killed_at = Instant::now();
+    inner.kill().unwrap();
+    inner.wait().unwrap();
+    let failed = calling.await.unwrap().unwrap_err();
+    let noticed = killed_at.elapsed();
+    println!("a killed HTTP server failed the call after {noticed:?}");
+    assert_eq!(failed.reason, FailureReason::Failed, "{failed:?}");
+    assert!(failed.message.contains("`remote`"), "{}", failed.message);
+    assert!(!failed.message.contains("within 300 s"), "{}", failed.message);
+    // The orphaned sandboxed sleep is not the test's to leave behind.
+    for pid in processes_with(&["sleep", marker]) {
+        let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+}
