@@ -68,6 +68,8 @@ fn read_only_commands_run_without_approval_and_report_a_terminal_step() {
     assert_eq!(step["risk"], "read_only");
     assert_eq!(step["exit_code"], 0);
     assert_eq!(run.result()["data"]["steps"][0]["stdout"], "keep me");
+    // The plugin's own record of the step names the risk as the host does.
+    assert_eq!(run.result()["data"]["steps"][0]["risk"], "read_only");
 }
 
 #[test]

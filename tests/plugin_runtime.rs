@@ -160,10 +160,17 @@ async fn cancellation_stops_a_spinning_and_a_polling_plugin() {
     ));
     let (rt, reg) = setup(&home).await;
     for op in ["loop", "cancel-poll"] {
-        let (_ws, run) = scratch_ctx();
+        let ws = tempfile::tempdir().unwrap();
+        let (run, events) = run_ctx(Some(ws.path()));
         let cancel = run.cancel.clone();
+        // Cancel only once the plugin says it is spinning: a cancel that lands
+        // before the call starts would pass without stopping anything.
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            while !events.events().iter().any(|e| {
+                matches!(e, capstan::protocol::Event::Activity { kind, .. } if kind == "fault.spinning")
+            }) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             cancel.cancel();
         });
         let outcome = call(&rt, &reg, "fault", op, json!({}), &run).await;

@@ -227,15 +227,11 @@ impl App {
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile
-    /// registered for this workspace (if any) on top.
+    /// chosen for this workspace (if any) on top.
     pub fn policy_for(&self, workspace: &Path) -> capstan_policy::Policy {
         let mut policy = self.config.policy.clone();
         if let Ok(Some(ws)) = self.store.get_workspace_by_root(workspace) {
-            if let Ok(p) =
-                serde_json::from_value(serde_json::Value::String(ws.policy_profile.as_str().into()))
-            {
-                policy.profile = p;
-            }
+            policy.profile = self.config.profile_for(&ws);
             if let Some(extra) = ws
                 .policy_json
                 .as_deref()
@@ -311,8 +307,8 @@ impl App {
                             .file_name()
                             .map(|n| n.to_string_lossy().into_owned())
                             .unwrap_or_default();
-                        self.store
-                            .add_workspace(root, &name, capstan_store::Profile::default())?
+                        // No profile of its own: `[policy] profile` applies.
+                        self.store.add_workspace(root, &name, None)?
                     }
                 };
                 self.store

@@ -238,6 +238,19 @@ impl Default for ApprovalSection {
 }
 
 impl Config {
+    /// The profile a registered workspace runs under: the one chosen for it
+    /// (`capstan workspace add --profile`), else `[policy] profile`.
+    pub fn profile_for(&self, ws: &capstan_store::Workspace) -> capstan_policy::Profile {
+        use capstan_policy::Profile as P;
+        use capstan_store::Profile as S;
+        match ws.policy_profile {
+            None => self.policy.profile,
+            Some(S::Cautious) => P::Cautious,
+            Some(S::Trusted) => P::Trusted,
+            Some(S::Locked) => P::Locked,
+        }
+    }
+
     /// Reads and checks the user's capstan.toml (see [`crate::config_check`]): any
     /// problem, an unknown key included, is an error naming the line and the fix.
     pub fn load(path: &Path) -> Result<Self> {

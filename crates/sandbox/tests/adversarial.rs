@@ -827,6 +827,48 @@ async fn process_limit_is_enforced() {
     assert_eq!(processes_in(&f.ws), Vec::<i32>::new());
 }
 
+#[tokio::test]
+async fn cpu_seconds_limit_stops_a_busy_loop() {
+    let f = Fixture::new();
+    let mut spec = f.spec("while :; do :; done");
+    spec.limits.max_cpu_seconds = Some(1);
+    // The wall-clock timeout is far away: only the CPU limit can end the loop.
+    spec.timeout = Duration::from_secs(120);
+    let out = run(spec, CancellationToken::new()).await.unwrap();
+    assert!(!out.timed_out, "{out:?}");
+    assert!(
+        matches!(out.signal, Some(libc::SIGXCPU | libc::SIGKILL)),
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn file_size_limit_stops_a_growing_file() {
+    let f = Fixture::new();
+    let mut spec = f.spec("head -c 3000000 /dev/zero > big; echo \"head: $?\"");
+    spec.limits.max_file_size = Some(1 << 20);
+    let out = run(spec, CancellationToken::new()).await.unwrap();
+    // `head` dies of SIGXFSZ (exit 128+25) with the file at the limit.
+    assert!(out.stdout.contains("head: 153"), "{out:?}");
+    let size = std::fs::metadata(f.ws.join("big")).unwrap().len();
+    assert_eq!(size, 1 << 20, "{out:?}");
+}
+
+#[tokio::test]
+async fn address_space_limit_stops_a_large_allocation() {
+    let f = Fixture::new();
+    // Bash keeps a command substitution's output in memory: 400 MB of it cannot
+    // fit in 256 MiB of address space.
+    let mut spec = f.spec("x=$(head -c 400000000 /dev/zero | tr '\\0' a); echo \"kept ${#x}\"");
+    spec.limits.max_address_space = Some(256 << 20);
+    let out = run(spec, CancellationToken::new()).await.unwrap();
+    assert!(!out.stdout.contains("kept 400000000"), "{out:?}");
+    assert!(
+        out.exit_code != Some(0) || out.signal.is_some(),
+        "the allocation failed but the command claims success: {out:?}"
+    );
+}
+
 // ---------------------------------------------------------------- output
 
 #[tokio::test]

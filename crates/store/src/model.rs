@@ -157,7 +157,10 @@ pub struct Workspace {
     /// Canonical (absolute, symlinks resolved) at registration; unique.
     pub root_path: PathBuf,
     pub name: String,
-    pub policy_profile: Profile,
+    /// The profile chosen for this folder; `None` follows the configuration's
+    /// `[policy] profile`, so tightening the configuration reaches every
+    /// workspace that did not choose its own.
+    pub policy_profile: Option<Profile>,
     /// Extra policy rules as JSON (valid JSON is enforced by the schema).
     pub policy_json: Option<String>,
     pub created_at: String,

@@ -116,6 +116,15 @@ CREATE TABLE approvals (
 ) STRICT;
 CREATE INDEX approvals_by_run ON approvals(run_id, created_at);
 "#,
+    // v2: a workspace follows the configuration's `[policy] profile` unless its
+    // own profile was chosen (`capstan workspace add --profile`). Version 1
+    // registered every folder as 'cautious' whether chosen or not; any other
+    // value was chosen.
+    r#"
+ALTER TABLE workspaces ADD COLUMN profile_set INTEGER NOT NULL DEFAULT 0
+    CHECK (profile_set IN (0, 1));
+UPDATE workspaces SET profile_set = 1 WHERE policy_profile <> 'cautious';
+"#,
 ];
 
 /// Reads the header and refuses files this build must not touch. Writes

@@ -7,16 +7,20 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::error::{Result, StoreError};
 use crate::{Durability, Profile, Store, Workspace, new_id, now_rfc3339};
 
-const COLUMNS: &str = "id, root_path, name, policy_profile, policy_json, created_at";
+const COLUMNS: &str = "id, root_path, name, policy_profile, profile_set, policy_json, created_at";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Workspace> {
     Ok(Workspace {
         id: r.get(0)?,
         root_path: PathBuf::from(r.get::<_, String>(1)?),
         name: r.get(2)?,
-        policy_profile: r.get(3)?,
-        policy_json: r.get(4)?,
-        created_at: r.get(5)?,
+        policy_profile: if r.get::<_, bool>(4)? {
+            Some(r.get(3)?)
+        } else {
+            None
+        },
+        policy_json: r.get(5)?,
+        created_at: r.get(6)?,
     })
 }
 
@@ -47,7 +51,15 @@ impl Store {
     /// Fails with [`StoreError::WorkspaceExists`] when the root is already
     /// registered (the error names the existing id), and
     /// [`StoreError::WorkspaceRoot`] when it cannot be resolved.
-    pub fn add_workspace(&self, root: &Path, name: &str, profile: Profile) -> Result<Workspace> {
+    ///
+    /// `profile` is the workspace's own profile; `None` follows the
+    /// configuration's.
+    pub fn add_workspace(
+        &self,
+        root: &Path,
+        name: &str,
+        profile: Option<Profile>,
+    ) -> Result<Workspace> {
         let root_path = canonical_root(root)?;
         let ws = Workspace {
             id: new_id("ws"),
@@ -65,10 +77,19 @@ impl Store {
                 });
             }
             c.prepare_cached(
-                "INSERT INTO workspaces (id, root_path, name, policy_profile, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO workspaces (id, root_path, name, policy_profile, profile_set, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )
-            .and_then(|mut s| s.execute(params![ws.id, root_path, ws.name, profile, ws.created_at]))
+            .and_then(|mut s| {
+                s.execute(params![
+                    ws.id,
+                    root_path,
+                    ws.name,
+                    profile.unwrap_or_default(),
+                    profile.is_some(),
+                    ws.created_at
+                ])
+            })
             .map_err(|e| self.sql(e))?;
             Ok(())
         })?;
@@ -114,11 +135,12 @@ impl Store {
         self.update_one("DELETE FROM workspaces WHERE id = ?1", params![id], id)
     }
 
-    /// Changes a workspace's policy profile.
-    pub fn set_profile(&self, id: &str, profile: Profile) -> Result<()> {
+    /// Sets a workspace's own policy profile, or with `None` makes it follow
+    /// the configuration's again.
+    pub fn set_profile(&self, id: &str, profile: Option<Profile>) -> Result<()> {
         self.update_one(
-            "UPDATE workspaces SET policy_profile = ?2 WHERE id = ?1",
-            params![id, profile],
+            "UPDATE workspaces SET policy_profile = ?2, profile_set = ?3 WHERE id = ?1",
+            params![id, profile.unwrap_or_default(), profile.is_some()],
             id,
         )
     }

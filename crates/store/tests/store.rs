@@ -46,12 +46,11 @@ fn workspace_round_trip_and_canonical_root() {
     std::fs::create_dir_all(proj.join("sub")).unwrap();
     // A non-canonical spelling is stored canonical.
     let spelled = proj.join("sub").join("..");
-    let ws = store
-        .add_workspace(&spelled, "proj", Profile::default())
-        .unwrap();
+    let ws = store.add_workspace(&spelled, "proj", None).unwrap();
     assert!(ws.id.starts_with("ws_"));
     assert_eq!(ws.root_path, std::fs::canonicalize(&proj).unwrap());
-    assert_eq!(ws.policy_profile, Profile::Cautious);
+    // No profile chosen: the workspace follows the configuration's.
+    assert_eq!(ws.policy_profile, None);
     assert_eq!(ws.policy_json, None);
 
     assert_eq!(
@@ -70,7 +69,7 @@ fn workspace_round_trip_and_canonical_root() {
             store.get_workspace_by_root(&link).unwrap().as_ref(),
             Some(&ws)
         );
-        match store.add_workspace(&link, "again", Profile::Trusted) {
+        match store.add_workspace(&link, "again", Some(Profile::Trusted)) {
             Err(StoreError::WorkspaceExists { id, .. }) => assert_eq!(id, ws.id),
             other => panic!("expected WorkspaceExists, got {other:?}"),
         }
@@ -79,7 +78,7 @@ fn workspace_round_trip_and_canonical_root() {
     let other_dir = dir.path().join("a-other");
     std::fs::create_dir(&other_dir).unwrap();
     let other = store
-        .add_workspace(&other_dir, "another", Profile::Locked)
+        .add_workspace(&other_dir, "another", Some(Profile::Locked))
         .unwrap();
     let names: Vec<_> = store
         .list_workspaces()
@@ -89,7 +88,7 @@ fn workspace_round_trip_and_canonical_root() {
         .collect();
     assert_eq!(names, ["another", "proj"]);
 
-    store.set_profile(&ws.id, Profile::Trusted).unwrap();
+    store.set_profile(&ws.id, Some(Profile::Trusted)).unwrap();
     store
         .set_policy_json(&ws.id, Some(r#"{"allow":["make"]}"#))
         .unwrap();
@@ -101,7 +100,8 @@ fn workspace_round_trip_and_canonical_root() {
 
     let store = reopen(&dir);
     let ws2 = store.get_workspace_by_id(&ws.id).unwrap().unwrap();
-    assert_eq!(ws2.policy_profile, Profile::Trusted);
+    assert_eq!(ws2.policy_profile, Some(Profile::Trusted));
+    assert_eq!(other.policy_profile, Some(Profile::Locked));
     assert_eq!(ws2.policy_json.as_deref(), Some(r#"{"allow":["make"]}"#));
     store.set_policy_json(&ws.id, None).unwrap();
     assert_eq!(
@@ -134,7 +134,7 @@ fn workspace_round_trip_and_canonical_root() {
         })
     ));
     assert!(matches!(
-        store.set_profile("ws_nope", Profile::Locked),
+        store.set_profile("ws_nope", Some(Profile::Locked)),
         Err(StoreError::NotFound { .. })
     ));
 }
@@ -143,16 +143,12 @@ fn workspace_round_trip_and_canonical_root() {
 fn workspace_root_must_be_an_existing_directory() {
     let (dir, store) = fresh();
     let missing = dir.path().join("missing");
-    let err = store
-        .add_workspace(&missing, "m", Profile::Cautious)
-        .unwrap_err();
+    let err = store.add_workspace(&missing, "m", None).unwrap_err();
     assert!(matches!(err, StoreError::WorkspaceRoot { .. }), "{err}");
     assert!(err.to_string().contains("missing"), "{err}");
     let file = dir.path().join("file.txt");
     std::fs::write(&file, "x").unwrap();
-    let err = store
-        .add_workspace(&file, "f", Profile::Cautious)
-        .unwrap_err();
+    let err = store.add_workspace(&file, "f", None).unwrap_err();
     assert!(err.to_string().contains("not a directory"), "{err}");
     assert_eq!(store.get_workspace_by_root(&missing).unwrap(), None);
 }
@@ -163,7 +159,7 @@ fn workspace_root_must_be_an_existing_directory() {
 fn session_round_trip_summary_and_workspace() {
     let (dir, store) = fresh();
     let ws = store
-        .add_workspace(dir.path(), "root", Profile::Cautious)
+        .add_workspace(dir.path(), "root", Some(Profile::Cautious))
         .unwrap();
     let s = store.create_session("first", None).unwrap();
     assert!(s.id.starts_with("ses_"));
@@ -780,6 +776,38 @@ fn fresh_file_is_wal_versioned_and_marked() {
     // Reopening an up-to-date file migrates nothing and keeps the version.
     drop(raw);
     assert_eq!(reopen(&dir).schema_version().unwrap(), SCHEMA_VERSION);
+}
+
+#[test]
+fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() {
+    let (dir, store) = fresh();
+    drop(store);
+    let path = dir.path().join("capstan.db");
+    // Turn the fresh file back into what version 1 wrote: no `profile_set`,
+    // and 'cautious' for every folder registered without a choice.
+    let raw = rusqlite_open(&path);
+    raw.execute_batch(
+        "ALTER TABLE workspaces DROP COLUMN profile_set;
+         INSERT INTO workspaces (id, root_path, name, policy_profile, created_at) VALUES
+           ('ws_auto', '/a', 'a', 'cautious', '2026-01-01T00:00:00Z'),
+           ('ws_chosen', '/b', 'b', 'trusted', '2026-01-01T00:00:00Z');
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    drop(raw);
+    let store = reopen(&dir);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let profile = |id: &str| {
+        store
+            .get_workspace_by_id(id)
+            .unwrap()
+            .unwrap()
+            .policy_profile
+    };
+    assert_eq!(profile("ws_auto"), None);
+    assert_eq!(profile("ws_chosen"), Some(Profile::Trusted));
+    store.set_profile("ws_chosen", None).unwrap();
+    assert_eq!(profile("ws_chosen"), None);
 }
 
 #[test]

@@ -141,19 +141,13 @@ impl Chat {
         match root {
             None => errln!("workspace: none (questions only; /workspace DIR binds one)"),
             Some(root) => {
-                let profile = self
-                    .app
-                    .store
-                    .get_workspace_by_root(&root)
-                    .ok()
-                    .flatten()
-                    .map(|w| w.policy_profile.to_string())
-                    .unwrap_or_else(|| {
-                        format!(
-                            "{}; registered at the next run",
-                            capstan_store::Profile::default()
-                        )
-                    });
+                let profile = match self.app.store.get_workspace_by_root(&root).ok().flatten() {
+                    Some(ws) => self.app.config.profile_for(&ws).to_string(),
+                    None => format!(
+                        "{}; registered at the next run",
+                        self.app.config.policy.profile
+                    ),
+                };
                 errln!("workspace: {} (policy: {profile})", root.display());
             }
         }
@@ -207,6 +201,9 @@ impl Chat {
         let mut run = tokio::spawn(async move { app.ask(req, frontend, run_cancel).await });
         let mut waiting: VecDeque<Ask> = VecDeque::new();
         loop {
+            // An approval decided elsewhere (expired, answered from the web chat)
+            // no longer waits for a line here: the next line is a new message.
+            self.forget_settled(&mut waiting);
             // Lines typed ahead answer approvals first.
             while !waiting.is_empty()
                 && let Some(line) = self.typed_ahead.pop_front()
@@ -236,8 +233,14 @@ impl Chat {
                         errln!("· cancelling…");
                         cancel.cancel();
                     }
-                    Some(line) if !waiting.is_empty() => self.answer(&line, &mut waiting, &cancel),
-                    Some(line) => self.typed_ahead.push_back(line),
+                    Some(line) => {
+                        self.forget_settled(&mut waiting);
+                        if waiting.is_empty() {
+                            self.typed_ahead.push_back(line);
+                        } else {
+                            self.answer(&line, &mut waiting, &cancel);
+                        }
+                    }
                 },
                 _ = tokio::signal::ctrl_c() => {
                     errln!("\n· cancelling…");
@@ -245,6 +248,10 @@ impl Chat {
                 }
             }
         }
+    }
+
+    fn forget_settled(&self, waiting: &mut VecDeque<Ask>) {
+        waiting.retain(|ask| self.app.broker.is_open(&ask.approval_id));
     }
 
     fn answer(&self, line: &str, waiting: &mut VecDeque<Ask>, cancel: &CancellationToken) {

@@ -152,8 +152,7 @@ fn register(app: &App, root: &std::path::Path) -> Result<()> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        app.store
-            .add_workspace(root, &name, capstan_store::Profile::default())?;
+        app.store.add_workspace(root, &name, None)?;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use capstan_store::{Profile, Store, Workspace};
 
 use super::{GlobalArgs, workspace_root};
+use crate::config::Config;
 use crate::dirs::Dirs;
 use crate::{errln, outln};
 
@@ -19,9 +20,11 @@ pub enum WorkspaceCommand {
         /// Display name (default: the folder's name).
         #[arg(long)]
         name: Option<String>,
-        /// cautious: ask for anything but read-only commands; trusted: also run writes; locked: run nothing.
-        #[arg(long, value_parser = ["cautious", "trusted", "locked"], default_value = "cautious")]
-        profile: String,
+        /// cautious: ask for anything but read-only commands; trusted: also run writes;
+        /// locked: run nothing; config: follow `[policy] profile` in capstan.toml.
+        /// Default for a new folder: config (itself `cautious` unless you set it).
+        #[arg(long, value_parser = ["cautious", "trusted", "locked", "config"])]
+        profile: Option<String>,
     },
     /// Registered workspaces with their profiles, and the sessions using them.
     List {
@@ -47,25 +50,37 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
     let dirs = global.dirs()?;
     Dirs::ensure(&dirs.data)?;
     let store = Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?;
+    // Only to show the profile a workspace without its own follows; a broken
+    // config is reported by the commands that need it, not here.
+    let config = Config::load(&dirs.user_config_file()).ok();
+    let line = |ws: &Workspace| line(ws, config.as_ref());
     match cmd {
         WorkspaceCommand::Add { dir, name, profile } => {
             let root = workspace_root(global, &dir)?;
-            let profile: Profile = profile.parse().map_err(anyhow::Error::msg)?;
+            let profile: Option<Option<Profile>> = match profile.as_deref() {
+                None => None,
+                Some("config") => Some(None),
+                Some(p) => Some(Some(p.parse().map_err(anyhow::Error::msg)?)),
+            };
             let name = name.unwrap_or_else(|| {
                 root.file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default()
             });
-            let ws = match store.get_workspace_by_root(&root)? {
-                Some(ws) => {
+            let ws = match (store.get_workspace_by_root(&root)?, profile) {
+                (Some(ws), None) => {
+                    errln!("already registered (--profile changes its profile)");
+                    ws
+                }
+                (Some(ws), Some(profile)) => {
                     store.set_profile(&ws.id, profile)?;
-                    errln!("already registered; profile set to {profile}");
+                    errln!("already registered; profile changed");
                     Workspace {
                         policy_profile: profile,
                         ..ws
                     }
                 }
-                None => store.add_workspace(&root, &name, profile)?,
+                (None, profile) => store.add_workspace(&root, &name, profile.flatten())?,
             };
             outln!("{}", line(&ws));
         }
@@ -89,7 +104,9 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                     .map(|ws| {
                         serde_json::json!({
                             "id": ws.id, "name": ws.name, "root": ws.root_path,
-                            "profile": ws.policy_profile.as_str(), "sessions": used(ws),
+                            "profile": profile_words(ws, config.as_ref()).0,
+                            "profile_from": profile_words(ws, config.as_ref()).1,
+                            "sessions": used(ws),
                         })
                     })
                     .collect();
@@ -113,12 +130,12 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
                 )?,
             };
             store.set_session_workspace(&session.id, Some(&ws.id))?;
+            let (profile, from) = profile_words(&ws, config.as_ref());
             outln!(
-                "session {} ({}) now uses {} (policy: {})",
+                "session {} ({}) now uses {} (policy: {profile}, from the {from})",
                 session.id,
                 session.title,
                 ws.root_path.display(),
-                ws.policy_profile
             );
         }
         WorkspaceCommand::Remove { workspace } => {
@@ -134,12 +151,24 @@ pub async fn run(global: &GlobalArgs, cmd: WorkspaceCommand) -> Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-fn line(ws: &Workspace) -> String {
+/// The profile in force and where it comes from (`workspace` or `config`);
+/// `?` when the config cannot be read.
+fn profile_words(ws: &Workspace, config: Option<&Config>) -> (String, &'static str) {
+    match (ws.policy_profile, config) {
+        (Some(p), _) => (p.to_string(), "workspace"),
+        (None, Some(config)) => (config.profile_for(ws).to_string(), "config"),
+        (None, None) => ("?".into(), "config"),
+    }
+}
+
+fn line(ws: &Workspace, config: Option<&Config>) -> String {
+    let (profile, from) = profile_words(ws, config);
     format!(
-        "{}  {:<20} policy: {:<9} {}",
+        "{}  {:<20} policy: {:<9} {:<10} {}",
         ws.id,
         ws.name,
-        ws.policy_profile.as_str(),
+        profile,
+        format!("({from})"),
         ws.root_path.display()
     )
 }

@@ -612,8 +612,28 @@ impl RunManager {
             })?)
     }
 
+    /// Registered workspaces, each with the profile in force (its own, or
+    /// the configuration's).
     pub fn workspaces(&self) -> Result<Vec<Workspace>, ApiError> {
-        Ok(self.app.store.list_workspaces()?)
+        Ok(self
+            .app
+            .store
+            .list_workspaces()?
+            .into_iter()
+            .map(|ws| self.in_force(ws))
+            .collect())
+    }
+
+    fn in_force(&self, ws: Workspace) -> Workspace {
+        let profile = match self.app.config.profile_for(&ws) {
+            capstan_policy::Profile::Cautious => capstan_store::Profile::Cautious,
+            capstan_policy::Profile::Trusted => capstan_store::Profile::Trusted,
+            capstan_policy::Profile::Locked => capstan_store::Profile::Locked,
+        };
+        Workspace {
+            policy_profile: Some(profile),
+            ..ws
+        }
     }
 
     /// Register a workspace folder (or return the registered one). A remote
@@ -622,16 +642,14 @@ impl RunManager {
     pub fn add_workspace(&self, dir: &str) -> Result<Workspace, ApiError> {
         let root = self.checked_workspace(dir)?;
         if let Some(ws) = self.app.store.get_workspace_by_root(&root)? {
-            return Ok(ws);
+            return Ok(self.in_force(ws));
         }
         let name = root
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        Ok(self
-            .app
-            .store
-            .add_workspace(&root, &name, capstan_store::Profile::default())?)
+        let ws = self.app.store.add_workspace(&root, &name, None)?;
+        Ok(self.in_force(ws))
     }
 }
 

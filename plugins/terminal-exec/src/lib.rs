@@ -98,6 +98,18 @@ impl Guest for TerminalExec {
     }
 }
 
+/// The risk as the host names it on the wire (`read_only`, ...), so a step's
+/// `risk` reads the same as the host's own events.
+fn risk_name(risk: Risk) -> &'static str {
+    match risk {
+        Risk::ReadOnly => "read_only",
+        Risk::Write => "write",
+        Risk::Delete => "delete",
+        Risk::Network => "network",
+        Risk::Unknown => "unknown",
+    }
+}
+
 fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskError> {
     let total = commands.len() as u64;
     let mut steps: Vec<Value> = Vec::new();
@@ -132,7 +144,7 @@ fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskErr
                     "command": command, "cwd": input.cwd, "exit_code": out.exit_code, "signal": out.signal,
                     "stdout": out.stdout, "stderr": out.stderr, "truncated_bytes": out.truncated_bytes,
                     "duration_ms": out.duration_ms, "timed_out": out.timed_out,
-                    "risk": format!("{:?}", out.risk).to_lowercase(), "reasons": out.reasons,
+                    "risk": risk_name(out.risk), "reasons": out.reasons,
                 }));
                 if !ok && failed.is_none() {
                     // The last line of the error output usually says why.

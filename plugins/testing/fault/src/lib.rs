@@ -66,6 +66,16 @@ const OPS: &[(&str, Risk, &str)] = &[
     ),
 ];
 
+/// Tells the host the operation is past set-up, so a test can cancel a plugin it
+/// has seen running rather than one that may not have started.
+fn spinning() {
+    capstan::plugin::events::emit(&capstan::plugin::events::Activity {
+        kind: "fault.spinning".into(),
+        message: "spinning until stopped".into(),
+        data: String::new(),
+    });
+}
+
 fn field<'a>(input: &'a Value, name: &str) -> Result<&'a str, TaskError> {
     input[name]
         .as_str()
@@ -102,6 +112,7 @@ impl Guest for Fault {
         let data = match task.operation.as_str() {
             "ok" => json!({"ok": true}),
             "loop" => {
+                spinning();
                 let mut x: u64 = 0;
                 loop {
                     x = std::hint::black_box(x.wrapping_add(1));
@@ -157,6 +168,7 @@ impl Guest for Fault {
                 }
             }
             "cancel-poll" => {
+                spinning();
                 while !capstan::plugin::cancel::is_cancelled() {
                     std::hint::spin_loop();
                 }
