@@ -1392,7 +1392,14 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 fn listen_without_token(home: &Home, ws: &Path, extra: &[&str]) -> (std::process::Child, String) {
     let mut child = home
         .capstan()
-        .args(["mcp", "--listen", "127.0.0.1:0", "--no-token", "--approve", "all"])
+        .args([
+            "mcp",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-token",
+            "--approve",
+            "all",
+        ])
         .args(extra)
         .arg("--workspace")
         .arg(ws)
@@ -1445,7 +1452,10 @@ fn the_official_conformance_suite_passes_every_server_scenario() {
         .filter_map(|l| l.trim().strip_prefix("- "))
         .map(|l| l.split_whitespace().next().unwrap_or(""))
         .collect();
-    assert!(scenarios.len() >= 30, "the suite lists its scenarios: {listed}");
+    assert!(
+        scenarios.len() >= 30,
+        "the suite lists its scenarios: {listed}"
+    );
 
     let home = Home::new("");
     let ws = workspace();
@@ -1460,17 +1470,22 @@ fn the_official_conformance_suite_passes_every_server_scenario() {
     let _ = child.kill();
     let _ = child.wait();
     let out = String::from_utf8_lossy(&run.stdout).to_string();
-    let summary = out
-        .split("=== SUMMARY ===")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no summary from the suite:\n{out}\n{}", String::from_utf8_lossy(&run.stderr)));
+    let summary = out.split("=== SUMMARY ===").nth(1).unwrap_or_else(|| {
+        panic!(
+            "no summary from the suite:\n{out}\n{}",
+            String::from_utf8_lossy(&run.stderr)
+        )
+    });
     let ran: Vec<&str> = summary
         .lines()
         .filter_map(|l| l.split(':').next())
         .filter_map(|l| l.trim().strip_prefix("✓ ").or(l.trim().strip_prefix("✗ ")))
         .collect();
     for scenario in &scenarios {
-        assert!(ran.contains(scenario), "scenario {scenario} did not run:\n{summary}");
+        assert!(
+            ran.contains(scenario),
+            "scenario {scenario} did not run:\n{summary}"
+        );
     }
     let total = summary
         .lines()
@@ -1499,28 +1514,52 @@ async fn http_answers_bad_bodies_batches_unknown_sessions_and_versions_per_spec(
             .body(body)
             .send()
     };
-    let error = |v: &Value| (v["jsonrpc"].clone(), v["id"].clone(), v["error"]["code"].clone());
+    let error = |v: &Value| {
+        (
+            v["jsonrpc"].clone(),
+            v["id"].clone(),
+            v["error"]["code"].clone(),
+        )
+    };
 
     let garbage = post("{not json", "application/json").await.unwrap();
     assert_eq!(garbage.status(), 400);
     let body: Value = garbage.json().await.unwrap();
-    assert_eq!(error(&body), (json!("2.0"), Value::Null, json!(-32700)), "{body}");
+    assert_eq!(
+        error(&body),
+        (json!("2.0"), Value::Null, json!(-32700)),
+        "{body}"
+    );
 
-    let batch = post(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, "application/json")
-        .await
-        .unwrap();
+    let batch = post(
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+        "application/json",
+    )
+    .await
+    .unwrap();
     assert_eq!(batch.status(), 400);
     let body: Value = batch.json().await.unwrap();
     assert_eq!(body["error"]["code"], -32600, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("batch"), "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("batch"),
+        "{body}"
+    );
 
-    let not_rpc = post(r#"{"id":1,"method":"ping"}"#, "application/json").await.unwrap();
+    let not_rpc = post(r#"{"id":1,"method":"ping"}"#, "application/json")
+        .await
+        .unwrap();
     assert_eq!(not_rpc.status(), 400);
-    assert_eq!(not_rpc.json::<Value>().await.unwrap()["error"]["code"], -32600);
+    assert_eq!(
+        not_rpc.json::<Value>().await.unwrap()["error"]["code"],
+        -32600
+    );
 
     let wrong_type = post("hello", "text/plain").await.unwrap();
     assert_eq!(wrong_type.status(), 415);
-    assert_eq!(wrong_type.json::<Value>().await.unwrap()["error"]["code"], -32600);
+    assert_eq!(
+        wrong_type.json::<Value>().await.unwrap()["error"]["code"],
+        -32600
+    );
 
     let gone = http
         .delete(&url)
@@ -1548,7 +1587,10 @@ async fn http_answers_bad_bodies_batches_unknown_sessions_and_versions_per_spec(
             .unwrap();
         assert_eq!(init.status(), 200);
         let text = init.text().await.unwrap();
-        assert!(text.contains(r#""protocolVersion":"2025-11-25""#), "asked {asked}: {text}");
+        assert!(
+            text.contains(r#""protocolVersion":"2025-11-25""#),
+            "asked {asked}: {text}"
+        );
     }
 
     // The server still serves, and a cursor it never handed out is an error.
@@ -1625,9 +1667,15 @@ async fn workspace_files_are_resources_that_never_reach_outside() {
 
     let templates = session.list_all_resource_templates().await.unwrap();
     let template_uris: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
-    assert!(template_uris.contains(&"capstan://index/search{?q}"), "{template_uris:?}");
+    assert!(
+        template_uris.contains(&"capstan://index/search{?q}"),
+        "{template_uris:?}"
+    );
     let file_template = format!("file://{}/{{+path}}", root.display());
-    assert!(template_uris.contains(&file_template.as_str()), "{template_uris:?}");
+    assert!(
+        template_uris.contains(&file_template.as_str()),
+        "{template_uris:?}"
+    );
 
     let r = root.display().to_string();
     for uri in [
@@ -1640,7 +1688,10 @@ async fn workspace_files_are_resources_that_never_reach_outside() {
         format!("file://other-host{r}/keep.txt"),
         format!("file://{r}/keep.txt%00.md"),
     ] {
-        match session.read_resource(ReadResourceRequestParams::new(uri.clone())).await {
+        match session
+            .read_resource(ReadResourceRequestParams::new(uri.clone()))
+            .await
+        {
             Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32002, "{uri}: {e:?}"),
             Ok(found) => panic!("{uri} was served: {found:?}"),
             Err(other) => panic!("{uri}: {other:?}"),
@@ -1671,9 +1722,18 @@ async fn workspace_files_are_resources_that_never_reach_outside() {
         .subscribe(SubscribeRequestParams::new(format!("file://{r}/keep.txt")))
         .await
         .unwrap();
-    std::fs::write(ws.path().join("keep.txt"), "changed, and longer than before").unwrap();
+    std::fs::write(
+        ws.path().join("keep.txt"),
+        "changed, and longer than before",
+    )
+    .unwrap();
     wait_for("notifications/resources/updated", || {
-        client.updated.lock().unwrap().iter().any(|u| u.ends_with("/keep.txt"))
+        client
+            .updated
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|u| u.ends_with("/keep.txt"))
     })
     .await;
     std::fs::write(ws.path().join("new.txt"), "new").unwrap();
@@ -1710,11 +1770,22 @@ async fn logging_and_prompts_follow_what_capstan_did() {
         .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
         .await
         .unwrap();
-    data(&call(&session, "terminal_exec.run", json!({"command": "cat keep.txt"})).await);
+    data(
+        &call(
+            &session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
     let logs = client.logs.lock().unwrap().clone();
     let step = logs
         .iter()
-        .find(|(_, d)| d["message"].as_str().is_some_and(|m| m.contains("$ cat keep.txt (exit 0)")))
+        .find(|(_, d)| {
+            d["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("$ cat keep.txt (exit 0)"))
+        })
         .unwrap_or_else(|| panic!("no log of the command: {logs:?}"));
     assert_eq!(step.0, "info");
     assert_eq!(step.1["tool"], "terminal_exec.run");
@@ -1726,8 +1797,20 @@ async fn logging_and_prompts_follow_what_capstan_did() {
         .await
         .unwrap();
     let before = client.logs.lock().unwrap().len();
-    data(&call(&session, "terminal_exec.run", json!({"command": "cat keep.txt"})).await);
-    assert_eq!(client.logs.lock().unwrap().len(), before, "{:?}", client.logs.lock().unwrap());
+    data(
+        &call(
+            &session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
+    assert_eq!(
+        client.logs.lock().unwrap().len(),
+        before,
+        "{:?}",
+        client.logs.lock().unwrap()
+    );
     let failed = call(
         &session,
         "terminal_exec.run",
@@ -1745,21 +1828,52 @@ async fn logging_and_prompts_follow_what_capstan_did() {
     let names: Vec<&str> = listed.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
         names,
-        ["ask_the_workspace", "run_a_command_safely", "summarise_run_changes"]
+        [
+            "ask_the_workspace",
+            "run_a_command_safely",
+            "summarise_run_changes"
+        ]
     );
-    let asked = prompt_text(&session, "ask_the_workspace", json!({"question": "How do we deploy?"})).await;
-    assert!(asked.contains("How do we deploy?") && asked.contains("cite"), "{asked}");
+    let asked = prompt_text(
+        &session,
+        "ask_the_workspace",
+        json!({"question": "How do we deploy?"}),
+    )
+    .await;
+    assert!(
+        asked.contains("How do we deploy?") && asked.contains("cite"),
+        "{asked}"
+    );
 
-    let rm = prompt_text(&session, "run_a_command_safely", json!({"command": "rm keep.txt"})).await;
-    assert!(rm.contains("rm keep.txt") && rm.contains("approval"), "{rm}");
-    let cat = prompt_text(&session, "run_a_command_safely", json!({"command": "cat keep.txt", "cwd": "docs"})).await;
+    let rm = prompt_text(
+        &session,
+        "run_a_command_safely",
+        json!({"command": "rm keep.txt"}),
+    )
+    .await;
+    assert!(
+        rm.contains("rm keep.txt") && rm.contains("approval"),
+        "{rm}"
+    );
+    let cat = prompt_text(
+        &session,
+        "run_a_command_safely",
+        json!({"command": "cat keep.txt", "cwd": "docs"}),
+    )
+    .await;
     assert!(cat.contains("runs without asking"), "{cat}");
     let mut outside = prompt_args(json!({"command": "ls", "cwd": "../"}));
     outside.name = "run_a_command_safely".into();
-    assert!(session.get_prompt(outside).await.is_err(), "a cwd outside is refused");
+    assert!(
+        session.get_prompt(outside).await.is_err(),
+        "a cwd outside is refused"
+    );
 
     let summary = prompt_text(&session, "summarise_run_changes", json!({"run_id": run_id})).await;
-    assert!(summary.contains("cat keep.txt") && summary.contains("completed"), "{summary}");
+    assert!(
+        summary.contains("cat keep.txt") && summary.contains("completed"),
+        "{summary}"
+    );
     let offered = session
         .complete_prompt_simple("summarise_run_changes", "run_id", &run_id[..4])
         .await
@@ -1777,25 +1891,56 @@ async fn tools_declare_output_schemas_and_honest_annotations() {
     let ws = workspace();
     let session = stdio(&home, ws.path(), "all", Client::default()).await;
     let tools = session.list_all_tools().await.unwrap();
-    let by_name = |n: &str| tools.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n}"));
+    let by_name = |n: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == n)
+            .unwrap_or_else(|| panic!("{n}"))
+    };
     for tool in &tools {
-        assert!(tool.output_schema.is_some(), "{} has no outputSchema", tool.name);
+        assert!(
+            tool.output_schema.is_some(),
+            "{} has no outputSchema",
+            tool.name
+        );
         let a = tool.annotations.as_ref().unwrap();
-        assert!(a.destructive_hint.is_some() && a.idempotent_hint.is_some() && a.open_world_hint.is_some(), "{a:?}");
+        assert!(
+            a.destructive_hint.is_some()
+                && a.idempotent_hint.is_some()
+                && a.open_world_hint.is_some(),
+            "{a:?}"
+        );
     }
     for destructive in ["terminal_exec.run", "docx.replace", "docx.create"] {
         let a = by_name(destructive).annotations.clone().unwrap();
-        assert_eq!((a.read_only_hint, a.destructive_hint), (Some(false), Some(true)), "{destructive}");
+        assert_eq!(
+            (a.read_only_hint, a.destructive_hint),
+            (Some(false), Some(true)),
+            "{destructive}"
+        );
     }
-    let search = by_name("local_kb_retrieval.search").annotations.clone().unwrap();
+    let search = by_name("local_kb_retrieval.search")
+        .annotations
+        .clone()
+        .unwrap();
     assert_eq!(
-        (search.read_only_hint, search.idempotent_hint, search.open_world_hint),
+        (
+            search.read_only_hint,
+            search.idempotent_hint,
+            search.open_world_hint
+        ),
         (Some(true), Some(true), Some(false))
     );
 
-    let schema = Value::Object((*by_name("terminal_exec.run").output_schema.clone().unwrap()).clone());
+    let schema =
+        Value::Object((*by_name("terminal_exec.run").output_schema.clone().unwrap()).clone());
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let ok = call(&session, "terminal_exec.run", json!({"command": "cat keep.txt"})).await;
+    let ok = call(
+        &session,
+        "terminal_exec.run",
+        json!({"command": "cat keep.txt"}),
+    )
+    .await;
     let structured = ok.structured_content.clone().unwrap();
     assert!(validator.is_valid(&structured), "{structured}");
     let failed = call(&session, "terminal_exec.run", json!({"command": 7})).await;
@@ -1877,7 +2022,10 @@ async fn external_servers_get_the_workspace_as_root_progress_and_keep_images() {
     .await
     .unwrap();
     assert!(
-        roots.data.to_string().contains(&format!("file://{}", root.display())),
+        roots
+            .data
+            .to_string()
+            .contains(&format!("file://{}", root.display())),
         "{:?}",
         roots.data
     );
@@ -1889,7 +2037,9 @@ async fn external_servers_get_the_workspace_as_root_progress_and_keep_images() {
         json!({"duration": 1, "steps": 4}),
     );
     long.operation = String::new();
-    run_task(&app.runtime, &registry, &long, &run).await.unwrap();
+    run_task(&app.runtime, &registry, &long, &run)
+        .await
+        .unwrap();
     let events: Vec<Value> = recorder
         .events()
         .iter()
@@ -1972,9 +2122,15 @@ async fn an_http_server_killed_mid_call_fails_the_call_at_once() {
     println!("a killed HTTP server failed the call after {noticed:?}");
     assert_eq!(failed.reason, FailureReason::Failed, "{failed:?}");
     assert!(failed.message.contains("`remote`"), "{}", failed.message);
-    assert!(!failed.message.contains("within 300 s"), "{}", failed.message);
+    assert!(
+        !failed.message.contains("within 300 s"),
+        "{}",
+        failed.message
+    );
     // The orphaned sandboxed sleep is not the test's to leave behind.
     for pid in processes_with(&["sleep", marker]) {
-        let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
     }
 }

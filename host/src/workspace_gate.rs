@@ -223,9 +223,7 @@ pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, String> {
             }
         }
     }
-    let real = joined
-        .canonicalize()
-        .map_err(|e| format!("`{rel}`: {e}"))?;
+    let real = joined.canonicalize().map_err(|e| format!("`{rel}`: {e}"))?;
     if !real.starts_with(root) {
         return Err(format!(
             "`{rel}` resolves outside the workspace (through a symlink)"

@@ -32,11 +32,11 @@ use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RunningService,
     ServiceError, ServiceExt,
 };
-use rmcp::{ClientHandler, ErrorData as McpError};
-use tokio::io::AsyncBufReadExt;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ErrorData as McpError};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
 
 use crate::protocol::{
     Event, EventSink, FailureReason, TaskFailure, TaskOutcome, TaskRequest, TaskSuccess,
@@ -565,7 +565,10 @@ async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<Mc
     let side = ClientSide {
         roots: cwd
             .map(|dir| {
-                let mut root = Root::new(format!("file://{}", super::resources::encode(&dir.to_string_lossy())));
+                let mut root = Root::new(format!(
+                    "file://{}",
+                    super::resources::encode(&dir.to_string_lossy())
+                ));
                 root.name = Some("workspace".into());
                 vec![root]
             })

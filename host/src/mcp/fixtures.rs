@@ -46,26 +46,80 @@ enum FixtureTool {
 }
 
 const TOOLS: &[(FixtureTool, &str, &str)] = &[
-    (FixtureTool::SimpleText, "test_simple_text", "Returns one text block"),
-    (FixtureTool::Image, "test_image_content", "Returns a PNG image"),
-    (FixtureTool::Audio, "test_audio_content", "Returns a WAV clip"),
-    (FixtureTool::EmbeddedResource, "test_embedded_resource", "Returns an embedded text resource"),
-    (FixtureTool::MultipleContentTypes, "test_multiple_content_types", "Returns text, image and a resource"),
-    (FixtureTool::WithLogging, "test_tool_with_logging", "Sends three log messages while it runs"),
-    (FixtureTool::ErrorHandling, "test_error_handling", "Always fails"),
-    (FixtureTool::WithProgress, "test_tool_with_progress", "Reports progress 0, 50, 100 of 100"),
-    (FixtureTool::Sampling, "test_sampling", "Asks the client's model to answer a prompt"),
-    (FixtureTool::Elicitation, "test_elicitation", "Asks the person for a username and email"),
-    (FixtureTool::ElicitationDefaults, "test_elicitation_sep1034_defaults", "Asks with defaults for every primitive type"),
-    (FixtureTool::ElicitationEnums, "test_elicitation_sep1330_enums", "Asks with every enum form"),
-    (FixtureTool::JsonSchema2020, "json_schema_2020_12_tool", "Tool with JSON Schema 2020-12 features"),
-    (FixtureTool::Reconnection, "test_reconnection", "Answers after a short pause"),
+    (
+        FixtureTool::SimpleText,
+        "test_simple_text",
+        "Returns one text block",
+    ),
+    (
+        FixtureTool::Image,
+        "test_image_content",
+        "Returns a PNG image",
+    ),
+    (
+        FixtureTool::Audio,
+        "test_audio_content",
+        "Returns a WAV clip",
+    ),
+    (
+        FixtureTool::EmbeddedResource,
+        "test_embedded_resource",
+        "Returns an embedded text resource",
+    ),
+    (
+        FixtureTool::MultipleContentTypes,
+        "test_multiple_content_types",
+        "Returns text, image and a resource",
+    ),
+    (
+        FixtureTool::WithLogging,
+        "test_tool_with_logging",
+        "Sends three log messages while it runs",
+    ),
+    (
+        FixtureTool::ErrorHandling,
+        "test_error_handling",
+        "Always fails",
+    ),
+    (
+        FixtureTool::WithProgress,
+        "test_tool_with_progress",
+        "Reports progress 0, 50, 100 of 100",
+    ),
+    (
+        FixtureTool::Sampling,
+        "test_sampling",
+        "Asks the client's model to answer a prompt",
+    ),
+    (
+        FixtureTool::Elicitation,
+        "test_elicitation",
+        "Asks the person for a username and email",
+    ),
+    (
+        FixtureTool::ElicitationDefaults,
+        "test_elicitation_sep1034_defaults",
+        "Asks with defaults for every primitive type",
+    ),
+    (
+        FixtureTool::ElicitationEnums,
+        "test_elicitation_sep1330_enums",
+        "Asks with every enum form",
+    ),
+    (
+        FixtureTool::JsonSchema2020,
+        "json_schema_2020_12_tool",
+        "Tool with JSON Schema 2020-12 features",
+    ),
+    (
+        FixtureTool::Reconnection,
+        "test_reconnection",
+        "Answers after a short pause",
+    ),
 ];
 
 fn input_schema(tool: FixtureTool) -> Value {
-    let string_arg = |name: &str, what: &str| {
-        json!({"type": "object", "properties": {name: {"type": "string", "description": what}}, "required": [name]})
-    };
+    let string_arg = |name: &str, what: &str| json!({"type": "object", "properties": {name: {"type": "string", "description": what}}, "required": [name]});
     match tool {
         FixtureTool::Sampling => string_arg("prompt", "The prompt to send to the client's model"),
         FixtureTool::Elicitation => string_arg("message", "The message shown to the person"),
@@ -92,13 +146,20 @@ pub fn tools() -> Vec<Tool> {
     TOOLS
         .iter()
         .map(|(tool, name, description)| {
-            Tool::new(*name, *description, std::sync::Arc::new(object(input_schema(*tool))))
+            Tool::new(
+                *name,
+                *description,
+                std::sync::Arc::new(object(input_schema(*tool))),
+            )
         })
         .collect()
 }
 
 fn find_tool(name: &str) -> Option<FixtureTool> {
-    TOOLS.iter().find(|(_, n, _)| *n == name).map(|(t, _, _)| *t)
+    TOOLS
+        .iter()
+        .find(|(_, n, _)| *n == name)
+        .map(|(t, _, _)| *t)
 }
 
 fn text_result(text: impl Into<String>) -> CallToolResult {
@@ -307,7 +368,8 @@ pub fn read(uri: &str) -> Option<ReadResourceResult> {
                 .strip_prefix("test://template/")?
                 .strip_suffix("/data")
                 .filter(|id| !id.is_empty() && !id.contains('/'))?;
-            let data = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
+            let data =
+                json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
             ResourceContents::text(data.to_string(), uri).with_mime_type("application/json")
         }
     };
@@ -326,18 +388,29 @@ pub fn prompts() -> Vec<Prompt> {
             .with_required(true)
     };
     vec![
-        Prompt::new("test_simple_prompt", Some("A prompt without arguments"), None),
+        Prompt::new(
+            "test_simple_prompt",
+            Some("A prompt without arguments"),
+            None,
+        ),
         Prompt::new(
             "test_prompt_with_arguments",
             Some("A prompt with two arguments"),
-            Some(vec![arg("arg1", "First test argument"), arg("arg2", "Second test argument")]),
+            Some(vec![
+                arg("arg1", "First test argument"),
+                arg("arg2", "Second test argument"),
+            ]),
         ),
         Prompt::new(
             "test_prompt_with_embedded_resource",
             Some("A prompt that embeds a resource"),
             Some(vec![arg("resourceUri", "URI of the resource to embed")]),
         ),
-        Prompt::new("test_prompt_with_image", Some("A prompt with an image"), None),
+        Prompt::new(
+            "test_prompt_with_image",
+            Some("A prompt with an image"),
+            None,
+        ),
     ]
 }
 
@@ -345,7 +418,9 @@ pub fn prompts() -> Vec<Prompt> {
 pub fn prompt(name: &str, args: &JsonObject) -> Option<Result<GetPromptResult, McpError>> {
     let user = |content: ContentBlock| PromptMessage::new(Role::User, content);
     let messages = match name {
-        "test_simple_prompt" => vec![user(ContentBlock::text("This is a simple prompt for testing."))],
+        "test_simple_prompt" => vec![user(ContentBlock::text(
+            "This is a simple prompt for testing.",
+        ))],
         "test_prompt_with_arguments" => {
             let (a, b) = match (argument(args, "arg1"), argument(args, "arg2")) {
                 (Ok(a), Ok(b)) => (a, b),
@@ -365,7 +440,9 @@ pub fn prompt(name: &str, args: &JsonObject) -> Option<Result<GetPromptResult, M
                     "Embedded resource content for testing.",
                     uri,
                 ))),
-                user(ContentBlock::text("Please process the embedded resource above.")),
+                user(ContentBlock::text(
+                    "Please process the embedded resource above.",
+                )),
             ]
         }
         "test_prompt_with_image" => vec![

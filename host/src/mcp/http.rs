@@ -131,9 +131,7 @@ fn classify(bytes: &Bytes) -> Result<(), (RpcError, String)> {
              send one message per request"
                 .into(),
         )),
-        Value::Object(map) if map.get("jsonrpc").and_then(Value::as_str) == Some("2.0") => {
-            Ok(())
-        }
+        Value::Object(map) if map.get("jsonrpc").and_then(Value::as_str) == Some("2.0") => Ok(()),
         Value::Object(_) => Err((
             RpcError::InvalidRequest,
             "not a JSON-RPC 2.0 message: `\"jsonrpc\": \"2.0\"` is missing".into(),
@@ -154,7 +152,10 @@ mod tests {
         let kind = |s: &'static str| classify(&Bytes::from(s)).map_err(|(k, _)| k.code());
         assert_eq!(kind("{not json"), Err(-32700));
         assert_eq!(kind(""), Err(-32700));
-        assert_eq!(kind(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), Err(-32600));
+        assert_eq!(
+            kind(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+            Err(-32600)
+        );
         assert_eq!(kind(r#"{"id":1,"method":"ping"}"#), Err(-32600));
         assert_eq!(kind("42"), Err(-32600));
         assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(()));

@@ -49,12 +49,22 @@ impl CapstanPrompt {
     /// Arguments: (name, description, required).
     fn arguments(self) -> &'static [(&'static str, &'static str, bool)] {
         match self {
-            Self::AskTheWorkspace => &[("question", "What you want to know about the workspace", true)],
+            Self::AskTheWorkspace => &[(
+                "question",
+                "What you want to know about the workspace",
+                true,
+            )],
             Self::RunACommandSafely => &[
                 ("command", "The shell command line to run", true),
-                ("cwd", "Directory to run it in, relative to the workspace root", false),
+                (
+                    "cwd",
+                    "Directory to run it in, relative to the workspace root",
+                    false,
+                ),
             ],
-            Self::SummariseRunChanges => &[("run_id", "The run (see `capstan runs` or completion)", true)],
+            Self::SummariseRunChanges => {
+                &[("run_id", "The run (see `capstan runs` or completion)", true)]
+            }
         }
     }
 
@@ -143,7 +153,8 @@ pub async fn get(
                 messages.push(PromptMessage::new(
                     Role::User,
                     ContentBlock::resource(
-                        ResourceContents::text(text.clone(), search).with_mime_type("application/json"),
+                        ResourceContents::text(text.clone(), search)
+                            .with_mime_type("application/json"),
                     ),
                 ));
             }
@@ -247,5 +258,10 @@ fn change_line(event_json: &str) -> Option<String> {
         return None;
     };
     let kind = fields.remove("type")?;
-    Some(format!("- {} {}: {}", envelope.ts, kind.as_str()?, Value::Object(fields)))
+    Some(format!(
+        "- {} {}: {}",
+        envelope.ts,
+        kind.as_str()?,
+        Value::Object(fields)
+    ))
 }

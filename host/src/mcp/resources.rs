@@ -160,7 +160,9 @@ impl WorkspaceResources {
                 self.root.display()
             )
         })?;
-        let rel = rel.to_str().ok_or_else(|| format!("`{uri}` is not UTF-8"))?;
+        let rel = rel
+            .to_str()
+            .ok_or_else(|| format!("`{uri}` is not UTF-8"))?;
         crate::workspace_gate::confine(&self.root, rel).map(Target::File)
     }
 
@@ -247,8 +249,12 @@ impl WorkspaceResources {
                     .map_err(|e| McpError::internal_error(e, None))?;
                 let found = tokio::task::spawn_blocking(move || index.search(&query, SEARCH_HITS))
                     .await
-                    .map_err(|e| McpError::internal_error(format!("index search failed: {e}"), None))?
-                    .map_err(|e| McpError::internal_error(format!("index search failed: {e}"), None))?;
+                    .map_err(|e| {
+                        McpError::internal_error(format!("index search failed: {e}"), None)
+                    })?
+                    .map_err(|e| {
+                        McpError::internal_error(format!("index search failed: {e}"), None)
+                    })?;
                 let hits: Vec<_> = found
                     .into_iter()
                     .map(|h| {
@@ -261,8 +267,8 @@ impl WorkspaceResources {
                         })
                     })
                     .collect();
-                let text = serde_json::to_string_pretty(&json!({ "hits": hits }))
-                    .unwrap_or_default();
+                let text =
+                    serde_json::to_string_pretty(&json!({ "hits": hits })).unwrap_or_default();
                 Ok(ReadResourceResult::new(vec![
                     ResourceContents::text(text, uri).with_mime_type("application/json"),
                 ]))
@@ -331,8 +337,7 @@ fn read_file(uri: &str, path: &Path) -> Result<ResourceContents, McpError> {
         std::fs::read(path).map_err(|e| McpError::internal_error(format!("`{uri}`: {e}"), None))?;
     let mime = mime_for(path);
     Ok(match String::from_utf8(bytes) {
-        Ok(text) => ResourceContents::text(text, uri)
-            .with_mime_type(mime.unwrap_or("text/plain")),
+        Ok(text) => ResourceContents::text(text, uri).with_mime_type(mime.unwrap_or("text/plain")),
         Err(e) => {
             let blob = base64::engine::general_purpose::STANDARD.encode(e.into_bytes());
             ResourceContents::blob(blob, uri)
@@ -432,7 +437,8 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), root.join("link")).unwrap();
         let res = WorkspaceResources::new(root.clone());
         let r = encode(&root.to_string_lossy());
-        let inside = |uri: String| matches!(res.target(&uri), Ok(Target::File(p)) if p.starts_with(&root));
+        let inside =
+            |uri: String| matches!(res.target(&uri), Ok(Target::File(p)) if p.starts_with(&root));
         assert!(inside(format!("file://{r}/src/main.rs")));
         assert!(inside(format!("file://localhost{r}/src/%6Dain.rs")));
         for uri in [

@@ -18,14 +18,13 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
-    CompleteResult, CompletionInfo, ContentBlock, ElicitRequestParams, ElicitationAction,
-    ElicitationSchema, EnumSchema, GetPromptRequestParams, GetPromptResponse, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    LoggingLevel, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, Reference,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CompletionInfo, ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+    EnumSchema, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, Reference, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{ElicitationMode, NotificationContext, Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -220,7 +219,10 @@ impl CapstanMcp {
                     return;
                 };
                 let changed: Vec<String> = {
-                    let mut subs = state.subscriptions.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut subs = state
+                        .subscriptions
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
                     subs.iter_mut()
                         .filter_map(|(uri, seen)| {
                             let Ok(resources::Target::File(path)) = resources.target(uri) else {
@@ -357,7 +359,10 @@ impl Forwarder {
             )
             .await;
         // Task failures reach the client as the result; progress is for work.
-        if matches!(event, Event::TaskFailed { .. } | Event::ApprovalDecided { .. }) {
+        if matches!(
+            event,
+            Event::TaskFailed { .. } | Event::ApprovalDecided { .. }
+        ) {
             return;
         }
         if let Some(token) = &self.progress {
@@ -565,12 +570,16 @@ impl ServerHandler for CapstanMcp {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.host.tools.get(name).map(|t| t.tool.clone()).or_else(|| {
-            self.host
-                .fixtures
-                .then(|| fixtures::tools().into_iter().find(|t| t.name == name))
-                .flatten()
-        })
+        self.host
+            .tools
+            .get(name)
+            .map(|t| t.tool.clone())
+            .or_else(|| {
+                self.host
+                    .fixtures
+                    .then(|| fixtures::tools().into_iter().find(|t| t.name == name))
+                    .flatten()
+            })
     }
 
     async fn list_resources(
@@ -713,9 +722,14 @@ impl ServerHandler for CapstanMcp {
                 None,
             )
         })?;
-        prompts::get(prompt, &args, &self.host.app, self.host.resources.as_deref())
-            .await
-            .map(Into::into)
+        prompts::get(
+            prompt,
+            &args,
+            &self.host.app,
+            self.host.resources.as_deref(),
+        )
+        .await
+        .map(Into::into)
     }
 
     async fn complete(
@@ -732,20 +746,27 @@ impl ServerHandler for CapstanMcp {
                     return Ok(CompleteResult::new(info));
                 }
                 match CapstanPrompt::from_name(&p.name) {
-                    Some(prompt) if prompt.path_argument() == Some(request.argument.name.as_str()) => {
+                    Some(prompt)
+                        if prompt.path_argument() == Some(request.argument.name.as_str()) =>
+                    {
                         self.paths(value)
                     }
                     Some(CapstanPrompt::SummariseRunChanges) => self.recent_runs(value),
                     _ => Vec::new(),
                 }
             }
-            Reference::Resource(r) if r.uri.starts_with("file://") && request.argument.name == "path" => {
+            Reference::Resource(r)
+                if r.uri.starts_with("file://") && request.argument.name == "path" =>
+            {
                 self.paths(value)
             }
             _ => Vec::new(),
         };
         let total = values.len();
-        let shown: Vec<String> = values.into_iter().take(CompletionInfo::MAX_VALUES).collect();
+        let shown: Vec<String> = values
+            .into_iter()
+            .take(CompletionInfo::MAX_VALUES)
+            .collect();
         let mut info = CompletionInfo::new(shown).unwrap_or_default();
         info.total = u32::try_from(total).ok();
         info.has_more = Some(total > CompletionInfo::MAX_VALUES);
@@ -760,7 +781,9 @@ impl ServerHandler for CapstanMcp {
         let host = &self.host;
         if host.fixtures {
             let args = request.arguments.clone().unwrap_or_default();
-            if let Some(result) = fixtures::call(&request.name, &args, &context, &self.state.log).await {
+            if let Some(result) =
+                fixtures::call(&request.name, &args, &context, &self.state.log).await
+            {
                 return result.map(Into::into);
             }
         }
@@ -1035,7 +1058,6 @@ pub fn http_router(
         ))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1052,7 +1074,10 @@ mod tests {
         let kept = distinct_reasons(&reasons, "Capstan asks to run `rm x` (risk: delete)");
         assert_eq!(
             kept,
-            ["asks because `rm` deletes files", "the plugin asked to treat this as `delete`"]
+            [
+                "asks because `rm` deletes files",
+                "the plugin asked to treat this as `delete`"
+            ]
         );
     }
 }

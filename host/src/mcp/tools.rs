@@ -109,8 +109,7 @@ pub fn runs_commands(plugin: &LoadedPlugin) -> bool {
 /// when the workspace policy grants the sandbox network.
 pub fn annotations(risk: Risk, runs_commands: bool, policy_network: bool) -> ToolAnnotations {
     let read_only = risk == Risk::ReadOnly && !runs_commands;
-    let destructive =
-        runs_commands || matches!(risk, Risk::Write | Risk::Delete | Risk::Unknown);
+    let destructive = runs_commands || matches!(risk, Risk::Write | Risk::Delete | Risk::Unknown);
     let open_world = risk == Risk::Network || (runs_commands && policy_network);
     ToolAnnotations::new()
         .read_only(read_only)
@@ -203,7 +202,11 @@ mod tests {
         let schema = Value::Object(output_schema());
         let validator = jsonschema::validator_for(&schema).unwrap();
         let data = json!({"hits": [1, 2]});
-        let ok = serde_json::to_value(ToolOutput { summary: "2 hits", data: &data }).unwrap();
+        let ok = serde_json::to_value(ToolOutput {
+            summary: "2 hits",
+            data: &data,
+        })
+        .unwrap();
         assert!(validator.is_valid(&ok), "{ok}");
         for advice in [None, Some("restart with --approve all")] {
             let failed = serde_json::to_value(ToolFailure {
@@ -220,14 +223,30 @@ mod tests {
     #[test]
     fn annotations_follow_the_real_risk() {
         let a = annotations(Risk::ReadOnly, false, false);
-        assert_eq!((a.read_only_hint, a.destructive_hint, a.idempotent_hint), (Some(true), Some(false), Some(true)));
+        assert_eq!(
+            (a.read_only_hint, a.destructive_hint, a.idempotent_hint),
+            (Some(true), Some(false), Some(true))
+        );
         // A command runner is destructive whatever its declared risk.
         let exec = annotations(Risk::ReadOnly, true, false);
-        assert_eq!((exec.read_only_hint, exec.destructive_hint, exec.open_world_hint), (Some(false), Some(true), Some(false)));
-        assert_eq!(annotations(Risk::ReadOnly, true, true).open_world_hint, Some(true));
+        assert_eq!(
+            (
+                exec.read_only_hint,
+                exec.destructive_hint,
+                exec.open_world_hint
+            ),
+            (Some(false), Some(true), Some(false))
+        );
+        assert_eq!(
+            annotations(Risk::ReadOnly, true, true).open_world_hint,
+            Some(true)
+        );
         for risk in [Risk::Write, Risk::Delete, Risk::Unknown] {
             assert_eq!(annotations(risk, false, false).destructive_hint, Some(true));
         }
-        assert_eq!(annotations(Risk::Network, false, false).open_world_hint, Some(true));
+        assert_eq!(
+            annotations(Risk::Network, false, false).open_world_hint,
+            Some(true)
+        );
     }
 }
