@@ -1002,6 +1002,8 @@ fn third_party_config(root: &Path, extra: &str) -> String {
 name = "fs"
 command = {fs:?}
 args = [{root:?}]
+# It serves the folder its args name, not the workspace.
+roots = false
 risk = "read_only"
 tool_risk = {{ write_file = "write" }}
 
@@ -1989,15 +1991,26 @@ async fn external_servers_get_the_workspace_as_root_progress_and_keep_images() {
     let (run, recorder) = direct_run(&app, &root);
 
     // The filesystem server got no directory: what it serves is Capstan's root.
+    // It asks for the roots after the handshake, on its own time: poll.
     let keep = root.join("keep.txt").display().to_string();
-    let read = run_task(
-        &app.runtime,
-        &registry,
-        &task("mcp:fsroots/read_text_file", json!({"path": keep})),
-        &run,
-    )
-    .await
-    .expect("the filesystem server serves the workspace it got as a root");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let read = loop {
+        let read = run_task(
+            &app.runtime,
+            &registry,
+            &task("mcp:fsroots/read_text_file", json!({"path": keep})),
+            &run,
+        )
+        .await;
+        match read {
+            Ok(read) => break read,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("not yet: {}", e.message);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the filesystem server never served the workspace root: {e:?}"),
+        }
+    };
     assert!(read.data.to_string().contains("keep me"), "{:?}", read.data);
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("x.txt"), "outside").unwrap();
@@ -2046,9 +2059,15 @@ async fn external_servers_get_the_workspace_as_root_progress_and_keep_images() {
         .map(|e| serde_json::to_value(e).unwrap())
         .collect();
     let progress: Vec<&Value> = events.iter().filter(|e| e["type"] == "progress").collect();
-    assert!(progress.len() >= 4, "{events:?}");
-    assert_eq!(progress.last().unwrap()["done"], 4);
-    assert_eq!(progress.last().unwrap()["total"], 4);
+    // The server's last notification may race its answer; the ones before it
+    // cannot.
+    assert!(progress.len() >= 3, "{events:?}");
+    assert!(progress.iter().all(|p| p["total"] == 4), "{progress:?}");
+    let done: Vec<u64> = progress
+        .iter()
+        .map(|p| p["done"].as_u64().unwrap())
+        .collect();
+    assert!(done.windows(2).all(|w| w[0] < w[1]), "{done:?}");
     assert!(
         events.iter().any(|e| e["type"] == "task.started"
             && e["kind"] == "mcp:every/trigger-long-running-operation"

@@ -88,6 +88,15 @@ pub struct McpServerEntry {
     /// Seconds one call may take before it fails as `timeout`.
     #[serde(default = "default_call_timeout")]
     pub timeout_secs: u64,
+    /// Offer the workspace as the server's one MCP root. Servers that honour
+    /// roots (the reference filesystem server) then serve that folder instead
+    /// of the directories their args name; `false` keeps their args.
+    #[serde(default = "offer_roots")]
+    pub roots: bool,
+}
+
+fn offer_roots() -> bool {
+    true
 }
 
 fn unknown_risk() -> Risk {
@@ -150,8 +159,14 @@ impl ProgressRoute {
 
 impl ClientHandler for ClientSide {
     fn get_info(&self) -> ClientConfig {
+        // Declaring roots with none to give would leave such a server nothing.
+        let capabilities = if self.roots.is_empty() {
+            ClientCapabilities::default()
+        } else {
+            ClientCapabilities::builder().enable_roots().build()
+        };
         ClientConfig::new(
-            ClientCapabilities::builder().enable_roots().build(),
+            capabilities,
             Implementation::new("capstan", env!("CARGO_PKG_VERSION")),
         )
     }
@@ -564,6 +579,7 @@ pub async fn connect_all(
 async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<McpTool>>, String> {
     let side = ClientSide {
         roots: cwd
+            .filter(|_| entry.roots)
             .map(|dir| {
                 let mut root = Root::new(format!(
                     "file://{}",
