@@ -12,6 +12,8 @@
 
 // Test harness output: the children's stderr passed through for debugging.
 #![allow(clippy::disallowed_macros)]
+// MCP logging is deprecated by the 2026-07-28 revision; Capstan serves 2025-11-25.
+#![allow(deprecated)]
 
 mod common;
 
@@ -29,7 +31,10 @@ use common::{Home, Recorder};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult,
-    ElicitationAction, Implementation, ProgressNotificationParam,
+    ElicitationAction, GetPromptRequestParams, Implementation, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+    ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam,
+    SetLevelRequestParams, SubscribeRequestParams,
 };
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RunningService,
@@ -40,13 +45,17 @@ use rmcp::{ClientHandler, ErrorData};
 use serde_json::{Value, json};
 
 /// A test MCP client: declares elicitation when it has an answer to give,
-/// and records the prompts and progress messages it receives.
+/// and records the prompts, progress and log messages and resource
+/// notifications it receives.
 #[derive(Clone, Default)]
 struct Client {
     /// `approve`, `approve_for_session` or `deny`; `None`: no elicitation capability.
     answer: Option<&'static str>,
     prompts: Arc<Mutex<Vec<String>>>,
     progress: Arc<Mutex<Vec<String>>>,
+    logs: Arc<Mutex<Vec<(String, Value)>>>,
+    updated: Arc<Mutex<Vec<String>>>,
+    list_changed: Arc<Mutex<u32>>,
 }
 
 impl Client {
@@ -87,6 +96,28 @@ impl ClientHandler for Client {
         if let Some(m) = params.message {
             self.progress.lock().unwrap().push(m);
         }
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let level = serde_json::to_value(params.level).unwrap();
+        let level = level.as_str().unwrap().to_string();
+        self.logs.lock().unwrap().push((level, params.data));
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.updated.lock().unwrap().push(params.uri);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        *self.list_changed.lock().unwrap() += 1;
     }
 }
 
@@ -971,6 +1002,8 @@ fn third_party_config(root: &Path, extra: &str) -> String {
 name = "fs"
 command = {fs:?}
 args = [{root:?}]
+# It serves the folder its args name, not the workspace.
+roots = false
 risk = "read_only"
 tool_risk = {{ write_file = "write" }}
 
@@ -1340,4 +1373,783 @@ fn the_mcp_inspector_lists_and_calls_capstans_tools_over_http() {
         called["structuredContent"]["data"]["steps"][0]["stdout"], "keep me",
         "{called}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// The server beyond tools: the official conformance suite, JSON-RPC errors over
+// HTTP, resources, prompts, completion, logging, output schemas, annotations.
+
+/// Polls `done` (the client's notifications arrive on other tasks) for up to
+/// a minute.
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `capstan mcp --listen 127.0.0.1:0 --no-token` plus `extra`: the child and
+/// its URL.
+fn listen_without_token(home: &Home, ws: &Path, extra: &[&str]) -> (std::process::Child, String) {
+    let mut child = home
+        .capstan()
+        .args([
+            "mcp",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-token",
+            "--approve",
+            "all",
+        ])
+        .args(extra)
+        .arg("--workspace")
+        .arg(ws)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("capstan mcp: listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    (child, url)
+}
+
+/// The official conformance suite (`@modelcontextprotocol/conformance`,
+/// pinned in tests/npm/mcp-conformance with the Node 22 it needs) runs every
+/// server scenario it has (`--suite all`, pending ones included) against
+/// `capstan mcp --listen`, which serves the suite's fixtures behind
+/// `--conformance-fixtures`. Every check must pass; the count is printed.
+#[test]
+fn the_official_conformance_suite_passes_every_server_scenario() {
+    let conformance = common::npm_bin("mcp-conformance", "conformance");
+    let bin_dir = conformance.parent().unwrap().to_path_buf();
+    // The suite's `#!/usr/bin/env node` must find the pinned Node 22, not the system's.
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let node = std::process::Command::new(bin_dir.join("node"))
+        .arg("--version")
+        .output()
+        .expect("the pinned node runs");
+    let node_version = String::from_utf8_lossy(&node.stdout).trim().to_string();
+    assert!(node_version.starts_with("v22."), "{node_version}");
+
+    let listed = std::process::Command::new(&conformance)
+        .args(["list", "--server"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+    let scenarios: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert!(
+        scenarios.len() >= 30,
+        "the suite lists its scenarios: {listed}"
+    );
+
+    let home = Home::new("");
+    let ws = workspace();
+    let (mut child, url) = listen_without_token(&home, ws.path(), &["--conformance-fixtures"]);
+    let results = tempfile::tempdir().unwrap();
+    let run = std::process::Command::new(&conformance)
+        .args(["server", "--suite", "all", "--url", &url, "-o"])
+        .arg(results.path())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = String::from_utf8_lossy(&run.stdout).to_string();
+    let summary = out.split("=== SUMMARY ===").nth(1).unwrap_or_else(|| {
+        panic!(
+            "no summary from the suite:\n{out}\n{}",
+            String::from_utf8_lossy(&run.stderr)
+        )
+    });
+    let ran: Vec<&str> = summary
+        .lines()
+        .filter_map(|l| l.split(':').next())
+        .filter_map(|l| l.trim().strip_prefix("✓ ").or(l.trim().strip_prefix("✗ ")))
+        .collect();
+    for scenario in &scenarios {
+        assert!(
+            ran.contains(scenario),
+            "scenario {scenario} did not run:\n{summary}"
+        );
+    }
+    let total = summary
+        .lines()
+        .find(|l| l.starts_with("Total:"))
+        .unwrap_or_else(|| panic!("no total:\n{summary}"));
+    println!(
+        "MCP conformance ({node_version}): {} scenarios, {total}",
+        ran.len()
+    );
+    assert!(total.contains(" 0 failed"), "{summary}");
+    assert!(run.status.success(), "{summary}");
+}
+
+/// What the streamable HTTP transport cannot parse is answered as MCP says:
+/// JSON-RPC errors a client can read, with the right HTTP status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_answers_bad_bodies_batches_unknown_sessions_and_versions_per_spec() {
+    let home = Home::new("");
+    let ws = workspace();
+    let (mut child, url) = listen_without_token(&home, ws.path(), &[]);
+    let http = reqwest::Client::new();
+    let post = |body: &'static str, content_type: &'static str| {
+        http.post(&url)
+            .header("Content-Type", content_type)
+            .header("Accept", "application/json, text/event-stream")
+            .body(body)
+            .send()
+    };
+    let error = |v: &Value| {
+        (
+            v["jsonrpc"].clone(),
+            v["id"].clone(),
+            v["error"]["code"].clone(),
+        )
+    };
+
+    let garbage = post("{not json", "application/json").await.unwrap();
+    assert_eq!(garbage.status(), 400);
+    let body: Value = garbage.json().await.unwrap();
+    assert_eq!(
+        error(&body),
+        (json!("2.0"), Value::Null, json!(-32700)),
+        "{body}"
+    );
+
+    let batch = post(
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+        "application/json",
+    )
+    .await
+    .unwrap();
+    assert_eq!(batch.status(), 400);
+    let body: Value = batch.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("batch"),
+        "{body}"
+    );
+
+    let not_rpc = post(r#"{"id":1,"method":"ping"}"#, "application/json")
+        .await
+        .unwrap();
+    assert_eq!(not_rpc.status(), 400);
+    assert_eq!(
+        not_rpc.json::<Value>().await.unwrap()["error"]["code"],
+        -32600
+    );
+
+    let wrong_type = post("hello", "text/plain").await.unwrap();
+    assert_eq!(wrong_type.status(), 415);
+    assert_eq!(
+        wrong_type.json::<Value>().await.unwrap()["error"]["code"],
+        -32600
+    );
+
+    let gone = http
+        .delete(&url)
+        .header("mcp-session-id", "no-such-session")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404);
+    assert_eq!(gone.json::<Value>().await.unwrap()["error"]["code"], -32001);
+
+    // An unknown version is answered with one the server speaks, not echoed.
+    for asked in ["1999-01-01", "2026-07-28"] {
+        let init = http
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": asked, "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(init.status(), 200);
+        let text = init.text().await.unwrap();
+        assert!(
+            text.contains(r#""protocolVersion":"2025-11-25""#),
+            "asked {asked}: {text}"
+        );
+    }
+
+    // The server still serves, and a cursor it never handed out is an error.
+    let mut config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            url.as_str(),
+        );
+    config.auth_header = None;
+    let session = Client::default()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap();
+    let bogus = || Some(PaginatedRequestParams::default().with_cursor(Some("bogus".into())));
+    for refused in [
+        session.list_tools(bogus()).await.map(|_| ()),
+        session.list_resources(bogus()).await.map(|_| ()),
+        session.list_prompts(bogus()).await.map(|_| ()),
+    ] {
+        match refused {
+            Err(ServiceError::McpError(e)) => {
+                assert_eq!(e.code.0, -32602, "{e:?}");
+                assert!(e.message.contains("cursor"), "{e:?}");
+            }
+            other => panic!("an invalid cursor was accepted: {other:?}"),
+        }
+    }
+    assert!(!session.list_all_tools().await.unwrap().is_empty());
+    session.cancel().await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn contents_text(contents: &ResourceContents) -> &str {
+    match contents {
+        ResourceContents::TextResourceContents { text, .. } => text,
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+/// The workspace's files are `file://` resources, listed, read, completed and
+/// watched; no spelling of a path reaches beyond the workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_files_are_resources_that_never_reach_outside() {
+    let home = Home::new("");
+    let ws = workspace();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.path().join("escape")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.txt"),
+        ws.path().join("secret-link.txt"),
+    )
+    .unwrap();
+    let client = Client::default();
+    let session = stdio(&home, ws.path(), "all", client.clone()).await;
+    let root = ws.path().canonicalize().unwrap();
+
+    let listed = session.list_all_resources().await.unwrap();
+    let uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
+    let deploy = format!("file://{}/docs/deploy.md", root.display());
+    assert!(uris.contains(&deploy.as_str()), "{uris:?}");
+    assert!(
+        uris.iter().all(|u| !u.contains("secret")),
+        "a symlink out is not listed: {uris:?}"
+    );
+    let md = listed.iter().find(|r| r.uri == deploy).unwrap();
+    assert_eq!(md.mime_type.as_deref(), Some("text/markdown"));
+
+    let read = session
+        .read_resource(ReadResourceRequestParams::new(deploy.clone()))
+        .await
+        .unwrap();
+    assert!(contents_text(&read.contents[0]).contains("Blue-green switch"));
+
+    let templates = session.list_all_resource_templates().await.unwrap();
+    let template_uris: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+    assert!(
+        template_uris.contains(&"capstan://index/search{?q}"),
+        "{template_uris:?}"
+    );
+    let file_template = format!("file://{}/{{+path}}", root.display());
+    assert!(
+        template_uris.contains(&file_template.as_str()),
+        "{template_uris:?}"
+    );
+
+    let r = root.display().to_string();
+    for uri in [
+        format!("file://{r}/../{}/secret.txt", outside.path().display()),
+        format!("file://{r}/docs/%2e%2e/%2e%2e/etc/passwd"),
+        format!("file://{r}/escape/secret.txt"),
+        format!("file://{r}/secret-link.txt"),
+        format!("file://{}/secret.txt", outside.path().display()),
+        "file:///etc/passwd".to_string(),
+        format!("file://other-host{r}/keep.txt"),
+        format!("file://{r}/keep.txt%00.md"),
+    ] {
+        match session
+            .read_resource(ReadResourceRequestParams::new(uri.clone()))
+            .await
+        {
+            Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32002, "{uri}: {e:?}"),
+            Ok(found) => panic!("{uri} was served: {found:?}"),
+            Err(other) => panic!("{uri}: {other:?}"),
+        }
+    }
+
+    // Completion offers workspace paths only.
+    let docs = session
+        .complete_prompt_simple("run_a_command_safely", "cwd", "do")
+        .await
+        .unwrap();
+    assert_eq!(docs, vec!["docs/".to_string()]);
+    let inside = session
+        .complete_resource_simple(file_template.clone(), "path", "docs/de")
+        .await
+        .unwrap();
+    assert_eq!(inside, vec!["docs/deploy.md".to_string()]);
+    for prefix in ["../", "/etc/", "escape/", "docs/../../"] {
+        let offered = session
+            .complete_resource_simple(file_template.clone(), "path", prefix)
+            .await
+            .unwrap();
+        assert!(offered.is_empty(), "{prefix}: {offered:?}");
+    }
+
+    // A subscribed file that changes is announced; so is a new file.
+    session
+        .subscribe(SubscribeRequestParams::new(format!("file://{r}/keep.txt")))
+        .await
+        .unwrap();
+    std::fs::write(
+        ws.path().join("keep.txt"),
+        "changed, and longer than before",
+    )
+    .unwrap();
+    wait_for("notifications/resources/updated", || {
+        client
+            .updated
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|u| u.ends_with("/keep.txt"))
+    })
+    .await;
+    std::fs::write(ws.path().join("new.txt"), "new").unwrap();
+    wait_for("notifications/resources/list_changed", || {
+        *client.list_changed.lock().unwrap() > 0
+    })
+    .await;
+    session.cancel().await.unwrap();
+}
+
+fn prompt_args(args: Value) -> GetPromptRequestParams {
+    let mut p = GetPromptRequestParams::new("x");
+    p.arguments = args.as_object().cloned();
+    p
+}
+
+async fn prompt_text(session: &Session, name: &str, args: Value) -> String {
+    let mut params = prompt_args(args);
+    params.name = name.into();
+    let got = session.get_prompt(params).await.unwrap();
+    serde_json::to_string(&got.messages).unwrap()
+}
+
+/// Logging carries the task activity at the level the client chose; the
+/// prompts fill from the workspace, the policy and the run record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logging_and_prompts_follow_what_capstan_did() {
+    let home = Home::new("");
+    let ws = workspace();
+    let client = Client::default();
+    let session = stdio(&home, ws.path(), "all", client.clone()).await;
+
+    session
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
+        .await
+        .unwrap();
+    data(
+        &call(
+            &session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
+    let logs = client.logs.lock().unwrap().clone();
+    let step = logs
+        .iter()
+        .find(|(_, d)| {
+            d["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("$ cat keep.txt (exit 0)"))
+        })
+        .unwrap_or_else(|| panic!("no log of the command: {logs:?}"));
+    assert_eq!(step.0, "info");
+    assert_eq!(step.1["tool"], "terminal_exec.run");
+    let run_id = step.1["run"].as_str().unwrap().to_string();
+
+    // At `error`, a call that works logs nothing; one that fails logs its failure.
+    session
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Error))
+        .await
+        .unwrap();
+    let before = client.logs.lock().unwrap().len();
+    data(
+        &call(
+            &session,
+            "terminal_exec.run",
+            json!({"command": "cat keep.txt"}),
+        )
+        .await,
+    );
+    assert_eq!(
+        client.logs.lock().unwrap().len(),
+        before,
+        "{:?}",
+        client.logs.lock().unwrap()
+    );
+    let failed = call(
+        &session,
+        "terminal_exec.run",
+        json!({"command": "ls", "cwd": "nope"}),
+    )
+    .await;
+    assert_eq!(failed.is_error, Some(true));
+    let logs = client.logs.lock().unwrap().clone();
+    assert!(
+        logs[before..].iter().all(|(level, _)| level == "error") && logs.len() > before,
+        "{logs:?}"
+    );
+
+    let listed = session.list_all_prompts().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "ask_the_workspace",
+            "run_a_command_safely",
+            "summarise_run_changes"
+        ]
+    );
+    let asked = prompt_text(
+        &session,
+        "ask_the_workspace",
+        json!({"question": "How do we deploy?"}),
+    )
+    .await;
+    assert!(
+        asked.contains("How do we deploy?") && asked.contains("cite"),
+        "{asked}"
+    );
+
+    let rm = prompt_text(
+        &session,
+        "run_a_command_safely",
+        json!({"command": "rm keep.txt"}),
+    )
+    .await;
+    assert!(
+        rm.contains("rm keep.txt") && rm.contains("approval"),
+        "{rm}"
+    );
+    let cat = prompt_text(
+        &session,
+        "run_a_command_safely",
+        json!({"command": "cat keep.txt", "cwd": "docs"}),
+    )
+    .await;
+    assert!(cat.contains("runs without asking"), "{cat}");
+    let mut outside = prompt_args(json!({"command": "ls", "cwd": "../"}));
+    outside.name = "run_a_command_safely".into();
+    assert!(
+        session.get_prompt(outside).await.is_err(),
+        "a cwd outside is refused"
+    );
+
+    let summary = prompt_text(&session, "summarise_run_changes", json!({"run_id": run_id})).await;
+    assert!(
+        summary.contains("cat keep.txt") && summary.contains("completed"),
+        "{summary}"
+    );
+    let offered = session
+        .complete_prompt_simple("summarise_run_changes", "run_id", &run_id[..4])
+        .await
+        .unwrap();
+    assert!(offered.contains(&run_id), "{offered:?}");
+    session.cancel().await.unwrap();
+}
+
+/// Every tool has an output schema its structured results fit, and hints
+/// computed from the real risk: a command runner and every writer are
+/// destructive, a search is read-only and idempotent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_declare_output_schemas_and_honest_annotations() {
+    let home = Home::new("");
+    let ws = workspace();
+    let session = stdio(&home, ws.path(), "all", Client::default()).await;
+    let tools = session.list_all_tools().await.unwrap();
+    let by_name = |n: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == n)
+            .unwrap_or_else(|| panic!("{n}"))
+    };
+    for tool in &tools {
+        assert!(
+            tool.output_schema.is_some(),
+            "{} has no outputSchema",
+            tool.name
+        );
+        let a = tool.annotations.as_ref().unwrap();
+        assert!(
+            a.destructive_hint.is_some()
+                && a.idempotent_hint.is_some()
+                && a.open_world_hint.is_some(),
+            "{a:?}"
+        );
+    }
+    for destructive in ["terminal_exec.run", "docx.replace", "docx.create"] {
+        let a = by_name(destructive).annotations.clone().unwrap();
+        assert_eq!(
+            (a.read_only_hint, a.destructive_hint),
+            (Some(false), Some(true)),
+            "{destructive}"
+        );
+    }
+    let search = by_name("local_kb_retrieval.search")
+        .annotations
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (
+            search.read_only_hint,
+            search.idempotent_hint,
+            search.open_world_hint
+        ),
+        (Some(true), Some(true), Some(false))
+    );
+
+    let schema =
+        Value::Object((*by_name("terminal_exec.run").output_schema.clone().unwrap()).clone());
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let ok = call(
+        &session,
+        "terminal_exec.run",
+        json!({"command": "cat keep.txt"}),
+    )
+    .await;
+    let structured = ok.structured_content.clone().unwrap();
+    assert!(validator.is_valid(&structured), "{structured}");
+    let failed = call(&session, "terminal_exec.run", json!({"command": 7})).await;
+    let structured = failed.structured_content.clone().unwrap();
+    assert!(validator.is_valid(&structured), "{structured}");
+    session.cancel().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// What Capstan offers the servers it uses: roots, progress, content kept, its
+// log for their stderr, and a dead HTTP server noticed at once.
+
+/// The reference servers with nothing but Capstan's roots to go on: the
+/// filesystem server started with no directory (it then serves the client's
+/// roots, or nothing) and the "everything" server.
+fn roots_config() -> String {
+    format!(
+        r#"
+[[mcp_server]]
+name = "fsroots"
+command = {fs:?}
+risk = "read_only"
+
+[[mcp_server]]
+name = "every"
+command = {everything:?}
+risk = "read_only"
+timeout_secs = 120
+"#,
+        fs = third_party_bin("mcp-server-filesystem"),
+        everything = third_party_bin("mcp-server-everything"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_servers_get_the_workspace_as_root_progress_and_keep_images() {
+    setup_sandbox_launcher();
+    let home = Home::new(&roots_config());
+    let ws = workspace();
+    let root = ws.path().canonicalize().unwrap();
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(&root)).await;
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let (run, recorder) = direct_run(&app, &root);
+
+    // The filesystem server got no directory: what it serves is Capstan's root.
+    // It asks for the roots after the handshake, on its own time: poll.
+    let keep = root.join("keep.txt").display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let read = loop {
+        let read = run_task(
+            &app.runtime,
+            &registry,
+            &task("mcp:fsroots/read_text_file", json!({"path": keep})),
+            &run,
+        )
+        .await;
+        match read {
+            Ok(read) => break read,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("not yet: {}", e.message);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the filesystem server never served the workspace root: {e:?}"),
+        }
+    };
+    assert!(read.data.to_string().contains("keep me"), "{:?}", read.data);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("x.txt"), "outside").unwrap();
+    let refused = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:fsroots/read_text_file",
+            json!({"path": outside.path().join("x.txt")}),
+        ),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.reason, FailureReason::Failed, "{refused:?}");
+    let roots = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:every/get-roots-list", json!({})),
+        &run,
+    )
+    .await
+    .unwrap();
+    assert!(
+        roots
+            .data
+            .to_string()
+            .contains(&format!("file://{}", root.display())),
+        "{:?}",
+        roots.data
+    );
+
+    // Progress notifications become the run's progress events; the task event
+    // names the operation even when the plan left it out.
+    let mut long = task(
+        "mcp:every/trigger-long-running-operation",
+        json!({"duration": 1, "steps": 4}),
+    );
+    long.operation = String::new();
+    run_task(&app.runtime, &registry, &long, &run)
+        .await
+        .unwrap();
+    let events: Vec<Value> = recorder
+        .events()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect();
+    let progress: Vec<&Value> = events.iter().filter(|e| e["type"] == "progress").collect();
+    // The server's last notification may race its answer; the ones before it
+    // cannot.
+    assert!(progress.len() >= 3, "{events:?}");
+    assert!(progress.iter().all(|p| p["total"] == 4), "{progress:?}");
+    let done: Vec<u64> = progress
+        .iter()
+        .map(|p| p["done"].as_u64().unwrap())
+        .collect();
+    assert!(done.windows(2).all(|w| w[0] < w[1]), "{done:?}");
+    assert!(
+        events.iter().any(|e| e["type"] == "task.started"
+            && e["kind"] == "mcp:every/trigger-long-running-operation"
+            && e["operation"] == "call"),
+        "{events:?}"
+    );
+
+    // An image answer is kept with the task's data, not dropped.
+    let image = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:every/get-tiny-image", json!({})),
+        &run,
+    )
+    .await
+    .unwrap();
+    let content = image.data["content"].as_array().expect("content kept");
+    let png = content
+        .iter()
+        .find(|c| c["type"] == "image")
+        .unwrap_or_else(|| panic!("{content:?}"));
+    assert_eq!(png["mimeType"], "image/png");
+    assert!(png["data"].as_str().unwrap().len() > 100);
+}
+
+/// An external server on streamable HTTP (a real `capstan mcp --listen`,
+/// on 127.0.0.1) killed with SIGKILL in the middle of a two-minute call: the
+/// call fails as a lost connection, long before its 300 s timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_killed_mid_call_fails_the_call_at_once() {
+    setup_sandbox_launcher();
+    let inner_home = Home::new("");
+    let inner_ws = workspace();
+    let (mut inner, url) = listen_without_token(&inner_home, inner_ws.path(), &[]);
+    let home = Home::new(&format!(
+        "[[mcp_server]]\nname = \"remote\"\nurl = {url:?}\nrisk = \"read_only\"\n"
+    ));
+    let ws = workspace();
+    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = Arc::new(app.registry(Some(ws.path())).await);
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let app = Arc::new(app);
+    let marker = "119.5";
+    let calling = {
+        let (app, registry, ws) = (app.clone(), registry.clone(), ws.path().to_path_buf());
+        tokio::spawn(async move {
+            let (run, _) = direct_run(&app, &ws);
+            run_task(
+                &app.runtime,
+                &registry,
+                &task(
+                    "mcp:remote/terminal_exec.run",
+                    json!({"command": format!("sleep {marker}")}),
+                ),
+                &run,
+            )
+            .await
+        })
+    };
+    wait_for("the remote sleep to start", || {
+        !processes_with(&["sleep", marker]).is_empty()
+    })
+    .await;
+    let killed_at = Instant::now();
+    inner.kill().unwrap();
+    inner.wait().unwrap();
+    let failed = calling.await.unwrap().unwrap_err();
+    let noticed = killed_at.elapsed();
+    println!("a killed HTTP server failed the call after {noticed:?}");
+    assert_eq!(failed.reason, FailureReason::Failed, "{failed:?}");
+    assert!(failed.message.contains("`remote`"), "{}", failed.message);
+    assert!(
+        !failed.message.contains("within 300 s"),
+        "{}",
+        failed.message
+    );
+    // The orphaned sandboxed sleep is not the test's to leave behind.
+    for pid in processes_with(&["sleep", marker]) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
 }

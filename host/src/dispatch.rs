@@ -47,10 +47,16 @@ pub async fn run_task_with_steps(
         ..run.clone()
     };
     let events = &run.events;
+    // An MCP tool has one operation; a plan may leave it out.
+    let operation = if task.operation.is_empty() && registry.mcp_tool(&task.kind).is_some() {
+        crate::mcp::client::OPERATION.to_string()
+    } else {
+        task.operation.clone()
+    };
     events.emit(Event::TaskStarted {
         task_id: task.id.clone(),
         kind: task.kind.clone(),
-        operation: task.operation.clone(),
+        operation,
     });
     let outcome = if let Some(tool) = registry.mcp_tool(&task.kind) {
         // A tool of an external MCP server: it declares no risk Capstan could

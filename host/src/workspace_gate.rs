@@ -196,6 +196,42 @@ impl WorkspaceGate {
     }
 }
 
+/// A path a client names inside a workspace (an MCP resource URI, a
+/// completion prefix, a command's cwd), relative to the canonical `root`.
+/// The plugins' rules for `path` (plugins/shared/files.rs: no NUL, nothing
+/// absolute, no `..`) and then the one a string cannot show: after every
+/// symlink is followed the file is still inside `root`. An error says which
+/// rule the path broke.
+pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, String> {
+    if rel.contains('\0') {
+        return Err(format!("`{}` contains a NUL character", rel.escape_debug()));
+    }
+    let windows_drive =
+        rel.len() >= 2 && rel.as_bytes()[1] == b':' && rel.as_bytes()[0].is_ascii_alphabetic();
+    if rel.starts_with('/') || rel.starts_with('\\') || windows_drive {
+        return Err(format!(
+            "`{rel}` must be relative to the workspace root, not absolute"
+        ));
+    }
+    let mut joined = root.to_path_buf();
+    for c in Path::new(rel).components() {
+        match c {
+            Component::Normal(part) => joined.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(format!("`{rel}` must stay inside the workspace (no `..`)"));
+            }
+        }
+    }
+    let real = joined.canonicalize().map_err(|e| format!("`{rel}`: {e}"))?;
+    if !real.starts_with(root) {
+        return Err(format!(
+            "`{rel}` resolves outside the workspace (through a symlink)"
+        ));
+    }
+    Ok(real)
+}
+
 /// `path` made canonical as far as it exists, the rest appended without `.`
 /// or `..` tricks (a missing component cannot be a symlink). Capstan's own
 /// dirs may not exist yet when a workspace is checked.

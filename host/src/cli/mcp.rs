@@ -67,6 +67,11 @@ pub struct McpArgs {
     /// cannot be asked), all (grant; sandbox and deny rules still hold), none.
     #[arg(long, value_enum, default_value = "ask")]
     pub approve: ApproveMode,
+    /// Also serve the fixture tools, resources and prompts the official MCP
+    /// conformance suite calls (`test_simple_text`, `test://static-text`...).
+    /// For tests only: hidden from --help.
+    #[arg(long, hide = true)]
+    pub conformance_fixtures: bool,
 }
 
 pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
@@ -88,7 +93,11 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
         app.check_workspace(ws)?;
     }
     let server = app.config.server.clone();
-    let host = McpHost::new(app, workspace).await;
+    let host = if args.conformance_fixtures {
+        McpHost::with_conformance_fixtures(app, workspace).await
+    } else {
+        McpHost::new(app, workspace).await
+    };
     match (args.listen, token) {
         (Some(addr), Some(token)) => {
             let shutdown = CancellationToken::new();

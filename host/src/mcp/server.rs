@@ -1,73 +1,61 @@
-//! Capstan's capabilities as MCP tools. Every operation a plugin describes
-//! becomes one tool (`<kind>.<operation>`), its input schema taken from
-//! `describe`. A call is a task on the plan-task path ([`run_task`]): registry,
-//! workspace gate, risk-narrowed preopens, exec policy and the approval gate.
-//! Approvals go to the client as elicitation requests when it declared that
-//! capability; otherwise they are denied with a message saying how to allow
-//! them. Activity and progress become progress notifications; a client's
+//! Capstan as an MCP server. Every operation a plugin describes becomes one
+//! tool (`<kind>.<operation>`, see [`super::tools`]). A call is a task on the
+//! plan-task path ([`run_task`]): registry, workspace gate, risk-narrowed
+//! preopens, exec policy and the approval gate. Approvals go to the client as
+//! elicitation requests when it declared that capability; otherwise they are
+//! denied with a message saying how to allow them. Activity and progress
+//! become progress and log notifications; a client's
 //! `notifications/cancelled` cancels the task (and kills its processes).
+//!
+//! Beside the tools: the workspace's files and index as resources
+//! ([`super::resources`]), prompts ([`super::prompts`]), completion of their
+//! arguments, and logging ([`super::logging`]).
+#![allow(deprecated)] // logging: see super::logging
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitationAction, ElicitationSchema, EnumSchema, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CompletionInfo, ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+    EnumSchema, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, Reference, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{ElicitationMode, Peer, RequestContext, RoleServer};
+use rmcp::service::{ElicitationMode, NotificationContext, Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+use super::fixtures;
+use super::logging::SessionLog;
+use super::prompts::{self, CapstanPrompt};
+use super::resources::{self, WorkspaceResources, invalid_cursor};
+use super::tools::{self, ToolEntry, ToolFailure, ToolOutput};
 use crate::app::{App, Frontend};
 use crate::dispatch::run_task;
-use crate::manifest::{HostService, WorkspaceAccess};
 use crate::protocol::{Envelope, Event, FailureReason, TaskFailure, TaskRequest};
 use crate::registry::Registry;
-use crate::runtime::Risk;
 use crate::services::approval::ApproveMode;
 use crate::services::{HostServices, RunContext};
 
-/// One capability operation offered as a tool.
-struct ToolEntry {
-    tool: Tool,
-    kind: String,
-    operation: String,
-    /// `None` when the plugin's schema is not valid JSON Schema: the plugin
-    /// still checks its own input.
-    validator: Option<jsonschema::Validator>,
-    needs_workspace: bool,
-}
+/// How often a session looks for changed files (subscriptions, list_changed).
+const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// What every MCP session of one `capstan mcp` (or `capstan serve`) shares:
 /// the app, the workspace and the tools of its registry.
 pub struct McpHost {
     app: Arc<App>,
     workspace: Option<PathBuf>,
+    resources: Option<Arc<WorkspaceResources>>,
     registry: Registry,
     tools: BTreeMap<String, ToolEntry>,
-}
-
-/// A tool name from a kind and an operation, in the MCP tool-name charset
-/// (ASCII letters, digits, `_`, `-`, `.`; at most 128 characters).
-pub fn tool_name(kind: &str, operation: &str) -> String {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    };
-    let mut name = format!("{}.{}", clean(kind), clean(operation));
-    name.truncate(128);
-    name
+    /// The conformance suite's fixtures are served too (test flag).
+    fixtures: bool,
 }
 
 impl McpHost {
@@ -75,72 +63,46 @@ impl McpHost {
     /// re-served: a `capstan mcp` listed as a server of itself would spawn
     /// itself without end, and their tools are reachable at their source.
     pub async fn new(app: Arc<App>, workspace: Option<PathBuf>) -> Arc<Self> {
+        Self::build(app, workspace, false).await
+    }
+
+    /// As [`McpHost::new`], plus the fixtures the official conformance suite
+    /// calls (`capstan mcp --conformance-fixtures`, for tests only).
+    pub async fn with_conformance_fixtures(app: Arc<App>, workspace: Option<PathBuf>) -> Arc<Self> {
+        Self::build(app, workspace, true).await
+    }
+
+    async fn build(app: Arc<App>, workspace: Option<PathBuf>, fixtures: bool) -> Arc<Self> {
         let registry = app.plugin_registry(workspace.as_deref()).await;
         // Tools are listed from every plugin's operations: load them all now.
         registry.load_all(&app.runtime, None).await;
         for p in registry.problems() {
             crate::term::warn(&p.message);
         }
+        let network = workspace
+            .as_deref()
+            .map(|w| app.policy_for(w))
+            .unwrap_or_else(|| app.config.policy.clone())
+            .network;
         let mut tools = BTreeMap::new();
         for plugin in &registry.plugins() {
-            let needs_workspace = plugin.spec.entry.permissions.workspace != WorkspaceAccess::None
-                || plugin
-                    .spec
-                    .entry
-                    .permissions
-                    .host
-                    .contains(&HostService::Exec);
             for kind in &plugin.spec.entry.kinds {
                 for op in &plugin.operations {
-                    let name = tool_name(kind, &op.name);
-                    let schema = object_schema(&op.input_schema);
-                    let validator = match jsonschema::validator_for(&Value::Object(schema.clone()))
-                    {
-                        Ok(v) => Some(v),
-                        Err(e) => {
-                            crate::term::warn(format_args!(
-                                "`{name}`: the input schema of plugin `{}` is not valid JSON Schema ({e}); \
-                                 arguments go to the plugin unchecked",
-                                plugin.name()
-                            ));
-                            None
-                        }
-                    };
-                    let annotations = ToolAnnotations::new()
-                        .read_only(op.risk == Risk::ReadOnly && !needs_exec(plugin))
-                        .destructive(matches!(op.risk, Risk::Delete | Risk::Unknown));
-                    let description = format!(
-                        "{} (Capstan capability `{kind}`, operation `{}`; risk `{}`{})",
-                        op.description.trim_end_matches('.'),
-                        op.name,
-                        risk_name(op.risk),
-                        if needs_exec(plugin) {
-                            "; commands are classified and gated one by one"
-                        } else {
-                            ""
-                        }
-                    );
-                    let tool = Tool::new(name.clone(), description, Arc::new(schema))
-                        .with_title(format!("{kind} {}", op.name))
-                        .with_annotations(annotations);
-                    tools.insert(
-                        name,
-                        ToolEntry {
-                            tool,
-                            kind: kind.clone(),
-                            operation: op.name.clone(),
-                            validator,
-                            needs_workspace,
-                        },
-                    );
+                    let entry = tools::entry(plugin, kind, op, network);
+                    tools.insert(entry.tool.name.to_string(), entry);
                 }
             }
         }
+        let resources = workspace
+            .clone()
+            .map(|w| Arc::new(WorkspaceResources::new(w)));
         Arc::new(Self {
             app,
             workspace,
+            resources,
             registry,
             tools,
+            fixtures,
         })
     }
 
@@ -179,34 +141,14 @@ impl McpHost {
     }
 }
 
-fn needs_exec(plugin: &crate::runtime::LoadedPlugin) -> bool {
-    plugin
-        .spec
-        .entry
-        .permissions
-        .host
-        .contains(&HostService::Exec)
-}
-
-fn risk_name(risk: Risk) -> String {
-    serde_json::to_value(risk)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
-}
-
-/// MCP requires an object schema at the top; a plugin that declares none (or
-/// another type) gets one that takes any object.
-fn object_schema(schema: &Value) -> JsonObject {
-    match schema {
-        Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("object") => {
-            map.clone()
-        }
-        _ => json!({"type": "object"})
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-    }
+/// What one session keeps between requests.
+#[derive(Debug, Default)]
+struct SessionState {
+    log: SessionLog,
+    /// Subscribed URIs and the file stamp last seen.
+    subscriptions: Mutex<BTreeMap<String, resources::Stamp>>,
+    /// Set once the watcher runs.
+    watching: OnceLock<()>,
 }
 
 /// One MCP session's handler (stdio has one; streamable HTTP one per session).
@@ -217,6 +159,7 @@ fn object_schema(schema: &Value) -> JsonObject {
 pub struct CapstanMcp {
     host: Arc<McpHost>,
     session: Arc<OnceLock<String>>,
+    state: Arc<SessionState>,
 }
 
 impl CapstanMcp {
@@ -224,6 +167,7 @@ impl CapstanMcp {
         Self {
             host,
             session: Arc::default(),
+            state: Arc::default(),
         }
     }
 
@@ -250,6 +194,64 @@ impl CapstanMcp {
             .map_err(store_error)?;
         Ok(self.session.get_or_init(|| session.id).clone())
     }
+
+    /// Start this session's watcher once: it tells the client when a
+    /// subscribed file changes and when the file list changes, and stops
+    /// when the session ends (its state is dropped).
+    fn watch(&self, peer: Peer<RoleServer>) {
+        let Some(resources) = self.host.resources.clone() else {
+            return;
+        };
+        if self.state.watching.set(()).is_err() {
+            return;
+        }
+        let state: Weak<SessionState> = Arc::downgrade(&self.state);
+        tokio::spawn(async move {
+            let scan = |r: Arc<WorkspaceResources>| async move {
+                tokio::task::spawn_blocking(move || resources::listing(&r))
+                    .await
+                    .unwrap_or_default()
+            };
+            let mut files = scan(resources.clone()).await;
+            loop {
+                tokio::time::sleep(WATCH_EVERY).await;
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                let changed: Vec<String> = {
+                    let mut subs = state
+                        .subscriptions
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    subs.iter_mut()
+                        .filter_map(|(uri, seen)| {
+                            let Ok(resources::Target::File(path)) = resources.target(uri) else {
+                                return None;
+                            };
+                            let now = resources::stamp(&path);
+                            (now != *seen).then(|| {
+                                *seen = now;
+                                uri.clone()
+                            })
+                        })
+                        .collect()
+                };
+                for uri in changed {
+                    let param = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+                    if peer.notify_resource_updated(param).await.is_err() {
+                        return;
+                    }
+                }
+                let now = scan(resources.clone()).await;
+                if now != files {
+                    files = now;
+                    if peer.notify_resource_list_changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
 }
 
 fn store_error(e: impl std::fmt::Display) -> McpError {
@@ -272,6 +274,10 @@ struct Forwarder {
     sent: u32,
     host: Arc<McpHost>,
     notes: Arc<Mutex<Vec<ApprovalNote>>>,
+    state: Arc<SessionState>,
+    /// The tool called and its run, for log messages.
+    tool: String,
+    run_id: String,
 }
 
 impl Forwarder {
@@ -298,7 +304,7 @@ impl Forwarder {
     }
 
     async fn handle(&mut self, event: Event) {
-        let message = match &event {
+        let (level, message) = match &event {
             Event::ApprovalRequested {
                 approval_id,
                 action,
@@ -316,25 +322,50 @@ impl Forwarder {
                     risk.clone(),
                     reasons.clone(),
                 );
-                Some(format!("waiting for approval: {command} ({risk})"))
+                (
+                    LoggingLevel::Notice,
+                    format!("waiting for approval: {command} ({risk})"),
+                )
+            }
+            Event::ApprovalDecided { decision, .. } => {
+                (LoggingLevel::Notice, format!("approval {decision}"))
             }
             Event::Progress {
                 done, total, unit, ..
-            } => Some(format!("{done}/{total} {unit}")),
-            Event::Activity { message, .. } => Some(message.clone()),
+            } => (LoggingLevel::Debug, format!("{done}/{total} {unit}")),
+            Event::Activity { message, .. } => (LoggingLevel::Info, message.clone()),
             Event::TerminalStep {
                 command,
                 exit_code,
                 timed_out,
                 ..
-            } => Some(match (exit_code, timed_out) {
-                (_, true) => format!("$ {command} (timed out)"),
-                (Some(code), _) => format!("$ {command} (exit {code})"),
-                (None, _) => format!("$ {command} (killed)"),
-            }),
-            _ => None,
+            } => match (exit_code, timed_out) {
+                (_, true) => (LoggingLevel::Warning, format!("$ {command} (timed out)")),
+                (Some(0), _) => (LoggingLevel::Info, format!("$ {command} (exit 0)")),
+                (Some(code), _) => (LoggingLevel::Warning, format!("$ {command} (exit {code})")),
+                (None, _) => (LoggingLevel::Warning, format!("$ {command} (killed)")),
+            },
+            Event::TaskFailed {
+                reason, message, ..
+            } => (LoggingLevel::Error, format!("failed ({reason}): {message}")),
+            _ => return,
         };
-        if let (Some(token), Some(message)) = (&self.progress, message) {
+        self.state
+            .log
+            .send(
+                &self.peer,
+                level,
+                json!({"tool": self.tool, "run": self.run_id, "message": message}),
+            )
+            .await;
+        // Task failures reach the client as the result; progress is for work.
+        if matches!(
+            event,
+            Event::TaskFailed { .. } | Event::ApprovalDecided { .. }
+        ) {
+            return;
+        }
+        if let Some(token) = &self.progress {
             // Progress must grow with every notification; the count of events
             // does, whatever mix of events a capability emits.
             self.sent += 1;
@@ -395,7 +426,7 @@ impl Forwarder {
             if !cwd.is_empty() {
                 message.push_str(&format!(" in {cwd}"));
             }
-            for reason in &reasons {
+            for reason in distinct_reasons(&reasons, &message) {
                 message.push_str(&format!("\n- {reason}"));
             }
             let params = ElicitRequestParams::FormElicitationParams {
@@ -441,6 +472,30 @@ impl Forwarder {
     }
 }
 
+/// The reasons worth a line of their own: the classifier and the policy
+/// often say the same thing in two sentences (`rm` deletes files; asks
+/// because `rm` deletes files), and the risk may already be in the headline.
+/// A reason another one (or the headline) contains is left out.
+fn distinct_reasons<'a>(reasons: &'a [String], headline: &str) -> Vec<&'a str> {
+    let norm = |s: &str| s.trim().trim_end_matches('.').to_lowercase();
+    let headline = norm(headline);
+    let mut kept: Vec<&str> = Vec::new();
+    for (i, reason) in reasons.iter().enumerate() {
+        let r = norm(reason);
+        if r.is_empty() || headline.contains(&r) {
+            continue;
+        }
+        let inside_another = reasons.iter().enumerate().any(|(j, other)| {
+            let o = norm(other);
+            j != i && o.contains(&r) && (o.len() > r.len() || j < i)
+        });
+        if !inside_another {
+            kept.push(reason.as_str());
+        }
+    }
+    kept
+}
+
 fn approval_schema() -> ElicitationSchema {
     let choices = EnumSchema::builder(vec![
         "approve".into(),
@@ -459,26 +514,263 @@ impl ServerHandler for CapstanMcp {
             Some(w) => format!("workspace {}", w.display()),
             None => "no workspace (start `capstan mcp --workspace DIR` to act on files)".into(),
         };
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
+            .enable_tools()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("capstan", env!("CARGO_PKG_VERSION")))
             .with_instructions(format!(
                 "Capstan's sandboxed capabilities for {workspace}. Each tool is `<capability>.<operation>`; \
-                 commands and writes pass Capstan's policy and approval gate."
+                 commands and writes pass Capstan's policy and approval gate. The workspace's files are \
+                 file:// resources and its search index the template {}; prompts: {}.",
+                resources::SEARCH_TEMPLATE,
+                CapstanPrompt::ALL.map(CapstanPrompt::name).join(", ")
             ))
+    }
+
+    /// Capstan asks the client things mid-call (elicitation for approvals,
+    /// logging): the 2026-07-28 revision forbids server-to-client requests,
+    /// so the newest version offered is 2025-11-25. A client asking for an
+    /// unknown or newer one is answered with that (MCP lifecycle: the server
+    /// replies with a version it supports, the client decides).
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.watch(context.peer);
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.state.log.set(request.level);
+        Ok(())
     }
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(
-            self.host.tools.values().map(|t| t.tool.clone()).collect(),
-        ))
+        single_page(request.as_ref())?;
+        let mut tools: Vec<Tool> = self.host.tools.values().map(|t| t.tool.clone()).collect();
+        if self.host.fixtures {
+            tools.extend(fixtures::tools());
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.host.tools.get(name).map(|t| t.tool.clone())
+        self.host
+            .tools
+            .get(name)
+            .map(|t| t.tool.clone())
+            .or_else(|| {
+                self.host
+                    .fixtures
+                    .then(|| fixtures::tools().into_iter().find(|t| t.name == name))
+                    .flatten()
+            })
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (mut items, next) = match &self.host.resources {
+            Some(res) => res.list(cursor)?,
+            None => {
+                single_page(request.as_ref())?;
+                (Vec::new(), None)
+            }
+        };
+        if self.host.fixtures && cursor.is_none() {
+            items.extend(fixtures::resources());
+        }
+        let mut result = ListResourcesResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        single_page(request.as_ref())?;
+        let mut templates = self
+            .host
+            .resources
+            .as_ref()
+            .map(|r| r.templates())
+            .unwrap_or_default();
+        if self.host.fixtures {
+            templates.extend(fixtures::templates());
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        if self.host.fixtures
+            && let Some(found) = fixtures::read(&request.uri)
+        {
+            return Ok(found.into());
+        }
+        let Some(res) = &self.host.resources else {
+            return Err(McpError::resource_not_found(
+                format!(
+                    "`{}`: this server has no workspace, so it serves no files; start it as \
+                     `capstan mcp --workspace DIR`",
+                    request.uri
+                ),
+                None,
+            ));
+        };
+        Ok(res.read(&request.uri, &self.host.app.indexes).await?.into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let stamp = if self.host.fixtures && fixtures::is_resource(&request.uri) {
+            None
+        } else {
+            let res = self.host.resources.as_ref().ok_or_else(|| {
+                McpError::resource_not_found("this server has no workspace to watch", None)
+            })?;
+            match res.target(&request.uri) {
+                Ok(resources::Target::File(path)) => resources::stamp(&path),
+                Ok(resources::Target::Search(_)) => {
+                    return Err(McpError::invalid_params(
+                        "index searches are not watched; subscribe to file:// resources",
+                        None,
+                    ));
+                }
+                Err(why) => return Err(McpError::resource_not_found(why, None)),
+            }
+        };
+        self.state
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(request.uri, stamp);
+        self.watch(context.peer);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.state
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        single_page(request.as_ref())?;
+        let mut prompts: Vec<_> = CapstanPrompt::ALL.map(CapstanPrompt::describe).into();
+        if self.host.fixtures {
+            prompts.extend(fixtures::prompts());
+        }
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let args = request.arguments.clone().unwrap_or_default();
+        if self.host.fixtures
+            && let Some(found) = fixtures::prompt(&request.name, &args)
+        {
+            return found.map(Into::into);
+        }
+        let prompt = CapstanPrompt::from_name(&request.name).ok_or_else(|| {
+            McpError::invalid_params(
+                format!(
+                    "no prompt `{}`; this server has: {} (see prompts/list)",
+                    request.name,
+                    CapstanPrompt::ALL.map(CapstanPrompt::name).join(", ")
+                ),
+                None,
+            )
+        })?;
+        prompts::get(
+            prompt,
+            &args,
+            &self.host.app,
+            self.host.resources.as_deref(),
+        )
+        .await
+        .map(Into::into)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let value = request.argument.value.as_str();
+        let values = match &request.r#ref {
+            Reference::Prompt(p) => {
+                if self.host.fixtures
+                    && let Some(info) = fixtures::complete(&p.name, value)
+                {
+                    return Ok(CompleteResult::new(info));
+                }
+                match CapstanPrompt::from_name(&p.name) {
+                    Some(prompt)
+                        if prompt.path_argument() == Some(request.argument.name.as_str()) =>
+                    {
+                        self.paths(value)
+                    }
+                    Some(CapstanPrompt::SummariseRunChanges) => self.recent_runs(value),
+                    _ => Vec::new(),
+                }
+            }
+            Reference::Resource(r)
+                if r.uri.starts_with("file://") && request.argument.name == "path" =>
+            {
+                self.paths(value)
+            }
+            _ => Vec::new(),
+        };
+        let total = values.len();
+        let shown: Vec<String> = values
+            .into_iter()
+            .take(CompletionInfo::MAX_VALUES)
+            .collect();
+        let mut info = CompletionInfo::new(shown).unwrap_or_default();
+        info.total = u32::try_from(total).ok();
+        info.has_more = Some(total > CompletionInfo::MAX_VALUES);
+        Ok(CompleteResult::new(info))
     }
 
     async fn call_tool(
@@ -487,6 +779,14 @@ impl ServerHandler for CapstanMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let host = &self.host;
+        if host.fixtures {
+            let args = request.arguments.clone().unwrap_or_default();
+            if let Some(result) =
+                fixtures::call(&request.name, &args, &context, &self.state.log).await
+            {
+                return result.map(Into::into);
+            }
+        }
         let Some(entry) = host.tools.get(request.name.as_ref()) else {
             return Err(McpError::invalid_params(
                 format!(
@@ -559,6 +859,9 @@ impl ServerHandler for CapstanMcp {
             sent: 0,
             host: host.clone(),
             notes: notes.clone(),
+            state: self.state.clone(),
+            tool: request.name.to_string(),
+            run_id: stored.id.clone(),
         };
         let forwarding = tokio::spawn(forwarder.run(rx, done_rx));
 
@@ -611,8 +914,11 @@ impl ServerHandler for CapstanMcp {
                         serde_json::to_string_pretty(&success.data).unwrap_or_default(),
                     ),
                 ]);
-                result.structured_content =
-                    Some(json!({"summary": success.summary, "data": success.data}));
+                result.structured_content = serde_json::to_value(ToolOutput {
+                    summary: &success.summary,
+                    data: &success.data,
+                })
+                .ok();
                 result
             }
             Err(failure) => {
@@ -625,6 +931,40 @@ impl ServerHandler for CapstanMcp {
     }
 }
 
+impl CapstanMcp {
+    /// Workspace paths for completion (confined like any path).
+    fn paths(&self, prefix: &str) -> Vec<String> {
+        self.host
+            .resources
+            .as_ref()
+            .map(|r| r.complete_path(prefix))
+            .unwrap_or_default()
+    }
+
+    /// This session's recent runs whose id starts with `prefix`.
+    fn recent_runs(&self, prefix: &str) -> Vec<String> {
+        let session = self.session.get().map(String::as_str);
+        self.host
+            .app
+            .store
+            .list_runs(session, 50)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.id)
+            .filter(|id| id.starts_with(prefix))
+            .collect()
+    }
+}
+
+/// Lists served in one page take no cursor: any cursor is one this server
+/// never handed out (MCP: an invalid cursor is -32602).
+fn single_page(request: Option<&PaginatedRequestParams>) -> Result<(), McpError> {
+    match request.and_then(|r| r.cursor.as_deref()) {
+        Some(cursor) => Err(invalid_cursor(cursor)),
+        None => Ok(()),
+    }
+}
+
 /// A failed task as a tool result the model and the person can both read.
 fn failure_result(failure: &TaskFailure, advice: Option<String>) -> CallToolResult {
     let mut text = format!("task failed ({}): {}", failure.reason, failure.message);
@@ -633,11 +973,12 @@ fn failure_result(failure: &TaskFailure, advice: Option<String>) -> CallToolResu
         text.push_str(advice);
     }
     let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(json!({
-        "reason": failure.reason,
-        "message": failure.message,
-        "advice": advice,
-    }));
+    result.structured_content = serde_json::to_value(ToolFailure {
+        reason: failure.reason,
+        message: &failure.message,
+        advice: advice.as_deref(),
+    })
+    .ok();
     result
 }
 
@@ -702,12 +1043,19 @@ pub fn http_router(
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
         .disable_allowed_hosts();
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(CapstanMcp::new(host.clone())),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         config,
     );
-    axum::Router::new().nest_service("/mcp", service)
+    // Only this router's routes (`/mcp`) get the JSON-RPC error layer.
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            sessions,
+            super::http::json_rpc_errors,
+        ))
 }
 
 #[cfg(test)]
@@ -715,9 +1063,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tool_names_keep_to_the_mcp_charset() {
-        assert_eq!(tool_name("terminal_exec", "run"), "terminal_exec.run");
-        assert_eq!(tool_name("my kind/x", "do:it"), "my_kind_x.do_it");
-        assert_eq!(tool_name(&"k".repeat(200), "op").len(), 128);
+    fn a_reason_said_twice_is_shown_once() {
+        let reasons = vec![
+            "`rm` deletes files".to_string(),
+            "asks because `rm` deletes files".to_string(),
+            "risk: delete".to_string(),
+            "the plugin asked to treat this as `delete`".to_string(),
+            "`rm` deletes files".to_string(),
+        ];
+        let kept = distinct_reasons(&reasons, "Capstan asks to run `rm x` (risk: delete)");
+        assert_eq!(
+            kept,
+            [
+                "asks because `rm` deletes files",
+                "the plugin asked to treat this as `delete`"
+            ]
+        );
     }
 }

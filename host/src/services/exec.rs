@@ -9,7 +9,7 @@
 //! (capstan-sandbox) with git's code-running settings neutralised -> one
 //! `terminal.step` event with what happened.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -175,26 +175,10 @@ fn apply_plugin_floor(
     (verdict, None)
 }
 
-/// A cwd from a plugin: relative, inside the workspace after resolving links.
+/// A cwd from a plugin: relative, inside the workspace after resolving links
+/// (the workspace gate's one rule for client-named paths).
 pub fn resolve_cwd(workspace: &Path, cwd: &str) -> Result<PathBuf, String> {
-    let rel = Path::new(cwd);
-    if rel.is_absolute() {
-        return Err(format!(
-            "cwd `{cwd}` must be relative to the workspace root"
-        ));
-    }
-    if rel.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(format!("cwd `{cwd}` may not contain `..`"));
-    }
-    let joined = workspace.join(rel);
-    let real = joined
-        .canonicalize()
-        .map_err(|e| format!("cwd `{cwd}`: {e}"))?;
-    if !real.starts_with(workspace) {
-        return Err(format!(
-            "cwd `{cwd}` resolves outside the workspace (a symlink?)"
-        ));
-    }
+    let real = crate::workspace_gate::confine(workspace, cwd).map_err(|e| format!("cwd {e}"))?;
     if !real.is_dir() {
         return Err(format!("cwd `{cwd}` is not a directory"));
     }

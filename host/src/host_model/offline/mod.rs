@@ -143,12 +143,69 @@ fn input_path(_kind: &str, path: &str) -> String {
     path.to_string()
 }
 
+/// `use mcp:<server>/<tool> with {json}` (or `with key=value ...`): the
+/// external MCP tools the message names that the registry has, with their
+/// arguments (an empty object when none are given).
+fn mcp_tasks(ctx: &HostContext) -> Vec<(String, serde_json::Value)> {
+    let message = &ctx.message;
+    let mut found = Vec::new();
+    for (at, _) in message.match_indices("mcp:") {
+        let kind: String = message[at..]
+            .chars()
+            .take_while(|c| !c.is_whitespace() && !"`'\",;".contains(*c))
+            .collect();
+        if !has_capability(ctx, &kind) {
+            continue;
+        }
+        let rest = &message[at + kind.len()..];
+        let args = rest
+            .trim_start()
+            .strip_prefix("with")
+            .map(str::trim)
+            .map(|a| {
+                // A JSON object as written; else `key=value` words up to the next `mcp:`.
+                serde_json::Deserializer::from_str(a)
+                    .into_iter::<serde_json::Value>()
+                    .next()
+                    .and_then(Result::ok)
+                    .filter(serde_json::Value::is_object)
+                    .unwrap_or_else(|| {
+                        let pairs = a
+                            .split_whitespace()
+                            .take_while(|w| !w.starts_with("mcp:"))
+                            .filter_map(|w| w.split_once('='))
+                            .map(|(k, v)| {
+                                let v = v.trim_end_matches(',');
+                                // Numbers and booleans as such; anything else as text.
+                                let value = serde_json::from_str(v)
+                                    .unwrap_or_else(|_| json!(v.trim_matches(['"', '\''])));
+                                (k.to_string(), value)
+                            });
+                        serde_json::Value::Object(pairs.collect())
+                    })
+            })
+            .unwrap_or_else(|| json!({}));
+        found.push((kind, args));
+    }
+    found
+}
+
 fn plan_for(ctx: &HostContext) -> Option<Vec<PlanTask>> {
     let mut tasks = Vec::new();
+    for (kind, input) in mcp_tasks(ctx) {
+        tasks.push(PlanTask {
+            id: format!("t{}", tasks.len() + 1),
+            title: format!("call {kind}"),
+            kind,
+            operation: crate::mcp::client::OPERATION.into(),
+            input,
+            depends_on: vec![],
+        });
+    }
     let commands = explicit_commands(&ctx.message);
     if !commands.is_empty() {
         tasks.push(PlanTask {
-            id: "t1".into(),
+            id: format!("t{}", tasks.len() + 1),
             kind: "terminal_exec".into(),
             operation: "run".into(),
             title: format!(
@@ -451,5 +508,30 @@ mod tests {
         };
         assert_eq!(tasks[0].kind, "docx");
         assert_eq!(tasks[0].operation, "read");
+    }
+
+    #[test]
+    fn plans_the_mcp_tools_a_message_names() {
+        let tool = |kind: &str| crate::host_model::CapabilitySummary {
+            kind: kind.into(),
+            operations: vec![],
+        };
+        let ctx = HostContext {
+            message: r#"use mcp:every/echo with {"message": "hi there"} then mcp:every/get-sum with a=2 b=3, and mcp:ghost/x"#.into(),
+            capabilities: vec![tool("mcp:every/echo"), tool("mcp:every/get-sum")],
+            ..Default::default()
+        };
+        let tasks = plan_for(&ctx).expect("a plan");
+        let planned: Vec<_> = tasks
+            .iter()
+            .map(|t| (t.kind.as_str(), t.operation.as_str(), t.input.clone()))
+            .collect();
+        assert_eq!(
+            planned,
+            [
+                ("mcp:every/echo", "call", json!({"message": "hi there"})),
+                ("mcp:every/get-sum", "call", json!({"a": 2, "b": 3})),
+            ]
+        );
     }
 }
