@@ -251,6 +251,22 @@ impl Config {
         }
     }
 
+    /// The workspace as clients see it: its profile is the one in force
+    /// ([`Self::profile_for`]), never "none".
+    pub fn with_profile_in_force(&self, ws: capstan_store::Workspace) -> capstan_store::Workspace {
+        use capstan_policy::Profile as P;
+        use capstan_store::Profile as S;
+        let profile = match self.profile_for(&ws) {
+            P::Cautious => S::Cautious,
+            P::Trusted => S::Trusted,
+            P::Locked => S::Locked,
+        };
+        capstan_store::Workspace {
+            policy_profile: Some(profile),
+            ..ws
+        }
+    }
+
     /// Reads and checks the user's capstan.toml (see [`crate::config_check`]): any
     /// problem, an unknown key included, is an error naming the line and the fix.
     pub fn load(path: &Path) -> Result<Self> {

@@ -196,34 +196,61 @@ impl WorkspaceGate {
     }
 }
 
-/// A path a client names inside a workspace (an MCP resource URI, a
-/// completion prefix, a command's cwd), relative to the canonical `root`.
-/// The plugins' rules for `path` (plugins/shared/files.rs: no NUL, nothing
-/// absolute, no `..`) and then the one a string cannot show: after every
-/// symlink is followed the file is still inside `root`. An error says which
-/// rule the path broke.
-pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, String> {
+/// Why a workspace-relative path a client sent is refused before anything
+/// is opened: the plugins' rules for `path` (plugins/shared/files.rs). Each
+/// door words the refusal for its own callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelativePathRefusal {
+    /// A NUL character.
+    Nul,
+    /// Absolute (`/x`, `\\x`, `C:x`), not relative to the workspace root.
+    Absolute,
+    /// A `..` component.
+    ParentDir,
+}
+
+/// The plugins' rules for a workspace-relative path, checked on the string:
+/// no NUL, nothing absolute, no `..`. What a string cannot show (a symlink
+/// out) is the opener's job: [`confine`] canonicalises, the citation viewer
+/// opens through a capability handle.
+pub fn check_relative(rel: &str) -> Result<&Path, RelativePathRefusal> {
     if rel.contains('\0') {
-        return Err(format!("`{}` contains a NUL character", rel.escape_debug()));
+        return Err(RelativePathRefusal::Nul);
     }
     let windows_drive =
         rel.len() >= 2 && rel.as_bytes()[1] == b':' && rel.as_bytes()[0].is_ascii_alphabetic();
     if rel.starts_with('/') || rel.starts_with('\\') || windows_drive {
-        return Err(format!(
-            "`{rel}` must be relative to the workspace root, not absolute"
-        ));
+        return Err(RelativePathRefusal::Absolute);
     }
-    let mut joined = root.to_path_buf();
-    for c in Path::new(rel).components() {
-        match c {
-            Component::Normal(part) => joined.push(part),
-            Component::CurDir => {}
-            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
-                return Err(format!("`{rel}` must stay inside the workspace (no `..`)"));
-            }
+    let path = Path::new(rel);
+    if path
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(RelativePathRefusal::ParentDir);
+    }
+    Ok(path)
+}
+
+/// A path a client names inside a workspace (an MCP resource URI, a
+/// completion prefix, a command's cwd), relative to the canonical `root`:
+/// [`check_relative`], and then the rule a string cannot show: after every
+/// symlink is followed the file is still inside `root`. An error says which
+/// rule the path broke.
+pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, String> {
+    let path = check_relative(rel).map_err(|refusal| match refusal {
+        RelativePathRefusal::Nul => format!("`{}` contains a NUL character", rel.escape_debug()),
+        RelativePathRefusal::Absolute => {
+            format!("`{rel}` must be relative to the workspace root, not absolute")
         }
-    }
-    let real = joined.canonicalize().map_err(|e| format!("`{rel}`: {e}"))?;
+        RelativePathRefusal::ParentDir => {
+            format!("`{rel}` must stay inside the workspace (no `..`)")
+        }
+    })?;
+    let real = root
+        .join(path)
+        .canonicalize()
+        .map_err(|e| format!("`{rel}`: {e}"))?;
     if !real.starts_with(root) {
         return Err(format!(
             "`{rel}` resolves outside the workspace (through a symlink)"

@@ -13,13 +13,14 @@
 //! token).
 
 use std::io::Read;
-use std::path::{Component, Path};
+use std::path::Path;
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, ErrorKind};
+use crate::workspace_gate::{self, RelativePathRefusal};
 
 /// Files bigger than this are not shown (a citation points at a document,
 /// not at a log or a database).
@@ -57,17 +58,13 @@ pub fn check_relative(path: &str) -> Result<&Path, ApiError> {
     if path.trim().is_empty() {
         return Err(bad("is empty"));
     }
-    if path.contains('\0') {
-        return Err(bad("contains a NUL byte"));
-    }
-    let rel = Path::new(path);
-    if rel.is_absolute() {
-        return Err(bad("is absolute"));
-    }
-    if rel.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(bad("contains `..`"));
-    }
-    Ok(rel)
+    workspace_gate::check_relative(path).map_err(|refusal| {
+        bad(match refusal {
+            RelativePathRefusal::Nul => "contains a NUL byte",
+            RelativePathRefusal::Absolute => "is absolute",
+            RelativePathRefusal::ParentDir => "contains `..`",
+        })
+    })
 }
 
 /// Reads `rel` under the (already gated) canonical `root`.

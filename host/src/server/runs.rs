@@ -692,20 +692,8 @@ impl RunManager {
             .store
             .list_workspaces()?
             .into_iter()
-            .map(|ws| self.in_force(ws))
+            .map(|ws| self.app.config.with_profile_in_force(ws))
             .collect())
-    }
-
-    fn in_force(&self, ws: Workspace) -> Workspace {
-        let profile = match self.app.config.profile_for(&ws) {
-            capstan_policy::Profile::Cautious => capstan_store::Profile::Cautious,
-            capstan_policy::Profile::Trusted => capstan_store::Profile::Trusted,
-            capstan_policy::Profile::Locked => capstan_store::Profile::Locked,
-        };
-        Workspace {
-            policy_profile: Some(profile),
-            ..ws
-        }
     }
 
     /// Register a workspace folder (or return the registered one). A remote
@@ -714,14 +702,14 @@ impl RunManager {
     pub fn add_workspace(&self, dir: &str) -> Result<Workspace, ApiError> {
         let root = self.checked_workspace(dir)?;
         if let Some(ws) = self.app.store.get_workspace_by_root(&root)? {
-            return Ok(self.in_force(ws));
+            return Ok(self.app.config.with_profile_in_force(ws));
         }
         let name = root
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let ws = self.app.store.add_workspace(&root, &name, None)?;
-        Ok(self.in_force(ws))
+        Ok(self.app.config.with_profile_in_force(ws))
     }
 }
 
