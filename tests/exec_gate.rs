@@ -554,12 +554,12 @@ fn approved_git_still_runs_no_fsmonitor_hook_pager_or_helper_from_the_repository
 /// never make it run. Driven through the real service and sandbox.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_asking_for_a_stricter_risk_makes_the_command_ask() {
-    use capstan::protocol::Event;
-    use capstan::runtime::bindings::{exec as wit, types::Risk as WitRisk};
-    use capstan::services::approval::{ApprovalBroker, ApproveMode};
-    use capstan::services::exec::Exec;
-    use capstan::services::{ExecService, HostServices, RunContext, TaskScope};
+    use capstan::plugins::bindings::{exec as wit, types::Risk as WitRisk};
+    use capstan::plugins::context::{ExecService, HostServices, RunContext, TaskScope};
+    use capstan::plugins::services::approval::{ApprovalBroker, ApproveMode};
+    use capstan::plugins::services::exec::Exec;
     use capstan_policy::{Policy, Profile};
+    use capstan_protocol::Event;
     use std::sync::Arc;
 
     capstan_sandbox::set_launcher(env!("CARGO_BIN_EXE_capstan"));
@@ -613,7 +613,9 @@ async fn a_plugin_asking_for_a_stricter_risk_makes_the_command_ask() {
     let asked = events
         .iter()
         .find_map(|e| match e {
-            Event::ApprovalRequested { risk, reasons, .. } => Some((risk.clone(), reasons.clone())),
+            Event::ApprovalRequested { risk, reasons, .. } => {
+                Some((risk.to_string(), reasons.clone()))
+            }
             _ => None,
         })
         .expect("an approval was requested");

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capstan::app::{App, AskOutcome, AskRequest, Frontend};
-use capstan::orchestrator::RunStatus;
-use capstan::protocol::{Envelope, Event, FailureReason};
-use capstan::services::approval::ApproveMode;
+use capstan::plugins::services::approval::ApproveMode;
+use capstan::run::app::{App, AskOutcome, AskRequest, Frontend};
+use capstan::run::orchestrator::RunStatus;
 use capstan_models::scripted::{Reply, ScriptedServer};
+use capstan_protocol::{Envelope, Event, FailureReason};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -408,7 +408,7 @@ async fn a_tool_error_fails_fast_and_the_answer_carries_the_reason() {
     let skipped: Vec<(String, String)> = events
         .iter()
         .filter_map(|e| match &e.event {
-            Event::TaskSkipped { task_id, reason } => Some((task_id.clone(), reason.clone())),
+            Event::TaskSkipped { task_id, reason } => Some((task_id.clone(), reason.to_string())),
             _ => None,
         })
         .collect();
@@ -467,7 +467,7 @@ async fn a_command_that_exits_non_zero_fails_its_task_and_the_answer_says_why() 
     assert_eq!(ran, [Some(127)]);
     assert!(
         events.iter().any(|e| matches!(&e.event,
-            Event::PlanUpdated { task_id, status: capstan::protocol::TaskStatus::Failed } if task_id == "t1")),
+            Event::PlanUpdated { task_id, status: capstan_protocol::TaskStatus::Failed } if task_id == "t1")),
         "the plan panel shows the task failed"
     );
     assert!(!types(&events).contains(&"task.completed".to_string()));
@@ -522,7 +522,7 @@ async fn continue_on_error_completes_its_task_and_a_failing_task_skips_its_depen
     let skipped: Vec<(String, String)> = events
         .iter()
         .filter_map(|e| match &e.event {
-            Event::TaskSkipped { task_id, reason } => Some((task_id.clone(), reason.clone())),
+            Event::TaskSkipped { task_id, reason } => Some((task_id.clone(), reason.to_string())),
             _ => None,
         })
         .collect();

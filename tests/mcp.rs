@@ -23,10 +23,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan::dispatch::run_task;
-use capstan::protocol::{FailureReason, TaskRequest};
-use capstan::services::approval::ApproveMode;
-use capstan::services::{HostServices, RunContext};
+use capstan::plugins::context::{HostServices, RunContext};
+use capstan::plugins::services::approval::ApproveMode;
+use capstan::run::dispatch::run_task;
+use capstan_protocol::{FailureReason, TaskRequest};
 use common::{Home, Recorder};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
@@ -785,7 +785,7 @@ async fn external_server_tools_are_capability_kinds_behind_the_approval_gate() {
         "[[mcp_server]]\nname = \"planted\"\ncommand = \"/bin/touch\"\nargs = [\"planted\"]\n",
     )
     .unwrap();
-    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
         .await
         .unwrap();
     let registry = app.registry(Some(ws.path())).await;
@@ -947,15 +947,15 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
     );
     let home = Home::new(&third_party_config(root.path(), &model));
     let ws = workspace();
-    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
         .await
         .unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
-    let frontend: capstan::app::Frontend = Arc::new(move |e: &capstan::protocol::Envelope| {
+    let frontend: capstan::run::app::Frontend = Arc::new(move |e: &capstan_protocol::Envelope| {
         sink.lock().unwrap().push(serde_json::to_value(e).unwrap());
     });
-    let req = capstan::app::AskRequest {
+    let req = capstan::run::app::AskRequest {
         message: "read keep.txt through the filesystem MCP server".into(),
         session_id: None,
         workspace: Some(ws.path().to_path_buf()),
@@ -967,7 +967,7 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
     let events = seen.lock().unwrap().clone();
     assert_eq!(
         out.outcome.status,
-        capstan::orchestrator::RunStatus::Completed,
+        capstan::run::orchestrator::RunStatus::Completed,
         "{events:#?}"
     );
     let completed = events
@@ -1040,7 +1040,7 @@ async fn read_only_hints(bin: &str, args: &[&str]) -> Vec<(String, Option<bool>)
 }
 
 /// A run context for direct dispatch, with the app's approval broker and a recorder.
-fn direct_run(app: &capstan::app::App, ws: &Path) -> (RunContext, Recorder) {
+fn direct_run(app: &capstan::run::app::App, ws: &Path) -> (RunContext, Recorder) {
     let recorder = Recorder::default();
     let services = HostServices {
         approval: Some(app.broker.clone()),
@@ -1074,7 +1074,7 @@ async fn third_party_servers_are_called_and_their_annotations_never_lower_the_ri
 
     let home = Home::new(&third_party_config(root.path(), ""));
     let ws = workspace();
-    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
         .await
         .unwrap();
     let registry = app.registry(Some(ws.path())).await;
@@ -1169,7 +1169,7 @@ async fn third_party_servers_are_called_and_their_annotations_never_lower_the_ri
     drop(app);
 
     // The same calls approved: they reach the servers and do what they say.
-    let app = capstan::app::App::open(home.dirs(), ApproveMode::All)
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::All)
         .await
         .unwrap();
     let registry = app.registry(Some(ws.path())).await;
@@ -1220,7 +1220,7 @@ async fn a_slow_third_party_tool_times_out_per_its_entry() {
     let root = tempfile::tempdir().unwrap();
     let home = Home::new(&third_party_config(root.path(), ""));
     let ws = workspace();
-    let app = capstan::app::App::open(home.dirs(), ApproveMode::All)
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::All)
         .await
         .unwrap();
     let registry = app.registry(Some(ws.path())).await;
@@ -1983,7 +1983,7 @@ async fn external_servers_get_the_workspace_as_root_progress_and_keep_images() {
     let home = Home::new(&roots_config());
     let ws = workspace();
     let root = ws.path().canonicalize().unwrap();
-    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
         .await
         .unwrap();
     let registry = app.registry(Some(&root)).await;
@@ -2106,7 +2106,7 @@ async fn an_http_server_killed_mid_call_fails_the_call_at_once() {
         "[[mcp_server]]\nname = \"remote\"\nurl = {url:?}\nrisk = \"read_only\"\n"
     ));
     let ws = workspace();
-    let app = capstan::app::App::open(home.dirs(), ApproveMode::None)
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
         .await
         .unwrap();
     let registry = Arc::new(app.registry(Some(ws.path())).await);

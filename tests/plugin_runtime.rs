@@ -8,11 +8,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan::protocol::{FailureReason, TaskOutcome, TaskRequest};
-use capstan::registry::{ManifestSources, Registry};
-use capstan::runtime::Runtime;
-use capstan::services::approval::ApproveMode;
-use capstan::services::{HostServices, RunContext};
+use capstan::plugins::context::{HostServices, RunContext};
+use capstan::plugins::registry::{ManifestSources, Registry};
+use capstan::plugins::runtime::Runtime;
+use capstan::plugins::services::approval::ApproveMode;
+use capstan_protocol::{FailureReason, TaskOutcome, TaskRequest};
 use common::{Home, Recorder, plugin_entry};
 use serde_json::{Value, json};
 
@@ -52,7 +52,7 @@ fn run_ctx(workspace: Option<&std::path::Path>) -> (RunContext, Recorder) {
     let ws = workspace.map(|p| p.canonicalize().unwrap());
     // Writes pass the approval gate; these tests are about confinement, so the
     // gate says yes (tests/documents.rs covers a gate that says no).
-    let broker = capstan::services::approval::ApprovalBroker::new(
+    let broker = capstan::plugins::services::approval::ApprovalBroker::new(
         ApproveMode::All,
         Duration::from_secs(1),
         None,
@@ -78,7 +78,7 @@ async fn call(
         operation: op.into(),
         input,
     };
-    capstan::dispatch::run_task(rt, reg, &task, run).await
+    capstan::run::dispatch::run_task(rt, reg, &task, run).await
 }
 
 fn reason(outcome: &TaskOutcome) -> FailureReason {
@@ -167,7 +167,7 @@ async fn cancellation_stops_a_spinning_and_a_polling_plugin() {
         // before the call starts would pass without stopping anything.
         tokio::spawn(async move {
             while !events.events().iter().any(|e| {
-                matches!(e, capstan::protocol::Event::Activity { kind, .. } if kind == "fault.spinning")
+                matches!(e, capstan_protocol::Event::Activity { kind, .. } if kind == "fault.spinning")
             }) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

@@ -443,7 +443,7 @@ fn check_markdown(s: &Value, ws: &Path) {
 /// The vendored renderer, sanitiser and highlighter are byte for byte the
 /// releases pinned in tests/npm/webchat/package-lock.json.
 fn vendored_files_are_the_pinned_releases(modules: &Path) {
-    let vendor = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server/web/vendor");
+    let vendor = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/frontends/server/web/vendor");
     for (ours, theirs) in [
         ("marked.umd.js", "marked/lib/marked.umd.js"),
         ("LICENSE-marked", "marked/LICENSE"),
@@ -458,8 +458,8 @@ fn vendored_files_are_the_pinned_releases(modules: &Path) {
         assert!(
             std::fs::read(vendor.join(ours)).unwrap()
                 == std::fs::read(modules.join(theirs)).unwrap(),
-            "host/src/server/web/vendor/{ours} differs from the pinned npm release {theirs}; \
-             copy it again (see host/src/server/web/vendor/README.md)"
+            "host/src/frontends/server/web/vendor/{ours} differs from the pinned npm release {theirs}; \
+             copy it again (see host/src/frontends/server/web/vendor/README.md)"
         );
     }
 }

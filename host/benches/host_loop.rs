@@ -10,10 +10,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan::app::{App, AskRequest, Frontend};
-use capstan::protocol::{Envelope, Event};
-use capstan::services::approval::ApproveMode;
+use capstan::plugins::services::approval::ApproveMode;
+use capstan::run::app::{App, AskRequest, Frontend};
 use capstan_models::scripted::{Reply, ScriptedServer};
+use capstan_protocol::{Envelope, Event};
 use tokio_util::sync::CancellationToken;
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {

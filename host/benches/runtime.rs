@@ -9,19 +9,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capstan::manifest::{self, PluginSpec};
-use capstan::protocol::{NullSink, TaskRequest};
-use capstan::runtime::Runtime;
-use capstan::services::{HostServices, RunContext};
+use capstan::plugins::context::{HostServices, RunContext};
+use capstan::plugins::manifest::{self, PluginSpec};
+use capstan::plugins::runtime::Runtime;
+use capstan_protocol::{NullSink, TaskRequest};
 
 const CALLS: usize = 10_000;
 
 fn specs(dir: &std::path::Path) -> Vec<PluginSpec> {
-    let mut text = capstan::bundled::MANIFEST.to_string();
+    let mut text = capstan::plugins::bundled::MANIFEST.to_string();
     for (name, krate, kinds) in [("hello", "hello", "echo"), ("fault", "fault", "fault")] {
-        let path =
-            std::path::Path::new(capstan::bundled::PLUGIN_BUILD_DIR).join(format!("{krate}.wasm"));
-        let sha = capstan::runtime::sha256_hex(&std::fs::read(&path).unwrap());
+        let path = std::path::Path::new(capstan::plugins::bundled::PLUGIN_BUILD_DIR)
+            .join(format!("{krate}.wasm"));
+        let sha = capstan::plugins::manifest::sha256_hex(&std::fs::read(&path).unwrap());
         text.push_str(&format!(
             "\n[[plugin]]\nname = {name:?}\ncomponent = {:?}\nsha256 = {sha:?}\nkinds = [{kinds:?}]\n[plugin.permissions]\nhost = [\"exec\"]\n",
             path.display().to_string()
@@ -61,7 +61,7 @@ fn main() {
         for spec in specs(tmp.path()) {
             let size = match &spec.source {
                 manifest::ComponentSource::Builtin(n) => {
-                    capstan::bundled::component(n).unwrap().len()
+                    capstan::plugins::bundled::component(n).unwrap().len()
                 }
                 manifest::ComponentSource::File(p) => std::fs::metadata(p).unwrap().len() as usize,
             };

@@ -1,33 +1,27 @@
 //! Capstan: a sandboxed capability host for AI agents.
 //!
-//! Layers, top to bottom (data flows down, never back up):
-//! - [`cli`]: the `capstan` command;
-//! - [`mcp`]: capabilities as MCP tools, and external MCP servers as capabilities;
-//! - [`server`]: HTTP + SSE, AG-UI, web chat and stdio JSON-RPC over one run manager;
-//! - [`dispatch`]: a task through the [`registry`] to its plugin, with events;
-//! - [`registry`]: task kind -> plugin, from [`manifest`]s;
-//! - [`runtime`]: wasmtime components, one store per task, faults contained;
-//! - [`services`]: host services plugins import (exec, index, approval, model);
-//! - [`protocol`]: the event and task types every layer speaks;
-//! - [`dirs`]: where Capstan keeps config, data and cache;
-//! - [`term`]: the one door to the terminal (untrusted text made inert).
-//! - [`workspace_gate`]: which folders may be a workspace, for every entry point.
+//! The crate is organised by concern, in layers; every module imports only from
+//! its own layer's earlier modules or from layers below it (checked by
+//! `tests/layering.rs`):
+//!
+//! 1. [`frontends`]: the ways in (the `capstan` CLI, the HTTP/SSE + AG-UI +
+//!    web chat + stdio server, Capstan as an MCP server);
+//! 2. [`run`]: one run from message to terminal event (the application facade,
+//!    the run builder every frontend uses, the orchestrator, the host model,
+//!    dispatch of one task through the approval gate);
+//! 3. [`plugins`]: capabilities (manifests, the bundled components, the
+//!    registry, the wasmtime runtime, the host services plugins import, and
+//!    external MCP servers as capabilities);
+//! 4. the foundation every layer uses: [`config`], [`dirs`], [`workspace_gate`] (which folders may be a
+//!    workspace), [`term`] (the one door to the terminal) and [`uri`]. Events, tasks
+//!    and the closed sets are `capstan-protocol`'s.
 
-pub mod app;
-pub mod bundled;
-pub mod cli;
+pub mod frontends;
+pub mod plugins;
+pub mod run;
+
 pub mod config;
-pub mod config_check;
 pub mod dirs;
-pub mod dispatch;
-pub mod host_model;
-pub mod manifest;
-pub mod mcp;
-pub mod orchestrator;
-pub mod protocol;
-pub mod registry;
-pub mod runtime;
-pub mod server;
-pub mod services;
 pub mod term;
+pub mod uri;
 pub mod workspace_gate;

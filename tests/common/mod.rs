@@ -5,14 +5,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use capstan::protocol::{Event, EventSink};
+use capstan_protocol::{Event, EventSink};
 
 pub mod procs;
 pub mod server;
 
 /// A built component from plugins/ (test plugins included).
 pub fn built_component(crate_name: &str) -> PathBuf {
-    let path = Path::new(capstan::bundled::PLUGIN_BUILD_DIR).join(format!("{crate_name}.wasm"));
+    let path =
+        Path::new(capstan::plugins::bundled::PLUGIN_BUILD_DIR).join(format!("{crate_name}.wasm"));
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
@@ -48,7 +49,7 @@ pub fn npm_modules(group: &str) -> PathBuf {
 }
 
 pub fn sha256_file(path: &Path) -> String {
-    capstan::runtime::sha256_hex(&std::fs::read(path).unwrap())
+    capstan::plugins::manifest::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 /// A `[[plugin]]` entry for a built component.

@@ -171,6 +171,7 @@ mod tests {
             input_tokens: 1000,
             output_tokens: 100,
             estimated: false,
+            cost_usd: None,
         };
         // Sonnet: 1000 * 3/1M + 100 * 15/1M = 0.0045
         let c = b.price(Some("claude-sonnet-4-5"), &u);

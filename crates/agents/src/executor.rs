@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use capstan_graph::{Ended, Handler, NotRun};
 use capstan_models::{PriceTable, Usage, estimate_tokens};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::{Budget, BudgetGate, Check};
@@ -59,6 +60,72 @@ struct Run<'a> {
     cancel: CancellationToken,
     timed_out: Arc<AtomicBool>,
     prepared: Vec<Prepared>,
+}
+
+impl capstan_graph::Node for TaskSpec {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn depends_on(&self) -> &[String] {
+        &self.depends_on
+    }
+}
+
+/// The executor's side of the scheduler: results by task id, each task
+/// seeing its prerequisites' outputs.
+struct Scheduled<'a> {
+    run: &'a Run<'a>,
+    done: HashMap<String, TaskResult>,
+}
+
+impl<'a> Handler<&'a TaskSpec> for Scheduled<'a> {
+    type Output = TaskResult;
+    type Running = BoxFuture<'a, TaskResult>;
+
+    fn stopped(&self) -> bool {
+        self.run.cancel.is_cancelled()
+    }
+
+    fn start(&mut self, task: &&'a TaskSpec) -> Self::Running {
+        let inputs: Vec<ContextItem> = task
+            .depends_on
+            .iter()
+            .map(|d| ContextItem {
+                label: format!("result of prerequisite task `{d}`"),
+                text: self
+                    .done
+                    .get(d)
+                    .map(|r| r.output.clone())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let index = self
+            .run
+            .file
+            .tasks
+            .iter()
+            .position(|t| t.id == task.id)
+            .expect("a node of the file's own tasks");
+        self.run.run_task(index, inputs).boxed()
+    }
+
+    fn ended(&mut self, _task: &&'a TaskSpec, result: TaskResult) -> Ended {
+        let ended = if result.status == TaskStatus::Completed {
+            Ended::Completed
+        } else {
+            Ended::Failed
+        };
+        self.done.insert(result.task_id.clone(), result);
+        ended
+    }
+
+    fn not_run(&mut self, task: &&'a TaskSpec, why: NotRun<'_>) {
+        let result = match why {
+            NotRun::DependencyFailed(failed) => self.run.skipped(task, failed),
+            NotRun::Stopped => self.run.never_started(task),
+        };
+        self.done.insert(task.id.clone(), result);
+    }
 }
 
 /// Run every task of `file` and collect the results. Errors only for problems found
@@ -233,12 +300,13 @@ async fn check_runtimes(
 }
 
 impl Run<'_> {
-    /// Start every task whose prerequisites are done, up to the concurrency limit;
-    /// skip those whose prerequisites did not complete. Results in topological order.
+    /// Run the tasks over their dependency graph with the shared scheduler
+    /// (`capstan-graph`): a task starts when its prerequisites completed, up
+    /// to the concurrency limit; a task whose prerequisite did not complete is
+    /// skipped; once the execution is stopped, tasks not started end as
+    /// stopped. Results in topological order.
     async fn schedule(&self) -> Vec<TaskResult> {
-        let order = self
-            .file
-            .topological_order()
+        let order = capstan_graph::topological_order(&self.file.tasks)
             .expect("validated when the file was parsed");
         let limit = match self.strategy {
             Strategy::Parallel => self
@@ -249,70 +317,13 @@ impl Run<'_> {
                 .max(1),
             Strategy::Single | Strategy::Multi => 1,
         };
-        let mut pending: Vec<usize> = order.clone();
-        let mut done: HashMap<String, TaskResult> = HashMap::new();
-        let mut running = FuturesUnordered::new();
-        loop {
-            let mut i = 0;
-            while i < pending.len() {
-                let task = &self.file.tasks[pending[i]];
-                if !task.depends_on.iter().all(|d| done.contains_key(d)) {
-                    i += 1;
-                    continue;
-                }
-                if let Some(failed) = task
-                    .depends_on
-                    .iter()
-                    .find(|d| done[*d].status != TaskStatus::Completed)
-                {
-                    let r = self.skipped(task, failed);
-                    done.insert(task.id.clone(), r);
-                    pending.remove(i);
-                    i = 0; // a skip can make later tasks decidable
-                    continue;
-                }
-                if self.cancel.is_cancelled() || running.len() >= limit {
-                    i += 1;
-                    continue;
-                }
-                let inputs: Vec<ContextItem> = task
-                    .depends_on
-                    .iter()
-                    .map(|d| ContextItem {
-                        label: format!("result of prerequisite task `{d}`"),
-                        text: done[d].output.clone(),
-                    })
-                    .collect();
-                running.push(self.run_task(pending[i], inputs));
-                pending.remove(i);
-            }
-            match running.next().await {
-                Some(r) => {
-                    done.insert(r.task_id.clone(), r);
-                }
-                None => break,
-            }
-        }
-        let never = if self.timed_out.load(Ordering::SeqCst) {
-            TaskStatus::Timeout
-        } else {
-            TaskStatus::Cancelled
+        let nodes: Vec<&TaskSpec> = order.iter().map(|&i| &self.file.tasks[i]).collect();
+        let mut scheduled = Scheduled {
+            run: self,
+            done: HashMap::new(),
         };
-        for i in pending {
-            let t = &self.file.tasks[i];
-            self.events.emit(EventKind::TaskFinished {
-                task: t.id.clone(),
-                status: never,
-            });
-            done.insert(
-                t.id.clone(),
-                empty_result(
-                    t,
-                    never,
-                    Some("not started: the execution was stopped".into()),
-                ),
-            );
-        }
+        capstan_graph::run(&nodes, limit, &[], &mut scheduled).await;
+        let mut done = scheduled.done;
         order
             .iter()
             .filter_map(|&i| done.remove(&self.file.tasks[i].id))
@@ -330,6 +341,20 @@ impl Run<'_> {
             task,
             status,
             Some(format!("prerequisite task `{failed}` did not complete")),
+        )
+    }
+
+    /// A task the execution stopped before it started.
+    fn never_started(&self, task: &TaskSpec) -> TaskResult {
+        let status = self.stopped_status();
+        self.events.emit(EventKind::TaskFinished {
+            task: task.id.clone(),
+            status,
+        });
+        empty_result(
+            task,
+            status,
+            Some("not started: the execution was stopped".into()),
         )
     }
 
@@ -548,6 +573,7 @@ impl Run<'_> {
             input_tokens: estimate_tokens(&job.prompt),
             output_tokens: self.opts.deps.config.expected_output_tokens,
             estimated: true,
+            cost_usd: None,
         };
         let next = self
             .budget

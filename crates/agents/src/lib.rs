@@ -1,4 +1,4 @@
-//! Delegating tasks to agent runtimes (seed 003).
+//! Delegating tasks to agent runtimes.
 //!
 //! - [`task::TaskFile`]: the TASKS.yaml a user writes: tasks, their dependencies, roles,
 //!   runtimes, files and skills. Parsed with line-numbered errors, validated (unknown

@@ -196,56 +196,11 @@ impl TaskFile {
     /// Task indices in an order where every task comes after its prerequisites (ties:
     /// file order). A cycle is an error naming it.
     pub fn topological_order(&self) -> Result<Vec<usize>, AgentError> {
-        let index: HashMap<&str, usize> = self
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.id.as_str(), i))
-            .collect();
-        let mut indegree: Vec<usize> = self.tasks.iter().map(|t| t.depends_on.len()).collect();
-        let mut order = Vec::with_capacity(self.tasks.len());
-        let mut done = vec![false; self.tasks.len()];
-        // Kahn's algorithm, always taking the first ready task in file order so the
-        // order is stable and readable.
-        while order.len() < self.tasks.len() {
-            let Some(next) = (0..self.tasks.len()).find(|&i| !done[i] && indegree[i] == 0) else {
-                return Err(AgentError::TaskFile(format!(
-                    "the tasks' dependencies form a cycle: {} (remove one `depends_on` entry to break it)",
-                    self.describe_cycle(&index, &done)
-                )));
-            };
-            done[next] = true;
-            order.push(next);
-            for (i, t) in self.tasks.iter().enumerate() {
-                if t.depends_on.iter().any(|d| d == &self.tasks[next].id) {
-                    indegree[i] -= 1;
-                }
-            }
-        }
-        Ok(order)
-    }
-
-    /// Walk prerequisites from a stuck task until one repeats: that loop is the cycle.
-    fn describe_cycle(&self, index: &HashMap<&str, usize>, done: &[bool]) -> String {
-        let mut path: Vec<usize> = Vec::new();
-        let mut at = (0..self.tasks.len()).find(|&i| !done[i]).unwrap_or(0);
-        loop {
-            if let Some(pos) = path.iter().position(|&p| p == at) {
-                let mut names: Vec<&str> = path[pos..]
-                    .iter()
-                    .map(|&i| self.tasks[i].id.as_str())
-                    .collect();
-                names.push(self.tasks[at].id.as_str());
-                return names.join(" -> ");
-            }
-            path.push(at);
-            at = self.tasks[at]
-                .depends_on
-                .iter()
-                .filter_map(|d| index.get(d.as_str()).copied())
-                .find(|&i| !done[i])
-                .unwrap_or(at);
-        }
+        capstan_graph::topological_order(&self.tasks).map_err(|cycle| {
+            AgentError::TaskFile(format!(
+                "the tasks' dependencies form a cycle: {cycle} (remove one `depends_on` entry to break it)"
+            ))
+        })
     }
 
     /// The strategy when none is given, and why: several tasks -> `parallel` (the

@@ -16,8 +16,8 @@ use tracing::{debug, warn};
 
 use crate::error::{body_excerpt, secs};
 use crate::sse::{SseEvent, SseParser};
-use crate::types::estimate_chars;
 use crate::{EventStream, ModelError, StreamEvent, Usage};
+use capstan_protocol::tokens_for_chars as estimate_chars;
 
 /// How failed attempts are retried.
 ///
@@ -654,6 +654,7 @@ impl<D: Decoder> Driver<D> {
                     .output_tokens
                     .unwrap_or_else(|| estimate_chars(self.output_chars)),
                 estimated: self.input_tokens.is_none() || self.output_tokens.is_none(),
+                cost_usd: None,
             };
             self.queue.push_back(StreamEvent::Usage(usage));
             self.queue.push_back(StreamEvent::Done {

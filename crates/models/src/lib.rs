@@ -79,7 +79,7 @@ pub trait ModelProvider: Send + Sync {
                 StreamEvent::Delta(t) => text.push_str(&t),
                 StreamEvent::Usage(u) => usage = Some(u),
                 StreamEvent::Done { stop_reason } => {
-                    let usage = usage.unwrap_or_else(|| Usage::estimate(&estimate_req, &text));
+                    let usage = usage.unwrap_or_else(|| estimate_req.estimate_usage(&text));
                     return Ok(Completion {
                         text,
                         usage,

@@ -186,6 +186,7 @@ mod tests {
             input_tokens: i,
             output_tokens: o,
             estimated: false,
+            cost_usd: None,
         }
     }
 

@@ -80,43 +80,25 @@ impl ChatRequest {
         if let Some(schema) = &self.json_schema {
             chars += schema.to_string().chars().count();
         }
-        estimate_chars(chars)
+        capstan_protocol::tokens_for_chars(chars)
     }
 }
 
-/// Token usage of one completion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// `true` when at least one of the two numbers was not reported by the provider and
-    /// was estimated with [`estimate_tokens`] instead: budgets built on it are approximate.
-    pub estimated: bool,
-}
+/// Token usage of one completion: Capstan's one usage type (a completion
+/// has no cost until priced, see [`crate::PriceTable`]).
+pub use capstan_protocol::{Usage, estimate_tokens};
 
-impl Usage {
-    pub fn total(&self) -> u64 {
-        self.input_tokens + self.output_tokens
-    }
-
-    /// Usage estimated from the request and the generated text.
-    pub fn estimate(req: &ChatRequest, output: &str) -> Self {
-        Self {
-            input_tokens: req.estimated_input_tokens(),
+impl ChatRequest {
+    /// Usage estimated from this request and the generated text, for
+    /// providers that report none.
+    pub fn estimate_usage(&self, output: &str) -> Usage {
+        Usage {
+            input_tokens: self.estimated_input_tokens(),
             output_tokens: estimate_tokens(output),
             estimated: true,
+            cost_usd: None,
         }
     }
-}
-
-/// The crude fallback token count used when a provider reports none: characters / 4,
-/// rounded up, and at least 1 (a request or an answer is never free).
-pub fn estimate_tokens(text: &str) -> u64 {
-    estimate_chars(text.chars().count())
-}
-
-pub(crate) fn estimate_chars(chars: usize) -> u64 {
-    (chars as u64).div_ceil(4).max(1)
 }
 
 /// One event of a completion stream.

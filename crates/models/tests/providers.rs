@@ -110,6 +110,7 @@ async fn openai_streams_deltas_in_order_and_reports_usage() {
                 input_tokens: 12,
                 output_tokens: 3,
                 estimated: false
+                cost_usd: None,
             }),
             StreamEvent::Done {
                 stop_reason: Some("stop".into())
@@ -153,6 +154,7 @@ async fn anthropic_streams_deltas_in_order_and_reports_usage() {
                 input_tokens: 40,
                 output_tokens: 7,
                 estimated: false
+                cost_usd: None,
             }),
             StreamEvent::Done {
                 stop_reason: Some("end_turn".into())
@@ -203,6 +205,7 @@ async fn usage_is_estimated_when_the_server_reports_none() {
         input_tokens: 3,
         output_tokens: 2,
         estimated: true,
+        cost_usd: None,
     };
 
     let c = openai(&server)
@@ -515,6 +518,7 @@ async fn a_server_that_ignores_stream_true_is_understood() {
                 input_tokens: 4,
                 output_tokens: 1,
                 estimated: false
+                cost_usd: None,
             }),
             StreamEvent::Done {
                 stop_reason: Some("stop".into())

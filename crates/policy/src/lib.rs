@@ -98,7 +98,7 @@ use serde::{Deserialize, Serialize};
 pub use gitconfig::{ConfigHazard, RepoFacts};
 pub use policy::{Evaluation, Policy, PolicyError, Profile, SandboxMode, Verdict};
 pub use protect::protected_path;
-pub use risk::{ParseRiskError, Risk, effective_risk};
+pub use risk::{Risk, effective_risk};
 
 /// What the host knows about where a command will run, beyond its text.
 /// The classifier stays a pure function of the command and this value.

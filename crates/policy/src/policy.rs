@@ -26,8 +26,6 @@
 //! even if they are approved. `network`, `sandbox` and `env_allow` are
 //! otherwise carried for the sandbox, which enforces them.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 use crate::display;
@@ -35,56 +33,7 @@ use crate::risk::Risk;
 use crate::word::scan_word;
 use crate::{Classification, CommandInfo, Context, classify_argv_in, classify_shell_in};
 
-/// How much a workspace lets run without asking.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Profile {
-    /// Auto-run read-only commands; ask for everything else.
-    #[default]
-    Cautious,
-    /// Auto-run read-only and write commands; ask for delete, network and
-    /// unknown. Note that writes include builds and tests, which run
-    /// project code, and writes that plant files later run by builds.
-    Trusted,
-    /// Run nothing at all.
-    Locked,
-}
-
-impl Profile {
-    /// The highest risk this profile runs without asking, if any.
-    pub const fn auto_run_up_to(self) -> Option<Risk> {
-        match self {
-            Profile::Cautious => Some(Risk::ReadOnly),
-            Profile::Trusted => Some(Risk::Write),
-            Profile::Locked => None,
-        }
-    }
-
-    const fn as_str(self) -> &'static str {
-        match self {
-            Profile::Cautious => "cautious",
-            Profile::Trusted => "trusted",
-            Profile::Locked => "locked",
-        }
-    }
-}
-
-impl fmt::Display for Profile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Whether commands must run inside the sandbox.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxMode {
-    /// Commands run only inside the sandbox (the default).
-    #[default]
-    Required,
-    /// Commands run without a sandbox. Verdicts are unchanged.
-    Off,
-}
+pub use capstan_protocol::{Profile, SandboxMode};
 
 /// A workspace's command policy, as written in its TOML or JSON config.
 ///

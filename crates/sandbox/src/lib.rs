@@ -116,21 +116,11 @@ pub enum Command {
     Argv(Vec<String>),
 }
 
-/// Whether the sandbox is required.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxMode {
-    /// Fail closed: if Landlock or seccomp cannot be enforced, [`run`] returns
-    /// [`SandboxError::Unsupported`] and the command does not start.
-    #[default]
-    Required,
-    /// Run without Landlock, seccomp or namespaces because the workspace profile
-    /// said so explicitly (`sandbox = "off"`). The environment is still scrubbed,
-    /// limits, timeout and output cap still apply, and cancellation still kills
-    /// every descendant (through a child subreaper). [`ExecSpec::network`] is not
-    /// enforced in this mode.
-    Off,
-}
+/// Whether the sandbox is required: [`SandboxMode::Required`] fails closed
+/// ([`run`] returns [`SandboxError::Unsupported`] when Landlock or seccomp
+/// cannot be enforced); [`SandboxMode::Off`] runs unconfined but still scrubbed,
+/// limited and killable. Defined once in `capstan-protocol`.
+pub use capstan_protocol::SandboxMode;
 
 /// Resource limits applied to the command (rlimits, plus pids and memory cgroups
 /// when the caller may create them). `None` leaves the inherited limit in place.

@@ -77,21 +77,6 @@ macro_rules! text_enum {
 }
 
 text_enum! {
-    /// A workspace's policy profile. Mirrors `capstan_policy::Profile` by its
-    /// strings (the store sits below the policy layer and does not depend on it).
-    #[derive(Default)]
-    Profile {
-        /// Auto-run read-only commands; ask for everything else (the default).
-        #[default]
-        Cautious => "cautious",
-        /// Auto-run read-only and write commands.
-        Trusted => "trusted",
-        /// Run nothing.
-        Locked => "locked",
-    }
-}
-
-text_enum! {
     /// Who spoke a turn.
     Role {
         User => "user",
@@ -138,16 +123,12 @@ text_enum! {
     }
 }
 
-/// Token counts and cost. In a run: that run's totals. In a session: the sum
-/// over its runs (kept by [`crate::Store::add_usage`] and
-/// [`crate::Store::finish_run`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// USD; 0 when the model has no price.
-    pub cost_usd: f64,
-}
+/// A workspace's policy profile, and token counts and cost (in a run: that
+/// run's totals; in a session: the sum over its runs, kept by
+/// [`crate::Store::add_usage`] and [`crate::Store::finish_run`]; a stored cost
+/// is never absent, 0 when the model has no price). Both defined once in
+/// `capstan-protocol`.
+pub use capstan_protocol::{Profile, Usage};
 
 /// A registered workspace folder.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

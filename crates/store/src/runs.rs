@@ -23,7 +23,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Run> {
         usage: Usage {
             input_tokens: to_u64(r.get(5)?),
             output_tokens: to_u64(r.get(6)?),
-            cost_usd: r.get(7)?,
+            cost_usd: Some(r.get(7)?),
+            estimated: false,
         },
         started_at: r.get(8)?,
         ended_at: r.get(9)?,
@@ -124,7 +125,11 @@ impl Store {
                 });
             }
             let (new_in, new_out, new_cost) = match usage {
-                Some(u) => (to_i64(u.input_tokens), to_i64(u.output_tokens), u.cost_usd),
+                Some(u) => (
+                    to_i64(u.input_tokens),
+                    to_i64(u.output_tokens),
+                    u.cost_usd.unwrap_or(0.0),
+                ),
                 None => (old_in, old_out, old_cost),
             };
             c.prepare_cached(

@@ -21,7 +21,8 @@ fn session_from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
         usage: Usage {
             input_tokens: to_u64(r.get(4)?),
             output_tokens: to_u64(r.get(5)?),
-            cost_usd: r.get(6)?,
+            cost_usd: Some(r.get(6)?),
+            estimated: false,
         },
         created_at: r.get(7)?,
         updated_at: r.get(8)?,
@@ -345,7 +346,13 @@ impl Store {
                          WHERE id = ?1 AND session_id = ?2",
                     )
                     .and_then(|mut s| {
-                        s.execute(params![run, session_id, input, output, usage.cost_usd])
+                        s.execute(params![
+                            run,
+                            session_id,
+                            input,
+                            output,
+                            usage.cost_usd.unwrap_or(0.0)
+                        ])
                     })
                     .map_err(|e| self.sql(e))?;
                 if n == 0 {
@@ -355,7 +362,7 @@ impl Store {
                     });
                 }
             }
-            self.bump_session_usage(c, session_id, input, output, usage.cost_usd)
+            self.bump_session_usage(c, session_id, input, output, usage.cost_usd.unwrap_or(0.0))
         })
     }
 

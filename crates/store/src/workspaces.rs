@@ -15,7 +15,10 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Workspace> {
         root_path: PathBuf::from(r.get::<_, String>(1)?),
         name: r.get(2)?,
         policy_profile: if r.get::<_, bool>(4)? {
-            Some(r.get(3)?)
+            let name: String = r.get(3)?;
+            Some(name.parse().map_err(|e: capstan_protocol::UnknownName| {
+                rusqlite::Error::FromSqlConversionFailure(3, rusqlite::types::Type::Text, e.into())
+            })?)
         } else {
             None
         },
@@ -85,7 +88,7 @@ impl Store {
                     ws.id,
                     root_path,
                     ws.name,
-                    profile.unwrap_or_default(),
+                    profile.unwrap_or_default().as_str(),
                     profile.is_some(),
                     ws.created_at
                 ])
@@ -140,7 +143,7 @@ impl Store {
     pub fn set_profile(&self, id: &str, profile: Option<Profile>) -> Result<()> {
         self.update_one(
             "UPDATE workspaces SET policy_profile = ?2, profile_set = ?3 WHERE id = ?1",
-            params![id, profile.unwrap_or_default(), profile.is_some()],
+            params![id, profile.unwrap_or_default().as_str(), profile.is_some()],
             id,
         )
     }

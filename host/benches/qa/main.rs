@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use capstan::app::{App, AskRequest, Frontend};
-use capstan::protocol::{Citation, Envelope, Event};
-use capstan::services::approval::ApproveMode;
+use capstan::plugins::services::approval::ApproveMode;
+use capstan::run::app::{App, AskRequest, Frontend};
+use capstan_protocol::{Citation, Envelope, Event};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 

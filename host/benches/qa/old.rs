@@ -3,10 +3,10 @@
 //! new side by side. It answers questions only: the eval plans nothing.
 
 use async_trait::async_trait;
-use capstan::host_model::{
+use capstan::run::model::{
     FinalInput, HostContext, HostModel, ModelFailure, Passage, Step, TokenSink,
 };
-use capstan::protocol::{Citation, Usage};
+use capstan_protocol::{Citation, Usage};
 use tokio_util::sync::CancellationToken;
 
 pub struct OldOfflineModel;

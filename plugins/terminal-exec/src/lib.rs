@@ -1,5 +1,5 @@
 //! `terminal_exec`: raw command strings, run one by one through the host's
-//! sandboxed `exec` service in a bounded loop (seed 004 §3): evaluate, policy
+//! sandboxed `exec` service in a bounded loop: evaluate, policy
 //! check (the host's), execute, inspect the output, decide the next or finish.
 //!
 //! The plugin never touches files or processes itself (its manifest grants no

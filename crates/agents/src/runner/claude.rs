@@ -210,6 +210,7 @@ fn result_usage(result: &Value) -> Option<Usage> {
             + n("cache_read_input_tokens"),
         output_tokens: n("output_tokens"),
         estimated: false,
+        cost_usd: None,
     })
 }
 

@@ -47,7 +47,7 @@ impl Runner for CliRunner {
         let model_name = Some(model).filter(|m| !m.is_empty());
         let finish =
             |output: String, usage: Option<Usage>, status: TaskStatus, error: Option<String>| {
-                let usage = usage.unwrap_or_else(|| Usage::estimate(&estimate, &output));
+                let usage = usage.unwrap_or_else(|| estimate.estimate_usage(&output));
                 RunOutput {
                     status,
                     output,

@@ -39,6 +39,7 @@ impl AgentJob {
             input_tokens: capstan_models::estimate_tokens(&self.prompt),
             output_tokens: capstan_models::estimate_tokens(output),
             estimated: true,
+            cost_usd: None,
         }
     }
 }

@@ -232,6 +232,7 @@ fn usage_of(info: &Value) -> Option<Usage> {
         input_tokens: input,
         output_tokens: output,
         estimated: false,
+        cost_usd: None,
     })
 }
 

@@ -1,0 +1,162 @@
+//! `capstan plugins list|check`. The list also shows the external MCP servers your
+//! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{GlobalArgs, load, workspace_root};
+use crate::plugins::registry::ExternalTool;
+use crate::{errln, outln};
+
+#[derive(Subcommand, Debug)]
+pub enum PluginsCommand {
+    /// Show every plugin: kinds, permissions, limits, status and load time.
+    List {
+        /// Also read this workspace's capstan.toml.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load and validate every manifest entry; exit 1 if anything is wrong.
+    Check {
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
+}
+
+pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
+    let (workspace, json_out, check) = match cmd {
+        PluginsCommand::List { workspace, json } => (workspace, json, false),
+        PluginsCommand::Check { workspace } => (workspace, false, true),
+    };
+    let workspace = workspace
+        .as_deref()
+        .map(|d| workspace_root(global, d))
+        .transpose()?;
+    let (dirs, _, registry) = load(global, workspace.as_deref()).await?;
+    // External MCP servers come from the user's file only (a workspace's are ignored).
+    let (servers, tools, mcp_problems) = if check {
+        (vec![], vec![], vec![])
+    } else {
+        let files = [dirs.user_config_file()];
+        let (servers, _) = crate::plugins::mcp_client::entries(&files);
+        let (tools, problems) =
+            crate::plugins::mcp_client::connect_all(&files, workspace.as_deref()).await;
+        (servers, tools, problems)
+    };
+    let server_json = |name: &str| {
+        let problem = mcp_problems
+            .iter()
+            .find(|p| p.plugin.as_deref() == Some(name))
+            .map(|p| p.message.clone());
+        let tools: Vec<_> = tools
+            .iter()
+            .filter(|t| t.owner() == name)
+            .map(|t| {
+                json!({"kind": t.kind(), "tool": t.tool_name(), "description": t.description(),
+                       "risk": t.risk()})
+            })
+            .collect();
+        json!({"name": name, "status": if problem.is_some() { "error" } else { "ok" },
+               "problem": problem, "tools": tools})
+    };
+
+    if json_out {
+        let plugins: Vec<_> = registry
+            .plugins()
+            .iter()
+            .map(|p| {
+                let e = &p.spec.entry;
+                json!({
+                    "name": e.name, "version": e.version, "component": p.spec.source.to_string(),
+                    "origin": p.spec.origin, "sha256": p.sha256, "kinds": e.kinds,
+                    "permissions": e.permissions, "limits": e.limits, "imports": p.imports,
+                    "operations": p.operations, "status": "ok",
+                    "load": {"cache_hit": p.load.cache_hit, "ms": p.load.duration.as_secs_f64() * 1e3},
+                })
+            })
+            .collect();
+        let mcp: Vec<_> = servers.iter().map(|s| server_json(&s.name)).collect();
+        let out = json!({"plugins": plugins, "mcp_servers": mcp, "problems": registry.problems()});
+        outln!("{}", crate::term::json_pretty(&out));
+    } else {
+        for p in &registry.plugins() {
+            let e = &p.spec.entry;
+            let host: Vec<String> = e.permissions.host.iter().map(|s| s.to_string()).collect();
+            let ops: Vec<String> = p
+                .operations
+                .iter()
+                .map(|o| format!("{}({:?})", o.name, o.risk))
+                .collect();
+            outln!("{} {} [ok]", e.name, e.version);
+            outln!("  kinds:      {}", e.kinds.join(", "));
+            outln!("  operations: {}", ops.join(", "));
+            outln!(
+                "  workspace:  {}   host services: {}",
+                e.permissions.workspace,
+                if host.is_empty() {
+                    "-".into()
+                } else {
+                    host.join(", ")
+                }
+            );
+            let fuel = e
+                .limits
+                .fuel
+                .map(|f| f.to_string())
+                .unwrap_or_else(|| "unlimited".into());
+            outln!(
+                "  limits:     {} MiB, {} ms, fuel {fuel}",
+                e.limits.memory_mb,
+                e.limits.timeout_ms
+            );
+            outln!(
+                "  component:  {} (from {}; {} in {:.1} ms)",
+                p.spec.source,
+                p.spec.origin,
+                if p.load.cache_hit {
+                    "cached"
+                } else {
+                    "compiled"
+                },
+                p.load.duration.as_secs_f64() * 1e3
+            );
+        }
+        for server in &servers {
+            let info = server_json(&server.name);
+            match info["problem"].as_str() {
+                Some(problem) => errln!("mcp server {} [error]\n  {problem}", server.name),
+                None => {
+                    outln!("mcp server {} [ok]", server.name);
+                    for t in info["tools"].as_array().into_iter().flatten() {
+                        outln!(
+                            "  {}  ({}) {}",
+                            t["kind"].as_str().unwrap_or_default(),
+                            t["risk"].as_str().unwrap_or_default(),
+                            t["description"].as_str().unwrap_or_default()
+                        );
+                    }
+                }
+            }
+        }
+        for problem in registry.problems() {
+            let who = problem.plugin.as_deref().unwrap_or("manifest");
+            errln!("{who} [error]\n  {}", problem.message);
+        }
+    }
+    if check {
+        let n = registry.problems().len();
+        if n > 0 {
+            errln!("{n} problem(s) found; fix the manifest entries named above");
+            return Ok(ExitCode::from(1));
+        }
+        outln!("all {} plugins loaded and valid", registry.plugins().len());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,642 @@
+//! External MCP servers as capabilities. Each `[[mcp_server]]` entry in a
+//! `capstan.toml` (the user's or the workspace's) names a command to spawn or a
+//! URL to reach; every tool the server lists becomes the capability kind
+//! `mcp:<server>/<tool>` with the single operation `call`. The host never takes
+//! a server's word on risk (tool annotations are hints from an untrusted
+//! peer): the entry's `risk` (default `unknown`, so every call is approved
+//! first) decides the approval gate, per tool if `tool_risk` says so.
+//!
+//! What Capstan offers its servers ([`ClientSide`]): the workspace as its one
+//! root, a progress token on every call (progress becomes the run's
+//! `progress` events), image and resource content kept in the task's data,
+//! the server's stderr in Capstan's log (and its last lines in the error when
+//! it dies), and for HTTP servers a heartbeat during a call, so a server that
+//! went away fails the call within a second or two instead of at the
+//! timeout.
+
+// Roots are deprecated by the 2026-07-28 revision (SEP-2577); the servers
+// Capstan uses speak 2025-11-25 or older and ask for them.
+#![allow(deprecated)]
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, ContentBlock, Implementation, ListRootsResult,
+    ProgressNotificationParam, ProgressToken, Root, ServerResult,
+};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RunningService,
+    ServiceError, ServiceExt,
+};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ErrorData as McpError};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+use crate::config::McpServerEntry;
+use crate::plugins::context::RunContext;
+use crate::plugins::registry::{ExternalTool, Problem};
+use capstan_policy::Risk;
+use capstan_protocol::{
+    Event, EventSink, FailureReason, TaskFailure, TaskOutcome, TaskRequest, TaskSuccess,
+};
+
+/// The one operation of an MCP tool capability.
+pub const OPERATION: &str = "call";
+
+/// How long a server gets to start and list its tools.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often an HTTP server is pinged during a call, how long a ping may
+/// take, and how many pings in a row may go unanswered before the server
+/// counts as gone. A refused connection (a killed server) fails at once.
+const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(1500);
+const HEARTBEAT_MISSES: u32 = 3;
+/// Lines of a server's stderr kept for the error when it dies.
+const STDERR_TAIL: usize = 20;
+
+#[derive(Debug, Default, Deserialize)]
+struct ConfigFile {
+    #[serde(default)]
+    mcp_server: Vec<toml::Value>,
+}
+
+/// Where the progress of one call goes: its task and its run's events.
+struct ProgressRoute {
+    task_id: String,
+    events: Arc<dyn EventSink>,
+}
+
+/// Capstan's side of a connection: the roots it offers and the calls
+/// waiting for progress.
+#[derive(Clone, Default)]
+pub struct ClientSide {
+    roots: Vec<Root>,
+    progress: Arc<Mutex<Progress>>,
+}
+
+/// The calls waiting for progress, and progress that came before its call
+/// was registered (a fast server can answer before `send` returns).
+#[derive(Default)]
+struct Progress {
+    routes: HashMap<ProgressToken, ProgressRoute>,
+    early: VecDeque<ProgressNotificationParam>,
+}
+
+impl ProgressRoute {
+    fn emit(&self, params: ProgressNotificationParam) {
+        // MCP progress is a float that only grows; the event counts whole steps.
+        let done = params.progress.max(0.0) as u64;
+        let total = params.total.map(|t| t.max(0.0) as u64).unwrap_or(0);
+        self.events.emit(Event::Progress {
+            task_id: self.task_id.clone(),
+            done,
+            total,
+            unit: "steps".into(),
+        });
+        if let Some(message) = params.message {
+            self.events.emit(Event::Activity {
+                task_id: Some(self.task_id.clone()),
+                kind: "mcp.progress".into(),
+                message,
+                data: Value::Null,
+            });
+        }
+    }
+}
+
+impl ClientHandler for ClientSide {
+    fn get_info(&self) -> ClientConfig {
+        // Declaring roots with none to give would leave such a server nothing.
+        let capabilities = if self.roots.is_empty() {
+            ClientCapabilities::default()
+        } else {
+            ClientCapabilities::builder().enable_roots().build()
+        };
+        ClientConfig::new(
+            capabilities,
+            Implementation::new("capstan", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    /// The workspace the server was started for: servers that honour roots
+    /// (the reference filesystem server) limit themselves to it.
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, McpError> {
+        Ok(ListRootsResult::new(self.roots.clone()))
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        match progress.routes.get(&params.progress_token) {
+            Some(route) => route.emit(params),
+            None => {
+                if progress.early.len() == EARLY_PROGRESS {
+                    progress.early.pop_front();
+                }
+                progress.early.push_back(params);
+            }
+        }
+    }
+}
+
+/// A connected server.
+pub struct McpServer {
+    entry: McpServerEntry,
+    client: RunningService<RoleClient, ClientSide>,
+    side: ClientSide,
+    /// The last lines the server wrote on stderr (spawned servers only).
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// Progress that arrived before its call was registered, kept for at most
+/// this many tokens.
+const EARLY_PROGRESS: usize = 64;
+
+/// One tool of a connected server, as a capability kind.
+pub struct McpTool {
+    kind: String,
+    tool: String,
+    description: String,
+    input_schema: Value,
+    risk: Risk,
+    server: Arc<McpServer>,
+}
+
+impl McpTool {
+    /// The tool's own name on its server.
+    pub fn tool_name(&self) -> &str {
+        &self.tool
+    }
+}
+
+#[async_trait::async_trait]
+impl ExternalTool for McpTool {
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn owner(&self) -> &str {
+        &self.server.entry.name
+    }
+
+    fn risk(&self) -> Risk {
+        self.risk
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    fn operation(&self) -> &'static str {
+        OPERATION
+    }
+
+    /// Call the tool with the task's input. A server that dies mid-call, an
+    /// error result and a timeout each become a task failure naming the server.
+    async fn call(&self, task: &TaskRequest, run: &RunContext) -> TaskOutcome {
+        if !task.operation.is_empty() && task.operation != OPERATION {
+            return Err(TaskFailure::new(
+                FailureReason::InvalidInput,
+                format!(
+                    "`{}` has no operation `{}`; MCP tools have the one operation `{OPERATION}`",
+                    self.kind, task.operation
+                ),
+            ));
+        }
+        let arguments = match &task.input {
+            Value::Object(map) => map.clone(),
+            Value::Null => Default::default(),
+            other => {
+                return Err(TaskFailure::new(
+                    FailureReason::InvalidInput,
+                    format!(
+                        "`{}` takes a JSON object of tool arguments, not {other}",
+                        self.kind
+                    ),
+                ));
+            }
+        };
+        let server = &self.server.entry.name;
+        let peer = self.server.client.peer().clone();
+        let params = CallToolRequestParams::new(self.tool.clone()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        // rmcp gives every request a progress token of its own; progress for
+        // it goes to this task's events from here on (and what came first is
+        // replayed).
+        let handle = peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| self.lost(e))?;
+        let _route = RouteGuard::register(
+            &self.server.side,
+            handle.progress_token.clone(),
+            ProgressRoute {
+                task_id: task.id.clone(),
+                events: run.events.clone(),
+            },
+        );
+        let id = handle.id.clone();
+        let timeout = Duration::from_secs(self.server.entry.timeout_secs);
+        let heartbeat = async {
+            match self.server.entry.url {
+                Some(_) => heartbeat(&peer).await,
+                // A spawned server that dies closes its stdout: the response fails at once.
+                None => std::future::pending().await,
+            }
+        };
+        let response = tokio::select! {
+            r = handle.await_response() => r,
+            gone = heartbeat => return Err(self.lost(gone)),
+            _ = run.cancel.cancelled() => {
+                // Tell the server, so it can stop its own work.
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("cancelled by Capstan".into()),
+                    ))
+                    .await;
+                return Err(TaskFailure::new(FailureReason::Cancelled, "cancelled while running"));
+            }
+            _ = tokio::time::sleep(timeout) => {
+                return Err(TaskFailure::new(
+                    FailureReason::Timeout,
+                    format!(
+                        "MCP server `{server}` did not answer `{}` within {} s (timeout_secs in its [[mcp_server]] entry)",
+                        self.tool, timeout.as_secs()
+                    ),
+                ));
+            }
+        };
+        let result = match response.map_err(|e| self.lost(e))? {
+            ServerResult::CallToolResult(result) => result,
+            other => {
+                return Err(TaskFailure::new(
+                    FailureReason::Failed,
+                    format!(
+                        "MCP server `{server}` answered `{}` with something that is not a tool result: {other:?}",
+                        self.tool
+                    ),
+                ));
+            }
+        };
+        let texts: Vec<String> = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect();
+        if result.is_error == Some(true) {
+            return Err(TaskFailure::new(
+                FailureReason::Failed,
+                format!(
+                    "MCP tool `{}` of `{server}` reported an error: {}",
+                    self.tool,
+                    texts.join("\n")
+                ),
+            ));
+        }
+        let summary: String = texts
+            .first()
+            .map(|t| t.lines().next().unwrap_or("").chars().take(200).collect())
+            .unwrap_or_else(|| format!("`{}` of `{server}` answered", self.tool));
+        let mut data = json!({"text": texts});
+        if let Some(structured) = result.structured_content {
+            data["structured"] = structured;
+        }
+        // Images, audio, embedded resources and links are kept as the server
+        // sent them: they are part of the answer, saved with the run.
+        let other: Vec<Value> = result
+            .content
+            .iter()
+            .filter(|c| c.as_text().is_none())
+            .filter_map(|c: &ContentBlock| serde_json::to_value(c).ok())
+            .collect();
+        if !other.is_empty() {
+            data["content"] = Value::Array(other);
+        }
+        Ok(TaskSuccess { summary, data })
+    }
+}
+
+impl McpTool {
+    fn lost(&self, error: ServiceError) -> TaskFailure {
+        let server = &self.server.entry.name;
+        let tail: Vec<String> = self
+            .server
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        let how = match (&self.server.entry.command, tail.is_empty()) {
+            (Some(cmd), true) => format!("check `{cmd}` in its [[mcp_server]] entry"),
+            (Some(cmd), false) => format!(
+                "check `{cmd}` in its [[mcp_server]] entry; its last words on stderr:\n{}",
+                tail.join("\n")
+            ),
+            (None, _) => "check that its url is reachable".to_string(),
+        };
+        match error {
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => TaskFailure::new(
+                FailureReason::Failed,
+                format!(
+                    "MCP server `{server}` closed the connection during `{}` (it exited or crashed); {how}",
+                    self.tool
+                ),
+            ),
+            ServiceError::McpError(e) => TaskFailure::new(
+                FailureReason::Failed,
+                format!(
+                    "MCP server `{server}` refused `{}`: {} (code {})",
+                    self.tool, e.message, e.code.0
+                ),
+            ),
+            other => TaskFailure::new(
+                FailureReason::Failed,
+                format!(
+                    "MCP server `{server}` failed `{}`: {other}; {how}",
+                    self.tool
+                ),
+            ),
+        }
+    }
+}
+
+/// Removes a call's progress route when the call ends, however it ends.
+struct RouteGuard {
+    side: ClientSide,
+    token: ProgressToken,
+}
+
+impl RouteGuard {
+    fn register(side: &ClientSide, token: ProgressToken, route: ProgressRoute) -> Self {
+        let mut progress = side.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let (early, later): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut progress.early)
+            .into_iter()
+            .partition(|p| p.progress_token == token);
+        progress.early = later;
+        for params in early {
+            route.emit(params);
+        }
+        progress.routes.insert(token.clone(), route);
+        drop(progress);
+        Self {
+            side: side.clone(),
+            token,
+        }
+    }
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        self.side
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .routes
+            .remove(&self.token);
+    }
+}
+
+/// Pings an HTTP server until it stops answering; returns why. The
+/// streamable HTTP client would otherwise wait on a dead connection (or try
+/// to resume it) until the call's timeout.
+async fn heartbeat(peer: &Peer<RoleClient>) -> ServiceError {
+    let mut misses = 0;
+    loop {
+        tokio::time::sleep(HEARTBEAT_EVERY).await;
+        let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
+        match tokio::time::timeout(HEARTBEAT_TIMEOUT, ping).await {
+            Ok(Ok(_)) => misses = 0,
+            Ok(Err(e)) => return e,
+            Err(_) => {
+                misses += 1;
+                if misses == HEARTBEAT_MISSES {
+                    return ServiceError::Timeout {
+                        timeout: HEARTBEAT_TIMEOUT * HEARTBEAT_MISSES,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The `[[mcp_server]]` entries of these config files; a later entry with the
+/// same name replaces an earlier one, as with plugins.
+pub fn entries(files: &[PathBuf]) -> (Vec<McpServerEntry>, Vec<Problem>) {
+    let mut entries: Vec<McpServerEntry> = Vec::new();
+    let mut problems = Vec::new();
+    for file in files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                problems.push(problem(
+                    None,
+                    format!("{}: cannot read: {e}", file.display()),
+                ));
+                continue;
+            }
+        };
+        // A file that is not TOML at all is reported by the manifest loader.
+        let Ok(parsed) = toml::from_str::<ConfigFile>(&text) else {
+            continue;
+        };
+        for (i, raw) in parsed.mcp_server.into_iter().enumerate() {
+            match raw.try_into::<McpServerEntry>() {
+                Ok(entry) => match validate(&entry) {
+                    Ok(()) => {
+                        entries.retain(|e| e.name != entry.name);
+                        entries.push(entry);
+                    }
+                    Err(why) => problems.push(problem(
+                        Some(&entry.name),
+                        format!("{}: [[mcp_server]] `{}`: {why}", file.display(), entry.name),
+                    )),
+                },
+                Err(e) => problems.push(problem(
+                    None,
+                    format!(
+                        "{}: [[mcp_server]] #{}: {}",
+                        file.display(),
+                        i + 1,
+                        e.message().trim()
+                    ),
+                )),
+            }
+        }
+    }
+    (entries, problems)
+}
+
+fn validate(entry: &McpServerEntry) -> Result<(), String> {
+    let name_ok = !entry.name.is_empty()
+        && entry
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !name_ok {
+        return Err("`name` must be letters, digits, `-` or `_`".into());
+    }
+    match (&entry.command, &entry.url) {
+        (Some(_), None) | (None, Some(_)) => Ok(()),
+        _ => Err("give exactly one of `command` (a program to spawn) or `url`".into()),
+    }
+}
+
+fn problem(name: Option<&str>, message: String) -> Problem {
+    Problem {
+        plugin: name.map(|n| format!("mcp:{n}")),
+        message,
+    }
+}
+
+/// Connect to every configured server and list its tools. A server that cannot
+/// start or answer is a [`Problem`]; the others still load.
+pub async fn connect_all(
+    files: &[PathBuf],
+    cwd: Option<&Path>,
+) -> (Vec<Arc<McpTool>>, Vec<Problem>) {
+    let (entries, mut problems) = entries(files);
+    let connecting = entries.into_iter().map(|entry| async move {
+        let name = entry.name.clone();
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect(entry, cwd)).await {
+            Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(why)) => Err(problem(Some(&name), format!("MCP server `{name}`: {why}"))),
+            Err(_) => Err(problem(
+                Some(&name),
+                format!(
+                    "MCP server `{name}` did not start and list its tools within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
+            )),
+        }
+    });
+    let mut tools = Vec::new();
+    for result in futures::future::join_all(connecting).await {
+        match result {
+            Ok(found) => tools.extend(found),
+            Err(p) => problems.push(p),
+        }
+    }
+    (tools, problems)
+}
+
+async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<McpTool>>, String> {
+    let side = ClientSide {
+        roots: cwd
+            .filter(|_| entry.roots)
+            .map(|dir| {
+                let mut root = Root::new(format!(
+                    "file://{}",
+                    crate::uri::encode(&dir.to_string_lossy())
+                ));
+                root.name = Some("workspace".into());
+                vec![root]
+            })
+            .unwrap_or_default(),
+        progress: Arc::default(),
+    };
+    let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
+    let client = match (&entry.command, &entry.url) {
+        (Some(program), _) => {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(&entry.args).envs(&entry.env);
+            if let Some(dir) = cwd {
+                cmd.current_dir(dir);
+            }
+            let (transport, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            if let Some(stderr) = stderr {
+                tokio::spawn(log_stderr(entry.name.clone(), stderr, stderr_tail.clone()));
+            }
+            side.clone()
+                .serve(transport)
+                .await
+                .map_err(|e| format!("`{program}` did not complete the MCP handshake: {e}"))?
+        }
+        (None, Some(url)) => {
+            let mut config =
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                    url.as_str(),
+                );
+            if let Some(var) = &entry.bearer_token_env {
+                config.auth_header =
+                    Some(std::env::var(var).map_err(|_| {
+                        format!("bearer_token_env names `{var}`, which is not set")
+                    })?);
+            }
+            let transport = StreamableHttpClientTransport::from_config(config);
+            side.clone()
+                .serve(transport)
+                .await
+                .map_err(|e| format!("{url} did not complete the MCP handshake: {e}"))?
+        }
+        (None, None) => return Err("give a `command` or a `url`".into()),
+    };
+    let listed = client
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("cannot list its tools: {e}"))?;
+    let server = Arc::new(McpServer {
+        entry,
+        client,
+        side,
+        stderr_tail,
+    });
+    Ok(listed
+        .into_iter()
+        .map(|tool| {
+            let name = tool.name.to_string();
+            Arc::new(McpTool {
+                kind: format!("mcp:{}/{name}", server.entry.name),
+                risk: server
+                    .entry
+                    .tool_risk
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(server.entry.risk),
+                description: tool.description.as_deref().unwrap_or("").to_string(),
+                input_schema: Value::Object((*tool.input_schema).clone()),
+                tool: name,
+                server: server.clone(),
+            })
+        })
+        .collect())
+}
+
+/// A server's stderr, line by line, into Capstan's log (`-v` or `RUST_LOG`
+/// shows it), the last [`STDERR_TAIL`] lines kept for the error if it dies.
+async fn log_stderr(
+    server: String,
+    stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::info!(target: "capstan::mcp_server", server = %server, "{line}");
+        let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+        if tail.len() == STDERR_TAIL {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    }
+}

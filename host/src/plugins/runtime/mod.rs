@@ -1,0 +1,581 @@
+//! The plugin runtime: one wasmtime [`Engine`] for the process, components
+//! compiled once and cached, one [`InstancePre`](wasmtime::component::InstancePre)
+//! per plugin, and a fresh [`Store`] per task.
+//!
+//! Confinement of a task:
+//! - files: only the workspace root, preopened as `.` with the access the manifest
+//!   grants, narrowed to read-only for operations that declare `read-only` risk
+//!   (so a plugin's claim can only ever take rights away);
+//! - no environment, no arguments, no sockets, stdout and stderr captured into
+//!   tracing (and into the failure message when the plugin traps);
+//! - memory and table growth capped per task, optional fuel, and a deadline
+//!   enforced by epoch interruption (a ticker thread bumps the epoch every
+//!   [`EPOCH_TICK`]); cancellation is checked on the same tick.
+//!
+//! Faults never escape a task: traps, timeouts, limits and missing exports come
+//! back as a [`TaskFailure`] with a [`FailureReason`], and the next task runs on a
+//! fresh store.
+
+use capstan_policy::Risk;
+
+use crate::plugins::bindings;
+use crate::plugins::manifest::sha256_hex;
+mod cache;
+mod imports;
+mod state;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+use crate::plugins::context::{RunContext, TaskScope};
+use crate::plugins::manifest::{HostService, PluginSpec, WorkspaceAccess};
+use crate::workspace_gate::WorkspaceGate;
+pub use cache::ComponentCache;
+use capstan_protocol::{FailureReason, TaskFailure, TaskOutcome, TaskRequest, TaskSuccess};
+use state::{Interrupt, Limiter, TaskState};
+
+/// How often the epoch advances: the granularity of deadlines and cancellation.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Captured plugin output per stream; more is a write error inside the plugin.
+const OUTPUT_CAPTURE: usize = 64 * 1024;
+
+/// One operation of a capability, as the plugin describes it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OperationInfo {
+    pub name: String,
+    pub description: String,
+    pub input_schema: serde_json::Value,
+    pub risk: Risk,
+}
+
+/// How a plugin got loaded: for `plugins list` and the benchmark.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct LoadStats {
+    pub cache_hit: bool,
+    pub duration: Duration,
+}
+
+/// A plugin ready to run tasks.
+pub struct LoadedPlugin {
+    pub spec: PluginSpec,
+    pub sha256: String,
+    pub kinds: Vec<String>,
+    pub operations: Vec<OperationInfo>,
+    pub imports: BTreeSet<HostService>,
+    pub load: LoadStats,
+    pre: bindings::PluginPre<TaskState>,
+}
+
+impl LoadedPlugin {
+    pub fn name(&self) -> &str {
+        &self.spec.entry.name
+    }
+
+    pub fn operation(&self, name: &str) -> Option<&OperationInfo> {
+        self.operations.iter().find(|o| o.name == name)
+    }
+}
+
+/// Bumps the engine's epoch until dropped.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("capstan-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("cannot start the epoch ticker thread");
+        Self { stop }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<TaskState>,
+    cache: ComponentCache,
+    /// The workspace gate, checked again before every task: a plugin that
+    /// could write Capstan's cache, data or config could rewrite compiled code
+    /// or its own grants, whatever entry point bound the workspace.
+    gate: WorkspaceGate,
+    _ticker: EpochTicker,
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("plugin `{plugin}` ({source_desc}): {message}")]
+pub struct LoadError {
+    pub plugin: String,
+    pub source_desc: String,
+    pub message: String,
+}
+
+impl Runtime {
+    /// `cache_dir` holds compiled components; `protected` lists Capstan's own
+    /// directories, which no workspace may contain.
+    pub fn new(cache_dir: PathBuf, protected: Vec<PathBuf>) -> Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config.consume_fuel(true);
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(256);
+        pool.total_core_instances(1024);
+        pool.total_memories(512);
+        pool.total_tables(512);
+        pool.total_stacks(256);
+        pool.max_memory_size((crate::plugins::manifest::MAX_MEMORY_MB as usize) << 20);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)
+            .map_err(anyhow::Error::from)
+            .context("creating the wasmtime engine")?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        bindings::Plugin::add_to_linker::<TaskState, wasmtime::component::HasSelf<TaskState>>(
+            &mut linker,
+            |s| s,
+        )?;
+
+        let cache = ComponentCache::new(cache_dir.clone(), &engine);
+        let mut protected = protected;
+        protected.push(cache_dir);
+        Ok(Self {
+            _ticker: EpochTicker::start(engine.clone()),
+            engine,
+            linker,
+            cache,
+            gate: WorkspaceGate::new(protected),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compile (or load from cache) a component, check its imports against the
+    /// manifest and ask it to describe itself.
+    pub async fn load(&self, spec: PluginSpec, bytes: &[u8]) -> Result<LoadedPlugin, LoadError> {
+        let (plugin_name, source_desc) = (spec.entry.name.clone(), spec.source.to_string());
+        let fail = |message: String| LoadError {
+            plugin: plugin_name.clone(),
+            source_desc: source_desc.clone(),
+            message,
+        };
+        let started = Instant::now();
+        let sha256 = sha256_hex(bytes);
+        if let Some(expected) = &spec.entry.sha256
+            && !expected.eq_ignore_ascii_case(&sha256)
+        {
+            return Err(fail(format!(
+                "sha256 mismatch: the manifest ({}) says {expected}, the file is {sha256}; \
+                     the component changed since the manifest was written. Refusing to load it",
+                spec.origin
+            )));
+        }
+        let (component, cache_hit) = self
+            .cache
+            .load_or_compile(&self.engine, bytes, &sha256)
+            .map_err(|e| fail(format!("not a valid WebAssembly component: {e:#}")))?;
+        let imports =
+            imports::check(&self.engine, &component, &spec.entry.permissions.host).map_err(fail)?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .and_then(bindings::PluginPre::new)
+            .map_err(|e| fail(format!("cannot be linked: {e:#}")))?;
+        let load = LoadStats {
+            cache_hit,
+            duration: started.elapsed(),
+        };
+        let mut plugin = LoadedPlugin {
+            sha256,
+            kinds: vec![],
+            operations: vec![],
+            imports,
+            load,
+            pre,
+            spec,
+        };
+        let info = self
+            .describe(&plugin)
+            .await
+            .map_err(|e| fail(format!("describe failed: {e}")))?;
+        plugin.kinds = info.kinds;
+        for op in info.operations {
+            let input_schema = serde_json::from_str(&op.input_schema).map_err(|e| {
+                fail(format!(
+                    "operation `{}` has an input schema that is not JSON: {e}",
+                    op.name
+                ))
+            })?;
+            plugin.operations.push(OperationInfo {
+                name: op.name,
+                description: op.description,
+                input_schema,
+                risk: op.risk.into(),
+            });
+        }
+        if let Some(kind) = plugin
+            .spec
+            .entry
+            .kinds
+            .iter()
+            .find(|k| !plugin.kinds.contains(k))
+        {
+            return Err(fail(format!(
+                "the manifest claims kind `{kind}`, but the component serves only {:?}",
+                plugin.kinds
+            )));
+        }
+        Ok(plugin)
+    }
+
+    /// Load a component from its manifest source.
+    pub async fn load_spec(&self, spec: PluginSpec) -> Result<LoadedPlugin, LoadError> {
+        let bytes = component_bytes(&spec)?;
+        self.load(spec, &bytes).await
+    }
+
+    /// Whether loading `spec` means compiling it (no usable entry in the compiled
+    /// cache): the first run on a fresh home, or a new component.
+    pub fn needs_compile(&self, spec: &PluginSpec) -> bool {
+        component_bytes(spec).is_ok_and(|bytes| !self.cache.contains(&sha256_hex(&bytes)))
+    }
+
+    async fn describe(
+        &self,
+        plugin: &LoadedPlugin,
+    ) -> Result<bindings::types::CapabilityInfo, TaskFailure> {
+        let run = RunContext::new(
+            None,
+            Arc::new(capstan_protocol::NullSink),
+            Default::default(),
+        );
+        let (mut store, instance) = self
+            .instantiate(plugin, "describe", &run, WorkspaceAccess::None)
+            .await?;
+        let result = instance
+            .capstan_plugin_capability()
+            .call_describe(&mut store)
+            .await;
+        result.map_err(|e| classify_trap(&store, plugin, e))
+    }
+
+    async fn instantiate(
+        &self,
+        plugin: &LoadedPlugin,
+        task_id: &str,
+        run: &RunContext,
+        access: WorkspaceAccess,
+    ) -> Result<(Store<TaskState>, bindings::Plugin), TaskFailure> {
+        let limits = &plugin.spec.entry.limits;
+        let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE);
+        let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_ip_name_lookup(false)
+            .allow_tcp(false)
+            .allow_udp(false)
+            // Workspace file operations are short local I/O; running them on the task's
+            // own thread instead of a `spawn_blocking` hand-off each (open, stat, read...)
+            // cut the CPU time of indexing linux-doc's 3,179 files by a fifth. Guest code
+            // itself already occupies the thread between epoch yields, so this blocks it no
+            // longer than the plugin's computing does.
+            .allow_blocking_current_thread(true);
+        if access != WorkspaceAccess::None {
+            let root = run.workspace.as_ref().ok_or_else(|| {
+                TaskFailure::new(
+                    FailureReason::WorkspaceRequired,
+                    format!(
+                        "`{}` needs a workspace; bind one with --workspace DIR",
+                        plugin.name()
+                    ),
+                )
+            })?;
+            let perms = if access == WorkspaceAccess::ReadWrite {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            wasi.preopened_dir(root, ".", perms).map_err(|e| {
+                TaskFailure::new(
+                    FailureReason::Failed,
+                    format!("cannot open workspace {}: {e:#}", root.display()),
+                )
+            })?;
+        }
+        let state = TaskState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                memory_bytes: (limits.memory_mb as usize) << 20,
+                table_elements: 1 << 20,
+                hit: None,
+            },
+            stdout,
+            stderr,
+            deadline: Instant::now() + Duration::from_millis(limits.timeout_ms),
+            interrupted: None,
+            scope: TaskScope {
+                task_id: task_id.to_string(),
+                plugin: plugin.name().to_string(),
+                run: run.clone(),
+                resource_limit: Default::default(),
+            },
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store
+            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+            .expect("fuel is enabled in the engine config");
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let state = ctx.data_mut();
+            if state.scope.run.cancel.is_cancelled() {
+                state.interrupted = Some(Interrupt::Cancelled);
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            if Instant::now() >= state.deadline {
+                state.interrupted = Some(Interrupt::Timeout);
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            // Yield so a spinning plugin cannot starve the executor thread.
+            Ok(UpdateDeadline::Yield(1))
+        });
+        let instance = plugin
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| classify_trap(&store, plugin, e))?;
+        Ok((store, instance))
+    }
+
+    /// Run one task on a plugin. Never panics and never leaks a fault: every
+    /// failure is a [`TaskFailure`].
+    pub async fn invoke(
+        &self,
+        plugin: &LoadedPlugin,
+        task: &TaskRequest,
+        run: &RunContext,
+    ) -> TaskOutcome {
+        let Some(op) = plugin.operation(&task.operation) else {
+            let names: Vec<&str> = plugin.operations.iter().map(|o| o.name.as_str()).collect();
+            return Err(TaskFailure::new(
+                FailureReason::InvalidInput,
+                format!(
+                    "`{}` has no operation `{}`; it offers: {}",
+                    task.kind,
+                    task.operation,
+                    names.join(", ")
+                ),
+            ));
+        };
+        let granted = plugin.spec.entry.permissions.workspace;
+        // The plugin's risk claim can only narrow its rights: a read-only
+        // operation gets a read-only view even from a read-write plugin.
+        let access = if op.risk == Risk::ReadOnly {
+            granted.min(WorkspaceAccess::Read)
+        } else {
+            granted
+        };
+        // Checked whatever the plugin's own access: a plugin with no file
+        // access may still run commands there through the exec service.
+        if let Some(root) = &run.workspace {
+            self.check_workspace(root)?;
+        }
+        if run.cancel.is_cancelled() {
+            return Err(TaskFailure::new(
+                FailureReason::Cancelled,
+                "cancelled before it started",
+            ));
+        }
+        let (mut store, instance) = self.instantiate(plugin, &task.id, run, access).await?;
+        let wit_task = bindings::types::Task {
+            id: task.id.clone(),
+            kind: task.kind.clone(),
+            operation: task.operation.clone(),
+            input: task.input.to_string(),
+        };
+        let result = instance
+            .capstan_plugin_capability()
+            .call_invoke(&mut store, &wit_task)
+            .await;
+        log_output(&store, plugin);
+        if store.data().interrupted.is_none()
+            && let Some(limit) = store.data().scope.resource_limit.get()
+        {
+            return Err(TaskFailure::new(
+                FailureReason::ResourceLimit,
+                limit.clone(),
+            ));
+        }
+        match result {
+            Ok(Ok(out)) => {
+                let data = if out.data.trim().is_empty() {
+                    serde_json::Value::Null
+                } else {
+                    serde_json::from_str(&out.data).map_err(|e| {
+                        TaskFailure::new(
+                            FailureReason::InvalidPlugin,
+                            format!("`{}` returned data that is not JSON: {e}", plugin.name()),
+                        )
+                    })?
+                };
+                Ok(TaskSuccess {
+                    summary: out.summary,
+                    data,
+                })
+            }
+            Ok(Err(err)) => {
+                use bindings::types::TaskError as E;
+                Err(match err {
+                    E::InvalidInput(m) => TaskFailure::new(FailureReason::InvalidInput, m),
+                    E::Denied(m) => TaskFailure::new(FailureReason::Denied, m),
+                    E::NotImplemented(m) => TaskFailure::new(FailureReason::NotImplemented, m),
+                    E::Failed(m) => TaskFailure::new(FailureReason::Failed, m),
+                    E::Cancelled => TaskFailure::new(FailureReason::Cancelled, "cancelled"),
+                })
+            }
+            Err(e) => Err(classify_trap(&store, plugin, e)),
+        }
+    }
+
+    /// The workspace gate's never-rules (crate::workspace_gate), as a task failure.
+    fn check_workspace(&self, root: &Path) -> Result<(), TaskFailure> {
+        self.gate
+            .check_canonical(root)
+            .map_err(|refusal| TaskFailure::new(FailureReason::Denied, refusal.to_string()))
+    }
+}
+
+/// The component's bytes, from the binary or from its file.
+fn component_bytes(spec: &PluginSpec) -> Result<std::borrow::Cow<'static, [u8]>, LoadError> {
+    let fail = |message: String| LoadError {
+        plugin: spec.entry.name.clone(),
+        source_desc: spec.source.to_string(),
+        message,
+    };
+    match &spec.source {
+        crate::plugins::manifest::ComponentSource::Builtin(name) => {
+            crate::plugins::bundled::component(name)
+                .map(std::borrow::Cow::Borrowed)
+                .ok_or_else(|| {
+                    fail(format!(
+                        "no builtin component `{name}`; builtins are: {}",
+                        crate::plugins::bundled::names().join(", ")
+                    ))
+                })
+        }
+        crate::plugins::manifest::ComponentSource::File(path) => std::fs::read(path)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| {
+                fail(format!(
+                    "cannot read the component file (field `component` in {}): {e}",
+                    spec.origin
+                ))
+            }),
+    }
+}
+
+/// Turn a wasmtime error from a plugin call into the reason people can act on.
+fn classify_trap(
+    store: &Store<TaskState>,
+    plugin: &LoadedPlugin,
+    err: wasmtime::Error,
+) -> TaskFailure {
+    let state = store.data();
+    let limits = &plugin.spec.entry.limits;
+    if let Some(interrupt) = state.interrupted {
+        return match interrupt {
+            Interrupt::Cancelled => {
+                TaskFailure::new(FailureReason::Cancelled, "cancelled while running")
+            }
+            Interrupt::Timeout => TaskFailure::new(
+                FailureReason::Timeout,
+                format!(
+                    "`{}` ran past its {} ms limit and was stopped",
+                    plugin.name(),
+                    limits.timeout_ms
+                ),
+            ),
+        };
+    }
+    if let Some(hit) = &state.limiter.hit {
+        return TaskFailure::new(
+            FailureReason::ResourceLimit,
+            format!("`{}`: {hit}", plugin.name()),
+        );
+    }
+    if let Some(wasmtime::Trap::OutOfFuel) = err.downcast_ref::<wasmtime::Trap>() {
+        return TaskFailure::new(
+            FailureReason::ResourceLimit,
+            format!(
+                "`{}` used up its fuel ({} units)",
+                plugin.name(),
+                limits.fuel.unwrap_or(0)
+            ),
+        );
+    }
+    let stderr = String::from_utf8_lossy(&state.stderr.contents())
+        .trim()
+        .to_string();
+    let tail: String = stderr
+        .chars()
+        .rev()
+        .take(500)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let detail = if tail.is_empty() {
+        String::new()
+    } else {
+        format!(" (plugin stderr: {tail})")
+    };
+    let trap = err
+        .downcast_ref::<wasmtime::Trap>()
+        .map(|t| t.to_string())
+        .unwrap_or_else(|| format!("{err:#}"));
+    TaskFailure::new(
+        FailureReason::Trap,
+        format!("`{}` trapped: {trap}{detail}", plugin.name()),
+    )
+}
+
+fn log_output(store: &Store<TaskState>, plugin: &LoadedPlugin) {
+    let state = store.data();
+    for (stream, pipe) in [("stdout", &state.stdout), ("stderr", &state.stderr)] {
+        let bytes = pipe.contents();
+        if !bytes.is_empty() {
+            tracing::info!(target: "capstan::plugin", plugin = plugin.name(), stream, "{}", String::from_utf8_lossy(&bytes).trim_end());
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The `index` host service: one tantivy index per workspace, in Capstan's data
+//! dir (never inside the workspace), shared by every task that touches it, and by
+//! every Capstan process on the same workspace (see `capstan_index` on how: readers
+//! never take the writer lock; a refresh that finds another process writing searches
+//! the last commit).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use capstan_index::{IndexOptions, WorkspaceIndex};
+
+use crate::plugins::bindings::index as wit;
+use crate::plugins::context::{IndexService, TaskScope};
+
+pub struct Indexes {
+    root: PathBuf,
+    options: IndexOptions,
+    open: Mutex<HashMap<PathBuf, Arc<WorkspaceIndex>>>,
+}
+
+impl Indexes {
+    /// `root` is the directory holding every workspace's index
+    /// (`<data dir>/indexes`).
+    pub fn new(root: PathBuf, options: IndexOptions) -> Self {
+        Self {
+            root,
+            options,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where a workspace's index lives: a hash of its root path, plus its name
+    /// for people browsing the data dir.
+    pub fn dir_for(&self, workspace: &Path) -> PathBuf {
+        let hash = crate::plugins::manifest::sha256_hex(workspace.as_os_str().as_encoded_bytes());
+        let name: String = workspace
+            .file_name()
+            .map(|n| {
+                n.to_string_lossy()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_')
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.root.join(format!("{}-{name}", &hash[..16]))
+    }
+
+    pub fn for_workspace(&self, workspace: &Path) -> Result<Arc<WorkspaceIndex>, String> {
+        let mut open = self.open.lock().unwrap();
+        if let Some(ix) = open.get(workspace) {
+            return Ok(ix.clone());
+        }
+        let dir = self.dir_for(workspace);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create index dir {}: {e}", dir.display()))?;
+        let ix = WorkspaceIndex::open_or_rebuild(&dir, self.options.clone())
+            .map_err(|e| format!("cannot open the index at {}: {e}", dir.display()))?;
+        let ix = Arc::new(ix);
+        open.insert(workspace.to_path_buf(), ix.clone());
+        Ok(ix)
+    }
+
+    fn scoped(&self, scope: &TaskScope) -> Result<Arc<WorkspaceIndex>, String> {
+        let ws = scope
+            .run
+            .workspace
+            .as_ref()
+            .ok_or("no workspace is bound, so there is no index")?;
+        self.for_workspace(ws)
+    }
+}
+
+/// Run index work off the async executor: commits and searches touch disk.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("index worker failed: {e}"))?
+}
+
+pub fn to_wit_hit(h: capstan_index::Hit) -> wit::Hit {
+    wit::Hit {
+        path: h.path,
+        heading: h.heading,
+        text: h.text,
+        line_start: h.line_start,
+        line_end: h.line_end,
+        score: h.score,
+        snippet: h.snippet,
+    }
+}
+
+#[async_trait]
+impl IndexService for Indexes {
+    async fn known_files(&self, scope: &TaskScope) -> Result<Vec<wit::FileMeta>, String> {
+        let ix = self.scoped(scope)?;
+        let files = blocking(move || ix.known_files().map_err(|e| e.to_string())).await?;
+        Ok(files
+            .into_iter()
+            .map(|m| wit::FileMeta {
+                path: m.path,
+                mtime_ms: m.mtime_ms,
+                size: m.size,
+                hash: m.hash,
+            })
+            .collect())
+    }
+
+    async fn upsert_files(
+        &self,
+        scope: &TaskScope,
+        files: Vec<wit::FileUpdate>,
+    ) -> Result<(), String> {
+        let ix = self.scoped(scope)?;
+        let files: Vec<(capstan_index::FileMeta, Vec<capstan_index::Passage>)> = files
+            .into_iter()
+            .map(|f| {
+                let meta = capstan_index::FileMeta {
+                    path: f.meta.path,
+                    mtime_ms: f.meta.mtime_ms,
+                    size: f.meta.size,
+                    hash: f.meta.hash,
+                };
+                let passages = f
+                    .passages
+                    .into_iter()
+                    .map(|p| capstan_index::Passage {
+                        heading: p.heading,
+                        text: p.text,
+                        line_start: p.line_start,
+                        line_end: p.line_end,
+                    })
+                    .collect();
+                (meta, passages)
+            })
+            .collect();
+        // Off the executor: handing a batch to tantivy blocks while its indexing threads
+        // are saturated (that back-pressure is what paces the plugin's parsing).
+        blocking(move || ix.upsert_files(&files).map_err(|e| e.to_string())).await
+    }
+
+    async fn remove_file(&self, scope: &TaskScope, path: String) -> Result<(), String> {
+        let ix = self.scoped(scope)?;
+        // Off the executor: the first change of a refresh may wait for another
+        // process's writer.
+        blocking(move || ix.remove_file(&path).map_err(|e| e.to_string())).await
+    }
+
+    async fn commit(&self, scope: &TaskScope) -> Result<wit::IndexStats, String> {
+        let ix = self.scoped(scope)?;
+        let stats = blocking(move || ix.commit().map_err(|e| e.to_string())).await?;
+        Ok(wit::IndexStats {
+            files: stats.files,
+            passages: stats.passages,
+        })
+    }
+
+    async fn search(
+        &self,
+        scope: &TaskScope,
+        query: String,
+        limit: u32,
+    ) -> Result<Vec<wit::Hit>, String> {
+        let ix = self.scoped(scope)?;
+        let hits = blocking(move || {
+            ix.search(&query, limit.clamp(1, 200) as usize)
+                .map_err(|e| e.to_string())
+        })
+        .await?;
+        Ok(hits.into_iter().map(to_wit_hit).collect())
+    }
+}

@@ -1,0 +1,542 @@
+//! The assembled host for one command or server: directories, config, store,
+//! plugin runtime and registry, services, and the model; and `ask`, which runs
+//! one message in a session (history in, turns and summary out, every event
+//! persisted for replay).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use capstan_store::{EventRecord, EventWriter, Role, Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::dirs::Dirs;
+use crate::plugins::registry::{ManifestSources, Registry};
+use crate::plugins::runtime::Runtime;
+use crate::plugins::services::approval::{ApprovalBroker, ApproveMode};
+use crate::plugins::services::index::Indexes;
+use crate::run::builder::RunBuilder;
+use crate::run::model::{HostModel, Turn};
+use crate::run::orchestrator::{Host, RunConfig, RunOutcome, RunRequest, RunStatus};
+use crate::workspace_gate::WorkspaceGate;
+use capstan_protocol::{Envelope, Event, EventSink};
+
+pub struct App {
+    pub dirs: Dirs,
+    /// Which folders may be workspaces (crate::workspace_gate).
+    pub gate: WorkspaceGate,
+    pub config: Config,
+    pub store: Arc<Store>,
+    pub runtime: Arc<Runtime>,
+    pub indexes: Arc<Indexes>,
+    pub broker: Arc<ApprovalBroker>,
+    pub model: Arc<dyn HostModel>,
+    events: Arc<EventWriter>,
+}
+
+/// Who receives a run's envelopes as they happen (a terminal, an SSE stream...).
+pub type Frontend = Arc<dyn Fn(&Envelope) + Send + Sync>;
+
+/// One message to run.
+#[derive(Debug, Clone, Default)]
+pub struct AskRequest {
+    pub message: String,
+    pub session_id: Option<String>,
+    pub workspace: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AskOutcome {
+    pub run_id: String,
+    pub session_id: String,
+    pub outcome: RunOutcome,
+}
+
+/// A run that has a session, a run id and the user's turn, and is ready to
+/// execute (see [`App::prepare`]).
+pub struct PreparedRun {
+    pub run_id: String,
+    pub session_id: String,
+    /// Canonical root of the workspace the run is bound to, if any.
+    pub workspace: Option<PathBuf>,
+    message: String,
+    summary: String,
+    registry: Arc<Registry>,
+    history: Vec<Turn>,
+}
+
+/// Stamps each event with the run, a sequence number and a time; persists it
+/// and hands it to the frontend.
+struct RunEvents {
+    run_id: String,
+    seq: AtomicU64,
+    writer: Arc<EventWriter>,
+    frontend: Frontend,
+}
+
+impl EventSink for RunEvents {
+    fn emit(&self, event: Event) {
+        let envelope = Envelope {
+            seq: self.seq.fetch_add(1, Ordering::SeqCst),
+            run_id: self.run_id.clone(),
+            ts: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            event,
+        };
+        if let Ok(json) = serde_json::to_string(&envelope) {
+            let kind = envelope.event.name().to_string();
+            let record = EventRecord {
+                run_id: self.run_id.clone(),
+                seq: envelope.seq,
+                ts: envelope.ts.clone(),
+                kind,
+                json,
+            };
+            if let Err(e) = self.writer.push(record) {
+                crate::term::warn(format_args!(
+                    "an event of run {} was not saved: {e}",
+                    self.run_id
+                ));
+            }
+        }
+        (self.frontend)(&envelope);
+    }
+}
+
+impl App {
+    /// Open everything. Plugins are per workspace: see [`App::registry`].
+    pub async fn open(dirs: Dirs, approve: ApproveMode) -> Result<Self> {
+        Self::open_with_model(dirs, approve, None).await
+    }
+
+    /// As [`App::open`], with the config's `[model]` replaced (command-line flags).
+    pub async fn open_with_model(
+        dirs: Dirs,
+        approve: ApproveMode,
+        model: Option<capstan_models::ProviderConfig>,
+    ) -> Result<Self> {
+        Dirs::ensure(&dirs.data)?;
+        let mut config = Config::load(&dirs.user_config_file())?;
+        config.sandbox.check(
+            &[dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+            home_dir().as_deref(),
+        )?;
+        if model.is_some() {
+            config.model = model;
+        }
+        let store = Arc::new(
+            Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?,
+        );
+        // Housekeeping, not news: the command at hand is usually unrelated
+        // (the runs list shows them as `interrupted`).
+        if let Ok(ids) = store.mark_interrupted_runs()
+            && !ids.is_empty()
+        {
+            tracing::info!(
+                "marked {} run(s) from an earlier process as interrupted",
+                ids.len()
+            );
+        }
+        let runtime = Arc::new(Runtime::new(
+            dirs.component_cache(),
+            vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+        )?);
+        let indexes = Arc::new(Indexes::new(
+            dirs.data.join("indexes"),
+            config.index.options(),
+        ));
+        let broker = Arc::new(ApprovalBroker::new(
+            approve,
+            Duration::from_secs(config.approval.timeout_secs),
+            Some(store.clone()),
+        ));
+        let model = crate::run::model::build(&config)?;
+        let events = Arc::new(EventWriter::new(store.clone()));
+        Ok(Self {
+            gate: WorkspaceGate::for_dirs(&dirs),
+            dirs,
+            config,
+            store,
+            runtime,
+            indexes,
+            broker,
+            model,
+            events,
+        })
+    }
+
+    /// The registry for a workspace: bundled plugins, the user's capstan.toml
+    /// (a workspace's capstan.toml may add no plugin, see the registry), and
+    /// the tools of the `[[mcp_server]]`s the
+    /// user's capstan.toml configures (connected now, for as long as the
+    /// registry lives). A workspace's file cannot add MCP servers: they are
+    /// programs run outside the sandbox, and opening a checked-out repository
+    /// must not start one.
+    pub async fn registry(&self, workspace: Option<&Path>) -> Registry {
+        let mut registry = self.plugin_registry(workspace).await;
+        let (tools, mut problems) =
+            crate::plugins::mcp_client::connect_all(&[self.dirs.user_config_file()], workspace)
+                .await;
+        if let Some(ws) = workspace {
+            let file = ws.join("capstan.toml");
+            let (ignored, _) = crate::plugins::mcp_client::entries(std::slice::from_ref(&file));
+            if !ignored.is_empty() {
+                let names: Vec<&str> = ignored.iter().map(|e| e.name.as_str()).collect();
+                problems.push(crate::plugins::registry::Problem {
+                    plugin: None,
+                    message: format!(
+                        "{}: [[mcp_server]] {} ignored: a workspace cannot start programs outside the \
+                         sandbox; move the entry to your own capstan.toml ({}) if you trust it",
+                        file.display(),
+                        names.join(", "),
+                        self.dirs.user_config_file().display()
+                    ),
+                });
+            }
+        }
+        registry.add_external(
+            tools
+                .into_iter()
+                .map(|t| t as Arc<dyn crate::plugins::registry::ExternalTool>)
+                .collect(),
+            problems,
+        );
+        registry
+    }
+
+    /// The registry with plugins only, no external MCP servers. Plugins load
+    /// when first used (see [`Registry`]).
+    pub async fn plugin_registry(&self, workspace: Option<&Path>) -> Registry {
+        Registry::lazy(&ManifestSources::new(
+            self.dirs.user_config_file(),
+            workspace,
+        ))
+    }
+
+    /// The sandbox settings (`[sandbox]`) of commands in a workspace.
+    pub fn sandbox_for(&self, workspace: Option<&Path>) -> crate::config::SandboxSettings {
+        self.config
+            .sandbox
+            .settings_for(workspace, home_dir().as_deref())
+    }
+
+    /// Stops a run in a workspace whose capstan.toml is broken (before anything,
+    /// indexing included, reads the folder), naming the file, the line and the fix.
+    pub fn check_workspace(&self, workspace: &Path) -> Result<()> {
+        crate::config::check::check_workspace(workspace, &self.dirs.user_config_file())
+            .context("this workspace's capstan.toml has problems; runs here stop until it is fixed")
+    }
+
+    /// The start of every run's context: this workspace's policy and
+    /// sandbox, this host's broker and indexes (see [`RunBuilder`]).
+    pub fn run_builder(&self, workspace: Option<PathBuf>) -> RunBuilder {
+        let policy = workspace
+            .as_deref()
+            .map(|w| self.policy_for(w))
+            .unwrap_or_else(|| self.config.policy.clone());
+        let sandbox = self.sandbox_for(workspace.as_deref());
+        RunBuilder::new(
+            workspace,
+            policy,
+            sandbox,
+            self.broker.clone(),
+            self.indexes.clone(),
+        )
+    }
+
+    /// The policy for a workspace: the config's `[policy]`, with the profile
+    /// chosen for this workspace (if any) on top.
+    pub fn policy_for(&self, workspace: &Path) -> capstan_policy::Policy {
+        let mut policy = self.config.policy.clone();
+        if let Ok(Some(ws)) = self.store.get_workspace_by_root(workspace) {
+            policy.profile = self.config.profile_for(&ws);
+            if let Some(extra) = ws
+                .policy_json
+                .as_deref()
+                .and_then(|j| serde_json::from_str::<capstan_policy::Policy>(j).ok())
+            {
+                policy.allow.extend(extra.allow);
+                policy.deny.extend(extra.deny);
+                policy.network |= extra.network;
+            }
+        }
+        policy
+    }
+
+    /// The event sink of a run that does not go through [`App::ask`] (an MCP
+    /// tool call): each event stamped, persisted for replay and handed to
+    /// `frontend`. Call [`App::flush_events`] when the run ends.
+    pub fn run_events(&self, run_id: &str, frontend: Frontend) -> Arc<dyn EventSink> {
+        Arc::new(RunEvents {
+            run_id: run_id.to_string(),
+            seq: AtomicU64::new(0),
+            writer: self.events.clone(),
+            frontend,
+        })
+    }
+
+    pub fn flush_events(&self) {
+        if let Err(e) = self.events.flush() {
+            crate::term::warn(format_args!("some events were not saved: {e}"));
+        }
+    }
+
+    /// Run one message in a session, start to terminal event.
+    pub async fn ask(
+        &self,
+        req: AskRequest,
+        frontend: Frontend,
+        cancel: CancellationToken,
+    ) -> Result<AskOutcome> {
+        let prepared = self.prepare(&req).await?;
+        self.execute(prepared, frontend, cancel).await
+    }
+
+    /// The first half of [`App::ask`]: resolve the session and its workspace,
+    /// load the registry and history, start the run and commit the user's
+    /// turn. A server learns the run id here, before any event flows, so it
+    /// can register the run (and its cancel token) first.
+    pub async fn prepare(&self, req: &AskRequest) -> Result<PreparedRun> {
+        // The gate again, whoever resolved the path (a frontend's check and
+        // this one see the same rules), before anything is written.
+        let asked = req
+            .workspace
+            .as_deref()
+            .map(|root| self.gate.check(root))
+            .transpose()?;
+        // The session, and the workspace it remembers.
+        let session = match &req.session_id {
+            Some(id) => self
+                .store
+                .get_session(id)?
+                .with_context(|| format!("no session `{id}`; see `capstan chat` /sessions"))?,
+            None => self
+                .store
+                .create_session(&session_title(&req.message), None)?,
+        };
+        // A session's remembered folder passes the gate too.
+        let workspace = match &asked {
+            Some(root) => {
+                let ws = match self.store.get_workspace_by_root(root)? {
+                    Some(ws) => ws,
+                    None => {
+                        let name = root
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        // No profile of its own: `[policy] profile` applies.
+                        self.store.add_workspace(root, &name, None)?
+                    }
+                };
+                self.store
+                    .set_session_workspace(&session.id, Some(&ws.id))?;
+                Some(ws.root_path)
+            }
+            None => match &session.workspace_id {
+                Some(id) => match self.store.get_workspace_by_id(id)? {
+                    Some(w) => Some(self.gate.check(&w.root_path)?),
+                    None => None,
+                },
+                None => None,
+            },
+        };
+
+        if let Some(ws) = &workspace {
+            self.check_workspace(ws)?;
+        }
+        let registry = Arc::new(self.registry(workspace.as_deref()).await);
+        for p in registry.problems() {
+            crate::term::warn(&p.message);
+        }
+        let history: Vec<Turn> = self
+            .store
+            .recent_turns(&session.id, self.config.run.history_turns)?
+            .into_iter()
+            .map(|t| Turn {
+                role: t.role.as_str().to_string(),
+                content: t.content,
+            })
+            .collect();
+        let run = self.store.start_run(&session.id, &self.model.id())?;
+        // The user's turn is committed before anything runs: a crash loses no turn.
+        self.store
+            .add_turn(&session.id, Some(&run.id), Role::User, &req.message)?;
+
+        Ok(PreparedRun {
+            run_id: run.id,
+            session_id: session.id,
+            message: req.message.clone(),
+            summary: session.summary,
+            workspace,
+            registry,
+            history,
+        })
+    }
+
+    /// The second half of [`App::ask`]: run a prepared run to its terminal
+    /// event, then record the answer, the summary and the run's end.
+    pub async fn execute(
+        &self,
+        prepared: PreparedRun,
+        frontend: Frontend,
+        cancel: CancellationToken,
+    ) -> Result<AskOutcome> {
+        let PreparedRun {
+            run_id,
+            session_id,
+            message,
+            summary,
+            workspace,
+            registry,
+            history,
+        } = prepared;
+        let store = self.store.clone();
+        let events = Arc::new(RunEvents {
+            run_id: run_id.clone(),
+            seq: AtomicU64::new(0),
+            writer: self.events.clone(),
+            frontend,
+        });
+        let ctx = self
+            .run_builder(workspace)
+            .ids(run_id.clone(), Some(session_id.clone()))
+            .cancel(cancel)
+            .build(events.clone());
+        // A session budget is what is left of it; the run stops at the smaller limit.
+        let session_left = match self.config.run.session_budget_usd {
+            Some(limit) => Some(
+                (limit
+                    - self
+                        .store
+                        .session_usage(&session_id)?
+                        .cost_usd
+                        .unwrap_or(0.0))
+                .max(0.0),
+            ),
+            None => None,
+        };
+        let budget_usd = match (self.config.run.budget_usd, session_left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let host = Host {
+            runtime: self.runtime.clone(),
+            registry,
+            model: self.model.clone(),
+            config: RunConfig {
+                max_retrievals: self.config.run.max_retrievals,
+                max_parallel: self.config.run.max_parallel,
+                budget_usd,
+                budget_tokens: self.config.run.budget_tokens,
+                ..Default::default()
+            },
+        };
+        let request = RunRequest {
+            message: message.clone(),
+            session_id: Some(session_id.clone()),
+            history,
+            summary: summary.clone(),
+        };
+        let outcome = host.run(request, &ctx).await;
+
+        if !outcome.answer.is_empty() {
+            store.add_turn(&session_id, Some(&run_id), Role::Assistant, &outcome.answer)?;
+        }
+        store.update_summary(
+            &session_id,
+            &roll_summary(&summary, &message, &outcome.answer),
+        )?;
+        let status = match outcome.status {
+            RunStatus::Completed => capstan_store::RunStatus::Completed,
+            RunStatus::Failed => capstan_store::RunStatus::Failed,
+            RunStatus::Cancelled => capstan_store::RunStatus::Cancelled,
+        };
+        store.finish_run(
+            &run_id,
+            status,
+            outcome.reason.map(|r| r.as_str()),
+            Some(outcome.usage),
+        )?;
+        if let Err(e) = self.events.flush() {
+            crate::term::warn(format_args!(
+                "some events of run {run_id} were not saved: {e}"
+            ));
+        }
+        Ok(AskOutcome {
+            run_id,
+            session_id,
+            outcome,
+        })
+    }
+}
+
+/// A bounded rolling summary: the earlier summary plus this exchange, keeping
+/// the newest text when it grows past the bound. Deterministic, so it costs no
+/// model call; a model-written summary can replace it later.
+pub fn roll_summary(previous: &str, question: &str, answer: &str) -> String {
+    const MAX: usize = 2000;
+    let first_line = answer
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let answer_short: String = first_line.chars().take(200).collect();
+    let q: String = question.chars().take(200).collect();
+    let mut s = format!("{previous}\n- Asked: {q} -> {answer_short}")
+        .trim()
+        .to_string();
+    if s.len() > MAX {
+        let mut start = s.len() - MAX;
+        while !s.is_char_boundary(start) {
+            start += 1;
+        }
+        s = s[start..].to_string();
+    }
+    s
+}
+
+/// The user's home directory, for `~/` in `[sandbox] read`.
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from)
+}
+
+/// Longest session title made from a first message, in characters.
+const TITLE_CHARS: usize = 80;
+
+/// A session's title from its first message: one line, whitespace runs
+/// collapsed, cut at a word boundary with an ellipsis when long (lists show
+/// two lines of it; rename gives it any name).
+pub fn session_title(message: &str) -> String {
+    let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= TITLE_CHARS {
+        return line;
+    }
+    let cut: String = line.chars().take(TITLE_CHARS).collect();
+    let at_word = match cut.rfind(' ') {
+        Some(i) if i > TITLE_CHARS / 2 => &cut[..i],
+        _ => cut.as_str(),
+    };
+    format!("{}…", at_word.trim_end_matches([',', '.', ';', ':', ' ']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_title;
+
+    #[test]
+    fn session_titles_are_one_line_cut_at_a_word() {
+        assert_eq!(
+            session_title("  How do I\n rotate   keys? "),
+            "How do I rotate keys?"
+        );
+        let long = "Please look through the release handbook and tell me every step of rotating \
+                    the signing keys, with owners";
+        let t = session_title(long);
+        assert!(t.ends_with('…') && t.chars().count() <= 81, "{t}");
+        assert!(long.starts_with(t.trim_end_matches('…')), "{t}");
+        let next = &long[t.trim_end_matches('…').len()..];
+        assert!(next.starts_with(' '), "cut at a word: {t}");
+    }
+}

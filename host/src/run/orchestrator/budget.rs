@@ -1,0 +1,55 @@
+//! What a run has cost, against its budget: a warning at 80%, a stop past it.
+
+use super::{Host, Stop};
+use crate::plugins::context::RunContext;
+use capstan_protocol::{Event, FailureReason, Usage};
+
+/// The usage of a run so far, and whether it was warned.
+#[derive(Default)]
+pub(super) struct Meter {
+    pub(super) usage: Usage,
+    warned: bool,
+}
+
+impl Host {
+    /// Add a model call's usage; warn at 80% of a budget, stop past it.
+    pub(super) fn account(&self, m: &mut Meter, usage: Usage, run: &RunContext) -> Option<Stop> {
+        m.usage.add(&usage);
+        if usage.input_tokens + usage.output_tokens > 0 {
+            run.events.emit(Event::Usage {
+                usage,
+                model: self.model.id(),
+            });
+        }
+        let spent = m.usage.cost_usd.unwrap_or(0.0);
+        let tokens = m.usage.input_tokens + m.usage.output_tokens;
+        if let Some(limit) = self.config.budget_usd {
+            if spent > limit {
+                return Some(Stop::Fail(
+                    FailureReason::BudgetExceeded,
+                    format!("spent ${spent:.4} of a ${limit:.4} run budget"),
+                ));
+            }
+            if spent > 0.8 * limit && !m.warned {
+                m.warned = true;
+                run.events.emit(Event::BudgetWarning {
+                    spent_usd: spent,
+                    limit_usd: limit,
+                    message: format!(
+                        "this run has used {:.0}% of its ${limit:.2} budget",
+                        100.0 * spent / limit
+                    ),
+                });
+            }
+        }
+        if let Some(limit) = self.config.budget_tokens
+            && tokens > limit
+        {
+            return Some(Stop::Fail(
+                FailureReason::BudgetExceeded,
+                format!("used {tokens} tokens of a {limit}-token run budget"),
+            ));
+        }
+        None
+    }
+}
