@@ -17,7 +17,6 @@
 //!   or descriptors through `/proc`) and dies with init.
 //! * Any failure here stops the task before the command starts (fail closed).
 
-use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;

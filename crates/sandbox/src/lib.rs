@@ -733,9 +733,10 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         Network::Proxy { socket } => {
             if !confine {
                 return Err(SandboxError::Unsupported {
-                    what: "the network policy (egress proxy) cannot be enforced without the                            sandbox"
+                    what: "the network policy (egress proxy) cannot be enforced without the sandbox"
                         .into(),
-                    hint: "remove sandbox = \"off\" from the workspace profile, or the                            [network] policy to run unsandboxed with the host's network"
+                    hint: "remove sandbox = \"off\" from the workspace profile, or the [network] policy to \
+                           run unsandboxed with the host's network"
                         .into(),
                 });
             }

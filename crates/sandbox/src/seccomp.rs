@@ -156,14 +156,7 @@ pub(crate) fn build(sockets: Sockets) -> Result<Vec<BpfProgram>, String> {
                     libc::SOCK_RAW as u64,
                 )?])
             };
-            let packet = || {
-                rule(vec![cond(
-                    1,
-                    SeccompCmpOp::MaskedEq(0xf),
-                    libc::SOCK_PACKET as u64,
-                )?])
-            };
-            rules.insert(libc::SYS_socket, vec![other_family()?, raw()?, packet()?]);
+            rules.insert(libc::SYS_socket, vec![other_family()?, raw()?]);
             rules.insert(libc::SYS_socketpair, vec![other_family()?]);
         }
         Sockets::Any => {}
