@@ -561,6 +561,27 @@ fn network_ask_explains_that_the_sandbox_blocks_it() {
 }
 
 #[test]
+fn with_the_egress_proxy_the_network_part_no_longer_asks() {
+    let proxied = Policy {
+        network_proxy: true,
+        ..policy(Profile::Cautious)
+    };
+    for cmd in ["git fetch", "cargo fetch", "curl https://crates.io/"] {
+        let e = proxied.evaluate_shell(cmd);
+        assert_eq!(e.verdict, Verdict::Allow, "{cmd}: {:?}", e.explanation);
+        assert!(
+            e.explanation.iter().any(|x| x.contains("egress proxy")),
+            "{:?}",
+            e.explanation
+        );
+        assert_eq!(verdict(&policy(Profile::Cautious), cmd), Verdict::Ask, "{cmd}");
+    }
+    // Only the network part: a write or a delete in the same line still asks.
+    assert_eq!(verdict(&proxied, "curl -o x https://crates.io/"), Verdict::Ask);
+    assert_eq!(verdict(&proxied, "git fetch && rm -rf target"), Verdict::Ask);
+}
+
+#[test]
 fn deny_rules_match_anywhere() {
     let p = Policy {
         profile: Profile::Trusted,
