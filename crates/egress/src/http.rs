@@ -349,9 +349,7 @@ where
         };
         if status == 101 {
             // Protocol switch (WebSocket) with the checked host: relay as is.
-            tokio::io::copy_bidirectional(client, upstream)
-                .await
-                .map_err(io)?;
+            crate::stream::relay(client, upstream).await.map_err(io)?;
             return Ok(());
         }
         let body = if method.eq_ignore_ascii_case("HEAD") || status == 204 || status == 304 {
@@ -439,7 +437,7 @@ where
             .await?;
         // Bytes the client sent after the head (an early TLS hello) are in
         // the buffer and go first.
-        tokio::io::copy_bidirectional(client, &mut stream).await
+        crate::stream::relay(client, &mut stream).await
     }
     .await;
     proxy.finish(&upstream, result.err().map(|e| e.to_string()));

@@ -93,7 +93,7 @@ where
     let mut stream = upstream.take_stream();
     let result = async {
         reply(client, REP_OK).await?;
-        tokio::io::copy_bidirectional(client, &mut stream).await
+        crate::stream::relay(client, &mut stream).await
     }
     .await;
     proxy.finish(&upstream, result.err().map(|e| e.to_string()));

@@ -137,12 +137,16 @@ impl<S: AsyncRead + Unpin> Buffered<S> {
             w.write_all(&self.pending()[..from_buf]).await?;
             self.consume(from_buf);
         }
-        let rest = n - from_buf as u64;
-        if rest > 0 {
-            let copied = tokio::io::copy(&mut (&mut self.io).take(rest), w).await?;
-            if copied < rest {
+        let mut rest = n - from_buf as u64;
+        let mut buf = vec![0u8; COPY_BUF.min(rest as usize)];
+        while rest > 0 {
+            let want = (rest as usize).min(buf.len());
+            let got = self.io.read(&mut buf[..want]).await?;
+            if got == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
+            w.write_all(&buf[..got]).await?;
+            rest -= got as u64;
         }
         Ok(())
     }
@@ -154,9 +158,28 @@ impl<S: AsyncRead + Unpin> Buffered<S> {
             let n = self.pending().len();
             self.consume(n);
         }
-        tokio::io::copy(&mut self.io, w).await?;
-        Ok(())
+        let mut buf = vec![0u8; COPY_BUF];
+        loop {
+            let got = self.io.read(&mut buf).await?;
+            if got == 0 {
+                return Ok(());
+            }
+            w.write_all(&buf[..got]).await?;
+        }
     }
+}
+
+/// Buffer of bulk copies: tokio's default (8 KiB) costs a system call per
+/// 8 KiB each way.
+const COPY_BUF: usize = 256 * 1024;
+
+/// Relays both ways until both sides are done (a tunnel).
+pub(crate) async fn relay<A, B>(a: &mut A, b: &mut B) -> io::Result<(u64, u64)>
+where
+    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    tokio::io::copy_bidirectional_with_sizes(a, b, COPY_BUF, COPY_BUF).await
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

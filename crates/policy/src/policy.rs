@@ -21,9 +21,10 @@
 //! 7. Otherwise → ask.
 //!
 //! Network through the egress proxy ([`Policy::network_proxy`], set by the
-//! host when `[network]` has a policy): network findings do not ask, the
-//! proxy decides each connection; other findings of the same command still
-//! do.
+//! host when `[network]` has a policy): a network finding weighs as a write
+//! (it may hide one, `curl -o x`), so `trusted` runs it without asking and the
+//! proxy decides each connection; `cautious` still asks, and so do other
+//! findings of the same command.
 //!
 //! Network: `network = false` does not change verdicts. Network-risk
 //! commands are never auto-run by a profile, so they reach the user as
@@ -107,8 +108,8 @@ pub struct Policy {
     /// Whether the sandbox grants network access (default `false`).
     pub network: bool,
     /// Set by the host (never read from `[policy]`) when the workspace's
-    /// network goes through the egress proxy: network findings no longer ask,
-    /// since the proxy decides each connection by the `[network]` rules.
+    /// network goes through the egress proxy: network findings weigh as writes
+    /// (the proxy decides each connection by the `[network]` rules).
     #[serde(skip)]
     pub network_proxy: bool,
     /// Whether commands must run sandboxed.
@@ -443,7 +444,10 @@ impl Policy {
         let mut used_rules: Vec<&str> = Vec::new();
         let mut proxied = false;
         for f in c.findings.iter().filter(|f| f.risk > limit) {
-            if self.network_proxy && f.risk == Risk::Network {
+            // A network finding may hide a write (`curl -o x`), so through
+            // the proxy it weighs as a write: `trusted` runs it, `cautious`
+            // still asks.
+            if self.network_proxy && f.risk == Risk::Network && Risk::Write <= limit {
                 proxied = true;
                 continue;
             }
