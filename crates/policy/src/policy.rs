@@ -20,7 +20,7 @@
 //!    through.
 //! 7. Otherwise → ask.
 //!
-//! Network through the egress proxy ([`Policy::network_proxy`], set by the
+//! Network through the egress proxy ([`Policy::network_proxy`], set by a
 //! host when `[network]` has a policy): a network finding weighs as a write
 //! (it may hide one, `curl -o x`), so `trusted` runs it without asking and the
 //! proxy decides each connection; `cautious` still asks, and so do other
