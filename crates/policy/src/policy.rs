@@ -20,6 +20,12 @@
 //!    through.
 //! 7. Otherwise → ask.
 //!
+//! Network through the egress proxy ([`Policy::network_proxy`], set by a
+//! host when `[network]` has a policy): a network finding weighs as a write
+//! (it may hide one, `curl -o x`), so `trusted` runs it without asking and the
+//! proxy decides each connection; `cautious` still asks, and so do other
+//! findings of the same command.
+//!
 //! Network: `network = false` does not change verdicts. Network-risk
 //! commands are never auto-run by a profile, so they reach the user as
 //! `ask`, and the explanation says that the sandbox will block the network
@@ -50,6 +56,11 @@ pub struct Policy {
     pub deny: Vec<String>,
     /// Whether the sandbox grants network access (default `false`).
     pub network: bool,
+    /// Set by the host (never read from `[policy]`) when the workspace's
+    /// network goes through the egress proxy: network findings weigh as writes
+    /// (the proxy decides each connection by the `[network]` rules).
+    #[serde(skip)]
+    pub network_proxy: bool,
     /// Whether commands must run sandboxed.
     pub sandbox: SandboxMode,
     /// Environment variables passed through to commands.
@@ -380,7 +391,15 @@ impl Policy {
         };
         let mut blocking = Vec::new();
         let mut used_rules: Vec<&str> = Vec::new();
+        let mut proxied = false;
         for f in c.findings.iter().filter(|f| f.risk > limit) {
+            // A network finding may hide a write (`curl -o x`), so through
+            // the proxy it weighs as a write: `trusted` runs it, `cautious`
+            // still asks.
+            if self.network_proxy && f.risk == Risk::Network && Risk::Write <= limit {
+                proxied = true;
+                continue;
+            }
             match f.command.and_then(allowed_by) {
                 Some(rule) => {
                     if !used_rules.contains(&rule) {
@@ -391,15 +410,21 @@ impl Policy {
             }
         }
         if blocking.is_empty() {
-            let why = format!(
-                "every part above {limit} is covered by the allow rule(s) {}",
-                used_rules
-                    .iter()
-                    .map(|r| format!("`{r}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            return (Verdict::Allow, vec![why]);
+            let mut why = Vec::new();
+            if !used_rules.is_empty() {
+                why.push(format!(
+                    "every part above {limit} is covered by the allow rule(s) {}",
+                    used_rules
+                        .iter()
+                        .map(|r| format!("`{r}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            if proxied {
+                why.push(PROXY_DECIDES.into());
+            }
+            return (Verdict::Allow, why);
         }
         let mut explanation: Vec<String> = Vec::new();
         explanation.push(format!(
@@ -420,6 +445,11 @@ impl Policy {
         (Verdict::Ask, explanation)
     }
 }
+
+/// The explanation of a network finding that did not ask (see
+/// [`Policy::network_proxy`]).
+pub const PROXY_DECIDES: &str = "its network access goes through the egress proxy, which decides \
+                                 each connection by the workspace's [network] rules";
 
 #[cfg(test)]
 mod tests {

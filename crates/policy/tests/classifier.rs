@@ -561,6 +561,44 @@ fn network_ask_explains_that_the_sandbox_blocks_it() {
 }
 
 #[test]
+fn with_the_egress_proxy_network_weighs_as_a_write() {
+    let proxied = Policy {
+        network_proxy: true,
+        ..policy(Profile::Trusted)
+    };
+    for cmd in ["git fetch", "cargo fetch", "curl https://crates.io/"] {
+        let e = proxied.evaluate_shell(cmd);
+        assert_eq!(e.verdict, Verdict::Allow, "{cmd}: {:?}", e.explanation);
+        assert!(
+            e.explanation.iter().any(|x| x.contains("egress proxy")),
+            "{:?}",
+            e.explanation
+        );
+        assert_eq!(
+            verdict(&policy(Profile::Trusted), cmd),
+            Verdict::Ask,
+            "{cmd}"
+        );
+    }
+    // Only the network part: a delete in the same line still asks.
+    assert_eq!(
+        verdict(&proxied, "git fetch && rm -rf target"),
+        Verdict::Ask
+    );
+    // `cautious` asks for writes, and a network command may write
+    // (`curl -o x`): it still asks.
+    let cautious = Policy {
+        network_proxy: true,
+        ..policy(Profile::Cautious)
+    };
+    assert_eq!(
+        verdict(&cautious, "curl -o x https://crates.io/"),
+        Verdict::Ask
+    );
+    assert_eq!(verdict(&cautious, "curl https://crates.io/"), Verdict::Ask);
+}
+
+#[test]
 fn deny_rules_match_anywhere() {
     let p = Policy {
         profile: Profile::Trusted,

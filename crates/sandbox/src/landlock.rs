@@ -16,8 +16,8 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
 /// Readable (not executable) pseudo filesystems.
@@ -62,6 +62,7 @@ pub(crate) fn restrict(
     writable: &[PathBuf],
     extra_read: &[PathBuf],
     network: bool,
+    connect_port: Option<u16>,
 ) -> Result<Enforced, String> {
     let Some(kernel) = kernel_abi() else {
         return Err(MISSING.into());
@@ -107,6 +108,16 @@ pub(crate) fn restrict(
     rules.extend(writable.iter().map(|p| (p.clone(), all)));
 
     let mut created = ruleset.create().map_err(err)?;
+    if let Some(port) = connect_port
+        && !network
+        && kernel >= 4
+    {
+        // Network through the egress proxy: TCP connect to the bridge's port
+        // only (the namespace has nothing but loopback anyway).
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(|e| format!("Landlock rule for TCP port {port}: {e}"))?;
+    }
     for (path, access) in rules {
         let Ok(fd) = PathFd::new(&path) else {
             continue; // does not exist on this machine

@@ -9,6 +9,8 @@
 //!            └─ init (PID 1 of the new PID namespace; own mount namespace in
 //!               which it builds the allowlist root (`view`) and pivots into
 //!               it; supervises)
+//!                 ├─ bridge (network through the egress proxy only: relays
+//!                 │  127.0.0.1:PROXY_PORT to the proxy's Unix socket)
 //!                 └─ command (setsid; unprivileged ids, rlimits, Landlock,
 //!                    no_new_privs, seccomp; exec)
 //! ```
@@ -62,6 +64,9 @@ pub(crate) struct LaunchConfig {
     /// Extra read-only paths (canonical).
     pub read: Vec<PathBuf>,
     pub network: bool,
+    /// The network goes through the egress proxy (`network` is then false).
+    #[serde(default)]
+    pub proxy: Option<ProxyBridge>,
     /// `SandboxMode::Required`: namespaces, view, identity, Landlock, seccomp.
     pub confine: bool,
     pub limits: Limits,
@@ -73,6 +78,15 @@ pub(crate) struct LaunchConfig {
     #[cfg(feature = "bench-whole-host")]
     #[serde(default)]
     pub whole_host_view: bool,
+}
+
+/// Where the forwarder listens and what it relays to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ProxyBridge {
+    /// The proxy's Unix socket on the host.
+    pub socket: PathBuf,
+    /// The TCP port on the namespace's loopback.
+    pub port: u16,
 }
 
 /// One line (JSON) sent back to `run` over the control socket.
@@ -238,6 +252,21 @@ fn confined(config: &LaunchConfig, ctrl: Ctrl) -> Result<i32, Report> {
             // If the launcher dies (the caller's last-resort SIGKILL), so does init,
             // and with it the whole namespace.
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            // The bridge's ends are made while the host's filesystem is still
+            // in view: the proxy's socket is opened here and reached later
+            // through this descriptor only.
+            let bridge = match &config.proxy {
+                Some(p) => match crate::bridge::Bridge::prepare(p) {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        ctrl.send(&failed(format!(
+                            "cannot set up the egress proxy bridge: {e}"
+                        )));
+                        std::process::exit(1);
+                    }
+                },
+                None => None,
+            };
             let view = nix::sched::unshare(CloneFlags::CLONE_NEWNS)
                 .map_err(|e| format!("no mount namespace: {e}"))
                 .and_then(|()| {
@@ -268,6 +297,14 @@ fn confined(config: &LaunchConfig, ctrl: Ctrl) -> Result<i32, Report> {
                     std::process::exit(1);
                 }
             };
+            if let Some(b) = bridge
+                && let Err(e) = b.start(ns.drop_root)
+            {
+                ctrl.send(&failed(format!(
+                    "cannot start the egress proxy bridge: {e}"
+                )));
+                std::process::exit(1);
+            }
             let code = supervise(config, ctrl, &ns, Some(life_r), quota.as_ref());
             std::process::exit(code)
         }
@@ -345,7 +382,7 @@ fn enter_namespaces(
     (uid, gid): (nix::unistd::Uid, nix::unistd::Gid),
 ) -> Result<Namespaces, String> {
     let mut flags = CloneFlags::CLONE_NEWPID;
-    if !config.network {
+    if !config.network || config.proxy.is_some() {
         flags |= CloneFlags::CLONE_NEWNET;
     }
     if !root {
@@ -686,12 +723,18 @@ fn exec_command(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces) -> ! {
     if config.confine {
         drop_capabilities();
         let writable = [config.workspace.clone(), PathBuf::from(crate::view::TMP)];
-        match crate::landlock::restrict(&writable, &config.read, config.network) {
+        let connect_port = config.proxy.as_ref().map(|p| p.port);
+        match crate::landlock::restrict(&writable, &config.read, config.network, connect_port) {
             Ok(crate::landlock::Enforced::Fully) => {}
             Ok(crate::landlock::Enforced::Partially(msg)) => ctrl.warn(msg),
             Err(what) => fail(Report::Unsupported { what }),
         }
-        if let Err(what) = crate::seccomp::install(config.network) {
+        let sockets = match (config.network, &config.proxy) {
+            (_, Some(_)) => crate::seccomp::Sockets::Inet,
+            (true, None) => crate::seccomp::Sockets::Any,
+            (false, None) => crate::seccomp::Sockets::UnixOnly,
+        };
+        if let Err(what) = crate::seccomp::install(sockets) {
             fail(Report::Unsupported { what });
         }
     }

@@ -24,7 +24,11 @@
 //!   socket other than `AF_UNIX`. Denied calls fail with `EPERM`, so programs print
 //!   a clear error instead of dying.
 //! * **Network off**: a fresh network namespace (only a down loopback) in addition
-//!   to the seccomp socket filter.
+//!   to the seccomp socket filter. **Network through the egress proxy**
+//!   ([`Network::Proxy`]): the same fresh namespace with loopback up and a
+//!   forwarder (`bridge`) on `127.0.0.1:`[`PROXY_PORT`] relaying to the
+//!   proxy's Unix socket on the host; Landlock lets the command connect to
+//!   that port only.
 //! * **Lifetime**: the command runs as the second process of a fresh PID namespace
 //!   whose init is our own supervisor; when the command ends, is cancelled or times
 //!   out, the supervisor exits and the kernel kills every process left in the
@@ -66,6 +70,7 @@
 // The crate docs show the exact `main` a binary needs.
 #![allow(clippy::needless_doctest_main)]
 
+mod bridge;
 mod cgroup;
 mod check;
 mod identity;
@@ -281,8 +286,13 @@ pub struct ExecSpec {
     /// last half are kept and the bytes in between are counted and dropped; the
     /// pipes are always drained, so the command never blocks on a full pipe.
     pub output_limit: usize,
-    /// `false`: no network at all (network namespace + seccomp socket filter).
+    /// `false`: no network at all (network namespace + seccomp socket filter);
+    /// `true`: the host's network. Overridden by [`ExecSpec::proxy`]; see
+    /// [`Network`] and [`ExecSpec::set_network`].
     pub network: bool,
+    /// The egress proxy's Unix socket on the host: when set, the network is
+    /// [`Network::Proxy`] whatever [`ExecSpec::network`] says.
+    pub proxy: Option<PathBuf>,
     /// Whether the sandbox is required.
     pub mode: SandboxMode,
     /// Resource limits.
@@ -309,6 +319,7 @@ impl ExecSpec {
             timeout: Duration::from_secs(600),
             output_limit: 1 << 20,
             network: false,
+            proxy: None,
             mode: SandboxMode::Required,
             limits: Limits::default(),
             read: Vec::new(),
@@ -316,6 +327,95 @@ impl ExecSpec {
             whole_host_view: false,
         }
     }
+}
+
+impl ExecSpec {
+    /// The command's network, from [`ExecSpec::network`] and
+    /// [`ExecSpec::proxy`].
+    pub fn network_mode(&self) -> Network {
+        match (&self.proxy, self.network) {
+            (Some(socket), _) => Network::Proxy {
+                socket: socket.clone(),
+            },
+            (None, true) => Network::Full,
+            (None, false) => Network::Off,
+        }
+    }
+
+    /// Sets the command's network.
+    pub fn set_network(&mut self, network: Network) {
+        (self.network, self.proxy) = match network {
+            Network::Off => (false, None),
+            Network::Full => (true, None),
+            Network::Proxy { socket } => (false, Some(socket)),
+        };
+    }
+}
+
+/// The command's network.
+///
+/// `Proxy`: the command keeps its own network namespace (no route out, only
+/// loopback up), in which a forwarder started by the sandbox listens on
+/// `127.0.0.1:`[`PROXY_PORT`] and relays every connection to the egress
+/// proxy's Unix socket on the host; the command gets the proxy variables
+/// ([`proxy_env`]). seccomp allows it `AF_INET`/`AF_INET6` sockets (no raw
+/// ones) and Landlock (ABI 4+) lets it connect to that one TCP port only, so
+/// `--noproxy`, DNS and raw sockets reach nothing. Needs
+/// [`SandboxMode::Required`]: with the sandbox off the proxy cannot be
+/// enforced and [`run`] refuses the command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum Network {
+    /// No network at all.
+    Off,
+    /// Only through the egress proxy listening on `socket` (a Unix socket on
+    /// the host).
+    Proxy { socket: PathBuf },
+    /// The host's network.
+    Full,
+}
+
+impl From<bool> for Network {
+    fn from(on: bool) -> Network {
+        if on { Network::Full } else { Network::Off }
+    }
+}
+
+/// The port the forwarder listens on inside the command's network namespace
+/// (`127.0.0.1` there is not the host's).
+pub const PROXY_PORT: u16 = 3128;
+
+/// The variables that point a command's tools at the proxy bridge: the
+/// generic ones (curl, wget, git, pip, Go, apt read the lowercase ones; many
+/// others the uppercase), `ALL_PROXY` as `socks5h://` so that clients that
+/// speak only SOCKS let the proxy resolve names, an empty `NO_PROXY` (nothing
+/// bypasses it, and a bypass would reach nothing anyway), and the tool-specific
+/// ones: npm and pnpm (`npm_config_proxy`, `npm_config_https_proxy`), yarn 2+
+/// (`YARN_HTTP_PROXY`, `YARN_HTTPS_PROXY`), pip (`PIP_PROXY`), cargo
+/// (`CARGO_HTTP_PROXY`) and Node 24+'s own fetch (`NODE_USE_ENV_PROXY`).
+pub fn proxy_env() -> Vec<(String, String)> {
+    let http = format!("http://127.0.0.1:{PROXY_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+    [
+        ("HTTP_PROXY", &http),
+        ("HTTPS_PROXY", &http),
+        ("http_proxy", &http),
+        ("https_proxy", &http),
+        ("ALL_PROXY", &socks),
+        ("all_proxy", &socks),
+        ("NO_PROXY", &String::new()),
+        ("no_proxy", &String::new()),
+        ("npm_config_proxy", &http),
+        ("npm_config_https_proxy", &http),
+        ("YARN_HTTP_PROXY", &http),
+        ("YARN_HTTPS_PROXY", &http),
+        ("PIP_PROXY", &http),
+        ("CARGO_HTTP_PROXY", &http),
+        ("NODE_USE_ENV_PROXY", &"1".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.clone()))
+    .collect()
 }
 
 /// How the command ended and what it printed.
@@ -619,6 +719,39 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
     }
 
     let confine = spec.mode == SandboxMode::Required;
+    let proxy = match spec.network_mode() {
+        Network::Proxy { socket } => {
+            if !confine {
+                return Err(SandboxError::Unsupported {
+                    what: "the network policy (egress proxy) cannot be enforced without the sandbox"
+                        .into(),
+                    hint: "remove sandbox = \"off\" from the workspace profile, or the [network] policy to \
+                           run unsandboxed with the host's network"
+                        .into(),
+                });
+            }
+            use std::os::unix::fs::FileTypeExt;
+            match std::fs::metadata(&socket) {
+                Ok(m) if m.file_type().is_socket() => {}
+                _ => {
+                    return Err(SandboxError::Unsupported {
+                        what: format!(
+                            "the egress proxy socket {} does not exist or is not a socket",
+                            socket.display()
+                        ),
+                        hint: "start the egress proxy before the command (capstan does this \
+                               when [network] has a policy)"
+                            .into(),
+                    });
+                }
+            }
+            Some(launcher::ProxyBridge {
+                socket,
+                port: PROXY_PORT,
+            })
+        }
+        _ => None,
+    };
     let read = if confine {
         spec.read
             .iter()
@@ -645,7 +778,15 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         (home, tmp)
     };
 
-    let env = scrubbed_env(&home, &tmp, &spec.env);
+    let mut env = scrubbed_env(&home, &tmp, &spec.env);
+    if proxy.is_some() {
+        // After the caller's variables: the bridge is the only way out, and
+        // a variable pointing elsewhere would only break the command.
+        for (k, v) in proxy_env() {
+            env.retain(|(name, _)| *name != k);
+            env.push((k, v));
+        }
+    }
     let cgroup = cgroup::TaskCgroup::create(spec.limits.max_processes, spec.limits.max_memory);
     let config = launcher::LaunchConfig {
         argv,
@@ -653,7 +794,8 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         cwd,
         workspace,
         task_dir: task_dir.path().to_path_buf(),
-        network: spec.network,
+        network: spec.network && proxy.is_none(),
+        proxy,
         confine,
         limits: spec.limits.clone(),
         grace_ms: KILL_GRACE.as_millis() as u64,

@@ -5,7 +5,8 @@
 //! bypasses seccomp for the operations it performs), touch kernel keyrings, mount
 //! anything, load kernel code (modules, BPF, kexec), open perf events, create or
 //! join namespaces, or use userfaultfd; with the network off it can create no
-//! socket but `AF_UNIX`. Denied calls return `EPERM` (not a kill) so programs
+//! socket but `AF_UNIX`, and with the network through the egress proxy none
+//! but `AF_UNIX`, `AF_INET` and `AF_INET6` (and no raw ones). Denied calls return `EPERM` (not a kill) so programs
 //! report a readable error. Failure mode: any error installing the filter is
 //! returned and the launcher refuses to run the command.
 //!
@@ -91,8 +92,21 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
     SeccompRule::new(conditions).map_err(|e| e.to_string())
 }
 
+/// Which sockets the command may create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sockets {
+    /// Network off: `AF_UNIX` only.
+    UnixOnly,
+    /// Network through the egress proxy: `AF_UNIX`, `AF_INET` and `AF_INET6`,
+    /// no raw sockets (no netlink, no packet sockets). Where they can go is
+    /// the network namespace's and Landlock's business.
+    Inet,
+    /// The host's network: any.
+    Any,
+}
+
 /// Builds the filters (pure; exposed for the unit test).
-pub(crate) fn build(network: bool) -> Result<Vec<BpfProgram>, String> {
+pub(crate) fn build(sockets: Sockets) -> Result<Vec<BpfProgram>, String> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
@@ -120,10 +134,32 @@ pub(crate) fn build(network: bool) -> Result<Vec<BpfProgram>, String> {
         ],
     );
 
-    if !network {
-        let not_unix = || rule(vec![cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?]);
-        rules.insert(libc::SYS_socket, vec![not_unix()?]);
-        rules.insert(libc::SYS_socketpair, vec![not_unix()?]);
+    match sockets {
+        Sockets::UnixOnly => {
+            let not_unix = || rule(vec![cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?]);
+            rules.insert(libc::SYS_socket, vec![not_unix()?]);
+            rules.insert(libc::SYS_socketpair, vec![not_unix()?]);
+        }
+        Sockets::Inet => {
+            // Denied: a family other than the three, or a raw socket.
+            let other_family = || {
+                rule(vec![
+                    cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?,
+                    cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
+                    cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+                ])
+            };
+            let raw = || {
+                rule(vec![cond(
+                    1,
+                    SeccompCmpOp::MaskedEq(0xf),
+                    libc::SOCK_RAW as u64,
+                )?])
+            };
+            rules.insert(libc::SYS_socket, vec![other_family()?, raw()?]);
+            rules.insert(libc::SYS_socketpair, vec![other_family()?]);
+        }
+        Sockets::Any => {}
     }
 
     let eperm = SeccompFilter::new(
@@ -152,8 +188,8 @@ pub(crate) fn build(network: bool) -> Result<Vec<BpfProgram>, String> {
 }
 
 /// Sets no_new_privs and installs the filters on the calling thread.
-pub(crate) fn install(network: bool) -> Result<(), String> {
-    let programs = build(network)?;
+pub(crate) fn install(sockets: Sockets) -> Result<(), String> {
+    let programs = build(sockets)?;
     // Required for an unprivileged process to install a filter, and it keeps
     // setuid binaries from regaining what the sandbox took away.
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
@@ -187,7 +223,9 @@ fn x32_filter() -> BpfProgram {
 mod tests {
     #[test]
     fn filters_build() {
-        assert!(super::build(false).unwrap().len() >= 2);
-        assert!(super::build(true).unwrap().len() >= 2);
+        use super::Sockets::*;
+        for s in [UnixOnly, Inet, Any] {
+            assert!(super::build(s).unwrap().len() >= 2);
+        }
     }
 }

@@ -1,0 +1,232 @@
+//! What the egress proxy costs: a 100 MB download and 200 small requests from
+//! a local HTTP server, direct and through the proxy (plain-HTTP forwarding
+//! and a CONNECT tunnel, over the proxy's Unix socket as the sandbox bridge
+//! uses it). Prints a Markdown table.
+//!
+//! Reproduce: `cargo bench -p capstan-egress --bench throughput`
+//! (`CAPSTAN_BENCH_MB` and `CAPSTAN_BENCH_N` change the download size and the
+//! request count).
+
+#![allow(clippy::disallowed_macros)]
+
+use std::time::{Duration, Instant};
+
+use capstan_egress::{Policy, Proxy, bind_unix};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio_util::sync::CancellationToken;
+
+/// Serves `GET /big` (`big` bytes) and `GET /small` (2 bytes), keep-alive.
+async fn server(big: u64) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let chunk = vec![b'x'; 256 * 1024];
+                let mut buf = Vec::new();
+                loop {
+                    let end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        let mut b = [0u8; 4096];
+                        match s.read(&mut b).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&b[..n]),
+                        }
+                    };
+                    let big_req = buf[..end].windows(4).any(|w| w == b"/big");
+                    buf.drain(..end);
+                    let len = if big_req { big } else { 2 };
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
+                    if s.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let mut left = len;
+                    while left > 0 {
+                        let n = left.min(chunk.len() as u64) as usize;
+                        if s.write_all(&chunk[..n]).await.is_err() {
+                            return;
+                        }
+                        left -= n as u64;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Sends one GET and reads the whole response; returns the body length.
+async fn get<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, target: &str) -> u64 {
+    s.write_all(format!("GET {target} HTTP/1.1\r\nHost: bench.test\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).await.unwrap();
+        head.push(b[0]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let len: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut left = len;
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let n = s.read(&mut buf[..want]).await.unwrap();
+        assert!(n > 0);
+        left -= n as u64;
+    }
+    len
+}
+
+#[derive(Clone, Copy)]
+enum Path {
+    Direct,
+    Forward,
+    Tunnel,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Direct => "direct (TCP to the server)",
+            Path::Forward => "proxy, plain-HTTP forwarding (Unix socket)",
+            Path::Tunnel => "proxy, CONNECT tunnel (Unix socket)",
+        }
+    }
+}
+
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// A fresh connection ready for `GET target`: the target to send.
+async fn open(path: Path, port: u16, socket: &std::path::Path, what: &str) -> (Conn, String) {
+    match path {
+        Path::Direct => {
+            let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            (Conn::Tcp(s), what.to_owned())
+        }
+        Path::Forward => (
+            Conn::Unix(UnixStream::connect(socket).await.unwrap()),
+            format!("http://bench.test:{port}{what}"),
+        ),
+        Path::Tunnel => {
+            let mut s = UnixStream::connect(socket).await.unwrap();
+            s.write_all(format!("CONNECT bench.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).await.unwrap();
+                head.push(b[0]);
+            }
+            assert!(head.starts_with(b"HTTP/1.1 200"));
+            (Conn::Unix(s), what.to_owned())
+        }
+    }
+}
+
+async fn fetch(path: Path, port: u16, socket: &std::path::Path, what: &str) -> u64 {
+    let (conn, target) = open(path, port, socket, what).await;
+    match conn {
+        Conn::Tcp(mut s) => get(&mut s, &target).await,
+        Conn::Unix(mut s) => get(&mut s, &target).await,
+    }
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() {
+    let mb: u64 = std::env::var("CAPSTAN_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let n: usize = std::env::var("CAPSTAN_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let big = mb << 20;
+    let port = server(big).await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("egress.sock");
+    let policy = Policy::new(
+        &[format!("bench.test:{port}"), format!("127.0.0.1:{port}")],
+        &[],
+        &[],
+        false,
+    )
+    .unwrap();
+    let proxy = Proxy::builder(policy)
+        .resolver(
+            capstan_egress::StaticResolver::new()
+                .with("bench.test", &["127.0.0.1".parse().unwrap()]),
+        )
+        .build();
+    let cancel = CancellationToken::new();
+    let listener = bind_unix(&socket).unwrap();
+    let p = proxy.clone();
+    let c = cancel.clone();
+    tokio::spawn(async move { p.serve_unix(listener, c).await });
+
+    println!("| path | {mb} MB download, MB/s (best of 3) | {n} small requests, p50 | p99 |");
+    println!("|---|---|---|---|");
+    let mut direct = (0.0f64, Duration::ZERO);
+    for path in [Path::Direct, Path::Forward, Path::Tunnel] {
+        // Warm-up.
+        fetch(path, port, &socket, "/small").await;
+        let mut best = 0.0f64;
+        for _ in 0..3 {
+            let t = Instant::now();
+            let got = fetch(path, port, &socket, "/big").await;
+            assert_eq!(got, big);
+            best = best.max(big as f64 / (1 << 20) as f64 / t.elapsed().as_secs_f64());
+        }
+        // Each small request on a connection of its own: the proxy decides
+        // every one (the cost a command pays per request).
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            fetch(path, port, &socket, "/small").await;
+            times.push(t.elapsed());
+        }
+        let (p50, p99) = (pct(&mut times, 0.5), pct(&mut times, 0.99));
+        let extra = if matches!(path, Path::Direct) {
+            direct = (best, p50);
+            String::new()
+        } else {
+            format!(
+                " ({:+.1}% throughput, {:+.0} µs p50)",
+                (best / direct.0 - 1.0) * 100.0,
+                p50.as_secs_f64() * 1e6 - direct.1.as_secs_f64() * 1e6
+            )
+        };
+        println!(
+            "| {} | {best:.0}{extra} | {:.0} µs | {:.0} µs |",
+            path.name(),
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6
+        );
+    }
+    cancel.cancel();
+    println!();
+    println!("reproduce: cargo bench -p capstan-egress --bench throughput");
+}

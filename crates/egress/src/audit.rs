@@ -1,0 +1,94 @@
+//! The audit record: one per connection the proxy was asked for, allowed or not.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// How the command asked for the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// `CONNECT host:port` (HTTPS and any other TCP through an HTTP proxy).
+    Connect,
+    /// A plain-HTTP request forwarded by the proxy (`GET http://host/...`).
+    Http,
+    /// A SOCKS5 `CONNECT`.
+    Socks5,
+}
+
+/// The outcome of the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Allowed,
+    Denied,
+}
+
+/// Who decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedBy {
+    /// An allow or deny rule of the policy (or a special-address refusal).
+    Policy,
+    /// A grant made earlier in this session (a person's "for this session"
+    /// or "always").
+    Session,
+    /// A person, asked just now.
+    Person,
+    /// Nobody could be asked: an unlisted host is denied.
+    Default,
+}
+
+/// One connection, as the audit log and the `network.connect` event carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectionRecord {
+    /// The host as the command named it (a name, or an IP literal).
+    pub host: String,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub verdict: Verdict,
+    pub decided_by: DecidedBy,
+    /// The rule that decided, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Why it was denied, or why an allowed connection failed, as a sentence
+    /// that names the rule to add where one would help.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The checked address the proxy connected to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<SocketAddr>,
+    /// Bytes from the command to the host.
+    pub bytes_up: u64,
+    /// Bytes from the host to the command.
+    pub bytes_down: u64,
+    /// From the request to the end of the connection.
+    #[serde(serialize_with = "millis")]
+    pub duration: Duration,
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+/// Where records go (an event log, a database, a test's vector).
+pub trait Audit: Send + Sync + 'static {
+    fn record(&self, record: ConnectionRecord);
+}
+
+impl<F: Fn(ConnectionRecord) + Send + Sync + 'static> Audit for F {
+    fn record(&self, record: ConnectionRecord) {
+        self(record)
+    }
+}
+
+/// Drops every record (the default when nobody listens), after logging it at
+/// debug level.
+pub(crate) struct LogOnly;
+
+impl Audit for LogOnly {
+    fn record(&self, r: ConnectionRecord) {
+        tracing::debug!(target: "capstan_egress", host = %r.host, port = r.port, verdict = ?r.verdict, "connection");
+    }
+}
