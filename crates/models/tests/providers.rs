@@ -109,7 +109,7 @@ async fn openai_streams_deltas_in_order_and_reports_usage() {
             StreamEvent::Usage(Usage {
                 input_tokens: 12,
                 output_tokens: 3,
-                estimated: false
+                estimated: false,
                 cost_usd: None,
             }),
             StreamEvent::Done {
@@ -153,7 +153,7 @@ async fn anthropic_streams_deltas_in_order_and_reports_usage() {
             StreamEvent::Usage(Usage {
                 input_tokens: 40,
                 output_tokens: 7,
-                estimated: false
+                estimated: false,
                 cost_usd: None,
             }),
             StreamEvent::Done {
@@ -517,7 +517,7 @@ async fn a_server_that_ignores_stream_true_is_understood() {
             StreamEvent::Usage(Usage {
                 input_tokens: 4,
                 output_tokens: 1,
-                estimated: false
+                estimated: false,
                 cost_usd: None,
             }),
             StreamEvent::Done {

@@ -752,7 +752,10 @@ fn enums_round_trip_through_text() {
         "approved-for-session"
     );
     let err = "sometimes".parse::<Profile>().unwrap_err();
-    assert!(err.to_string().contains("cautious, trusted, locked"), "{err}");
+    assert!(
+        err.to_string().contains("cautious, trusted, locked"),
+        "{err}"
+    );
 }
 
 // ---- schema, files and errors ----
