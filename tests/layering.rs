@@ -131,9 +131,18 @@ fn host_modules_import_only_downward() {
         if module == "lib" || module == "main" {
             continue;
         }
-        let Some((own_prefix, own_rank)) = layer_of(&module) else {
-            unranked.push(module);
-            continue;
+        // A concern's folder (`run/mod.rs`) only declares its modules: it
+        // ranks below everything, so any `crate::` path in it fails.
+        let container = LAYERS
+            .iter()
+            .any(|(prefix, _)| prefix.starts_with(&format!("{module}::")));
+        let (own_prefix, own_rank) = match layer_of(&module) {
+            Some(layer) => layer,
+            None if container => ("", 0),
+            None => {
+                unranked.push(module);
+                continue;
+            }
         };
         let text = std::fs::read_to_string(file).expect("read source");
         for (n, line) in text.lines().enumerate() {
@@ -169,7 +178,7 @@ fn host_modules_import_only_downward() {
         violations.join("\n")
     );
     assert!(
-        checked > 200,
+        checked > 150,
         "the check saw only {checked} crate paths: is it still reading host/src?"
     );
 }

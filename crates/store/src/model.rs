@@ -125,8 +125,8 @@ text_enum! {
 
 /// A workspace's policy profile, and token counts and cost (in a run: that
 /// run's totals; in a session: the sum over its runs, kept by
-/// [`crate::Store::add_usage`] and [`crate::Store::finish_run`]; a stored cost
-/// is never absent, 0 when the model has no price). Both defined once in
+/// [`crate::Store::add_usage`] and [`crate::Store::finish_run`]; a cost of 0,
+/// no price or nothing spent, reads back as absent). Both defined once in
 /// `capstan-protocol`.
 pub use capstan_protocol::{Profile, Usage};
 

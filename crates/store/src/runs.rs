@@ -23,7 +23,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Run> {
         usage: Usage {
             input_tokens: to_u64(r.get(5)?),
             output_tokens: to_u64(r.get(6)?),
-            cost_usd: Some(r.get(7)?),
+            cost_usd: Some(r.get::<_, f64>(7)?).filter(|c| *c != 0.0),
             estimated: false,
         },
         started_at: r.get(8)?,

@@ -21,7 +21,7 @@ fn session_from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
         usage: Usage {
             input_tokens: to_u64(r.get(4)?),
             output_tokens: to_u64(r.get(5)?),
-            cost_usd: Some(r.get(6)?),
+            cost_usd: Some(r.get::<_, f64>(6)?).filter(|c| *c != 0.0),
             estimated: false,
         },
         created_at: r.get(7)?,

@@ -161,7 +161,7 @@ pub fn entry(
         "{} (Capstan capability `{kind}`, operation `{}`; risk `{}`{})",
         op.description.trim_end_matches('.'),
         op.name,
-        op.risk.to_string(),
+        op.risk,
         if exec {
             "; commands are classified and gated one by one"
         } else {

@@ -145,7 +145,7 @@ impl ApprovalBroker {
             action: ask.action.clone(),
             command: ask.command.clone(),
             cwd: ask.cwd.clone(),
-            risk: ask.risk.clone(),
+            risk: ask.risk,
             reasons: ask.reasons.clone(),
         });
         if waiting.is_some() {

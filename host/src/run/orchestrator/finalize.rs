@@ -68,9 +68,7 @@ impl Host {
         let usage = meter.usage;
         match failure {
             None => {
-                events.emit(Event::RunCompleted {
-                    usage: usage.clone(),
-                });
+                events.emit(Event::RunCompleted { usage });
                 RunOutcome {
                     status: RunStatus::Completed,
                     reason: None,
@@ -83,7 +81,7 @@ impl Host {
                 events.emit(Event::RunFailed {
                     reason,
                     message: message.clone(),
-                    usage: usage.clone(),
+                    usage,
                 });
                 RunOutcome {
                     status: RunStatus::Failed,
@@ -98,9 +96,7 @@ impl Host {
 }
 
 fn cancelled(usage: Usage, run: &RunContext) -> RunOutcome {
-    run.events.emit(Event::RunCancelled {
-        usage: usage.clone(),
-    });
+    run.events.emit(Event::RunCancelled { usage });
     RunOutcome {
         status: RunStatus::Cancelled,
         reason: Some(FailureReason::Cancelled),
