@@ -22,7 +22,8 @@ fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().unwrap().to_path_buf();
     let plugins = root.join("plugins");
-    let wit = root.join("wit");
+    // wit/ is a link to plugins/sdk/wit, the WIT the SDK crate bundles.
+    let wit = plugins.join("sdk").join("wit");
     println!("cargo:rerun-if-changed={}", wit.display());
     for entry in [
         "Cargo.toml",
@@ -33,7 +34,7 @@ fn main() {
         "xlsx",
         "examples",
         "testing",
-        "shared",
+        "sdk",
     ] {
         println!("cargo:rerun-if-changed={}", plugins.join(entry).display());
     }

@@ -17,10 +17,9 @@ use capstan_kb_parse::{ChunkOptions, IgnoreRules, ParseError};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::capstan::plugin::cancel::is_cancelled;
-use crate::capstan::plugin::events::{Activity, emit};
-use crate::capstan::plugin::index::{self, FileMeta, FileUpdate, Passage};
-use crate::capstan::plugin::types::TaskError;
+use capstan_plugin::host::events::{Activity, emit};
+use capstan_plugin::host::index::{self, FileMeta, FileUpdate, Passage};
+use capstan_plugin::{TaskError, is_cancelled};
 
 /// Parsed files are sent to the host's index in batches of about this much text: one
 /// call per file made linux-doc's 3,000 small files pay a hand-off each.
