@@ -192,7 +192,7 @@ fn read(input: ReadInput) -> Result<TaskOutput, TaskError> {
         } else {
             message
         },
-        data: data.to_string(),
+        data: Some(data.to_string()),
     })
 }
 
@@ -212,7 +212,7 @@ fn info(input: PathInput) -> Result<TaskOutput, TaskError> {
     data["path"] = Value::String(path.display().to_string());
     Ok(TaskOutput {
         summary: message,
-        data: data.to_string(),
+        data: Some(data.to_string()),
     })
 }
 
@@ -228,7 +228,7 @@ fn create(input: CreateInput) -> Result<TaskOutput, TaskError> {
     activity("docx.created", &message);
     Ok(TaskOutput {
         summary: message,
-        data: json!({"path": path.display().to_string(), "bytes": bytes.len(), "info": info_json(&info)}).to_string(),
+        data: Some(json!({"path": path.display().to_string(), "bytes": bytes.len(), "info": info_json(&info)}).to_string()),
     })
 }
 
@@ -253,8 +253,8 @@ fn replace(input: ReplaceInput) -> Result<TaskOutput, TaskError> {
     Ok(TaskOutput {
         summary: message,
         data:
-            json!({"path": path.display().to_string(), "replacements": count, "changed": count > 0})
-                .to_string(),
+            Some(json!({"path": path.display().to_string(), "replacements": count, "changed": count > 0})
+                .to_string()),
     })
 }
 
@@ -274,14 +274,14 @@ fn append(input: AppendInput) -> Result<TaskOutput, TaskError> {
     activity("docx.appended", &message);
     Ok(TaskOutput {
         summary: message,
-        data: json!({
+        data: Some(json!({
             "path": path.display().to_string(),
             "bytes": out.len(),
             "paragraphs_added": added,
             "tables_added": after.tables.saturating_sub(before.tables),
             "info": info_json(&after),
         })
-        .to_string(),
+        .to_string()),
     })
 }
 

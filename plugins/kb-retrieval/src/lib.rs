@@ -85,7 +85,7 @@ impl Plugin for KbRetrieval {
                 let report = walk::refresh(&opts, walk::Mode::Required)?;
                 Ok(TaskOutput {
                     summary: report.summary(),
-                    data: report.to_json().to_string(),
+                    data: Some(report.to_json().to_string()),
                 })
             }
             other => Err(TaskError::NotImplemented(format!(
@@ -133,7 +133,7 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     let mut fused: HashMap<(String, u32, u32), (f32, index::Hit)> = HashMap::new();
     for q in &queries {
         let hits = index::search(q, limit * 2)
-            .map_err(|e| TaskError::Failed(format!("index search: {e}")))?;
+            .map_err(|e| TaskError::Failed(format!("index search: {}", e.message())))?;
         for (rank, hit) in hits.into_iter().enumerate() {
             let key = (hit.path.clone(), hit.line_start, hit.line_end);
             let entry = fused.entry(key).or_insert((0.0, hit));
@@ -183,7 +183,7 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
             input.query,
             passages.len()
         ),
-        data: String::new(),
+        data: None,
     });
     let summary = format!(
         "{} passages for \"{}\"{}",
@@ -200,7 +200,7 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     });
     Ok(TaskOutput {
         summary,
-        data: data.to_string(),
+        data: Some(data.to_string()),
     })
 }
 

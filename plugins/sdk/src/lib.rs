@@ -39,7 +39,7 @@
 //! - [`Task::input`] parses the JSON input into that type (`invalid-input` on error).
 //! - [`activity`], [`progress`], [`is_cancelled`] and [`check_cancelled`] report to the
 //!   user's feed and honour cancellation; [`files`] reads and writes workspace files.
-//! - The host services (`exec`, `index`, `approval`, `model`) are in [`host`]. A
+//! - The host services (`exec`, `index`, `approval`) are in [`host`]. A
 //!   component imports only what it calls, and the host refuses a component that
 //!   imports a service its manifest entry does not grant.
 
@@ -69,11 +69,23 @@ pub use serde_json;
 /// plugin's manifest entry (`[plugin.permissions] host = [...]`), except `events`
 /// and `cancel`, which every plugin gets.
 pub mod host {
-    pub use crate::bindings::capstan::plugin::{approval, cancel, events, exec, index, model};
+    pub use crate::bindings::capstan::plugin::{approval, cancel, events, exec, index};
+
+    impl index::IndexError {
+        /// The error in plain words.
+        pub fn message(&self) -> String {
+            match self {
+                Self::Denied(m) => format!("denied: {m}"),
+                Self::WorkspaceRequired => "no workspace is bound, so there is no index".into(),
+                Self::InvalidRequest(m) => format!("invalid request: {m}"),
+                Self::Failed(m) => m.clone(),
+            }
+        }
+    }
 }
 
 /// The WIT package version this SDK builds plugins against.
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// Exports a type implementing [`Plugin`] as the component's `capability`.
 /// Use it once, at the crate root of the plugin: `capstan_plugin::export!(MyPlugin);`
@@ -137,7 +149,7 @@ impl TaskOutput {
     pub fn json(summary: impl Into<String>, data: &impl serde::Serialize) -> Self {
         Self {
             summary: summary.into(),
-            data: serde_json::to_string(data).unwrap_or_else(|_| "null".into()),
+            data: serde_json::to_string(data).ok(),
         }
     }
 
@@ -145,7 +157,7 @@ impl TaskOutput {
     pub fn text(summary: impl Into<String>) -> Self {
         Self {
             summary: summary.into(),
-            data: String::new(),
+            data: None,
         }
     }
 }
@@ -156,7 +168,7 @@ pub fn activity(kind: &str, message: &str) {
     host::events::emit(&host::events::Activity {
         kind: kind.into(),
         message: message.into(),
-        data: String::new(),
+        data: None,
     });
 }
 
@@ -165,7 +177,7 @@ pub fn activity_with(kind: &str, message: &str, data: &impl serde::Serialize) {
     host::events::emit(&host::events::Activity {
         kind: kind.into(),
         message: message.into(),
-        data: serde_json::to_string(data).unwrap_or_default(),
+        data: serde_json::to_string(data).ok(),
     });
 }
 

@@ -190,7 +190,7 @@ fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskErr
     let data = json!({ "steps": steps, "failed": failed, "ran": ran, "planned": commands.len() });
     Ok(TaskOutput {
         summary,
-        data: data.to_string(),
+        data: Some(data.to_string()),
     })
 }
 

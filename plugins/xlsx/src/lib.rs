@@ -205,13 +205,13 @@ fn read(input: ReadInput) -> Result<TaskOutput, TaskError> {
         } else {
             message
         },
-        data: json!({
+        data: Some(json!({
             "path": path.display().to_string(),
             "format": key,
             "truncated": truncated,
             "sheets": sheets,
         })
-        .to_string(),
+        .to_string()),
     })
 }
 
@@ -238,7 +238,7 @@ fn info(input: PathInput) -> Result<TaskOutput, TaskError> {
     activity("xlsx.info", &message);
     Ok(TaskOutput {
         summary: message,
-        data: json!({"path": path.display().to_string(), "sheets": sheets}).to_string(),
+        data: Some(json!({"path": path.display().to_string(), "sheets": sheets}).to_string()),
     })
 }
 
@@ -296,13 +296,13 @@ fn write(input: WriteInput, overwrite_default: bool, verb: &str) -> Result<TaskO
     );
     Ok(TaskOutput {
         summary: message,
-        data: json!({
+        data: Some(json!({
             "path": path.display().to_string(),
             "bytes": bytes.len(),
             "sheets": sheets.iter().map(|(n, rows)| json!({"name": n, "rows": rows.len()})).collect::<Vec<_>>(),
             "cells": cells,
         })
-        .to_string(),
+        .to_string()),
     })
 }
 

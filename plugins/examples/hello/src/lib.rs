@@ -30,7 +30,7 @@ impl Plugin for Hello {
         }
         Ok(TaskOutput {
             summary: "echoed".into(),
-            data: task.input,
+            data: Some(task.input),
         })
     }
 }

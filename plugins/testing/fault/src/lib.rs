@@ -173,7 +173,7 @@ impl Plugin for Fault {
         };
         Ok(TaskOutput {
             summary: task.operation,
-            data: data.to_string(),
+            data: Some(data.to_string()),
         })
     }
 }
