@@ -16,6 +16,8 @@ const BUNDLED: &[(&str, &str)] = &[
     ("kb-retrieval", "kb_retrieval"),
     ("terminal-exec", "terminal_exec"),
     ("docx", "docx"),
+    // Shipped but not registered: `capstan plugins add builtin:xlsx` adds it.
+    ("xlsx", "xlsx"),
 ];
 
 fn main() {
@@ -25,6 +27,10 @@ fn main() {
     // wit/ is a link to plugins/sdk/wit, the WIT the SDK crate bundles.
     let wit = plugins.join("sdk").join("wit");
     println!("cargo:rerun-if-changed={}", wit.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("wit-snapshots").display()
+    );
     for entry in [
         "Cargo.toml",
         "Cargo.lock",

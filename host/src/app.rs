@@ -390,7 +390,6 @@ impl App {
             )),
             index: Some(self.indexes.clone()),
             approval: Some(self.broker.clone()),
-            model: None,
         };
         let ctx = RunContext {
             run_id: run_id.clone(),
