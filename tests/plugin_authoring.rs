@@ -92,7 +92,12 @@ fn a_scaffolded_plugin_builds_outside_the_repo_is_added_pinned_runs_and_is_remov
 
     // Not confirmed: nothing written.
     let before = std::fs::read_to_string(home.path().join("config/capstan.toml")).unwrap();
-    let out = home.capstan().args(["plugins", "add"]).arg(&wasm).output().unwrap();
+    let out = home
+        .capstan()
+        .args(["plugins", "add"])
+        .arg(&wasm)
+        .output()
+        .unwrap();
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
     assert!(stdout.contains("greet (read-only)"), "{stdout}");
@@ -112,12 +117,18 @@ fn a_scaffolded_plugin_builds_outside_the_repo_is_added_pinned_runs_and_is_remov
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
     let config = std::fs::read_to_string(home.path().join("config/capstan.toml")).unwrap();
-    assert!(config.starts_with(&before), "the user's own lines were kept:\n{config}");
+    assert!(
+        config.starts_with(&before),
+        "the user's own lines were kept:\n{config}"
+    );
     let parsed: toml::Table = toml::from_str(&config).unwrap();
     let entry = &parsed["plugin"].as_array().unwrap()[0];
     assert_eq!(entry["name"].as_str(), Some("greeter"));
     assert_eq!(entry["sha256"].as_str(), Some(sha.as_str()));
-    assert_eq!(entry["kinds"].as_array().unwrap()[0].as_str(), Some("greeter"));
+    assert_eq!(
+        entry["kinds"].as_array().unwrap()[0].as_str(),
+        Some("greeter")
+    );
     assert_eq!(entry["permissions"]["workspace"].as_str(), Some("none"));
     assert_eq!(entry["permissions"]["host"].as_array().unwrap().len(), 0);
     // The pinned copy is what runs, whatever happens to the build output.
@@ -132,15 +143,27 @@ fn a_scaffolded_plugin_builds_outside_the_repo_is_added_pinned_runs_and_is_remov
         .unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
-    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap(), "hello, Ada");
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout).unwrap(),
+        "hello, Ada"
+    );
     // The derived schema's deny_unknown_fields is the plugin's own check too.
     let out = home
         .capstan()
-        .args(["invoke", "greeter", "--input", r#"{"name": "Ada", "age": 3}"#])
+        .args([
+            "invoke",
+            "greeter",
+            "--input",
+            r#"{"name": "Ada", "age": 3}"#,
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).1.contains("unknown field `age`"), "{}", text(&out).1);
+    assert!(
+        text(&out).1.contains("unknown field `age`"),
+        "{}",
+        text(&out).1
+    );
 
     // Adding it twice is refused by name.
     let out = home
@@ -150,9 +173,17 @@ fn a_scaffolded_plugin_builds_outside_the_repo_is_added_pinned_runs_and_is_remov
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).1.contains("plugins remove greeter"), "{}", text(&out).1);
+    assert!(
+        text(&out).1.contains("plugins remove greeter"),
+        "{}",
+        text(&out).1
+    );
 
-    let out = home.capstan().args(["plugins", "remove", "greeter"]).output().unwrap();
+    let out = home
+        .capstan()
+        .args(["plugins", "remove", "greeter"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out).1);
     assert_eq!(
         std::fs::read_to_string(home.path().join("config/capstan.toml")).unwrap(),
@@ -165,10 +196,22 @@ fn a_scaffolded_plugin_builds_outside_the_repo_is_added_pinned_runs_and_is_remov
         .output()
         .unwrap();
     assert_ne!(out.status.code(), Some(0));
-    let out = home.capstan().args(["plugins", "remove", "greeter"]).output().unwrap();
+    let out = home
+        .capstan()
+        .args(["plugins", "remove", "greeter"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).1.contains("no plugin `greeter`"), "{}", text(&out).1);
-    let out = home.capstan().args(["plugins", "remove", "docx"]).output().unwrap();
+    assert!(
+        text(&out).1.contains("no plugin `greeter`"),
+        "{}",
+        text(&out).1
+    );
+    let out = home
+        .capstan()
+        .args(["plugins", "remove", "docx"])
+        .output()
+        .unwrap();
     assert!(text(&out).1.contains("bundled plugin"), "{}", text(&out).1);
 }
 
@@ -186,12 +229,23 @@ fn builtin_xlsx_is_one_command_away() {
     let out = home.capstan().args(["plugins", "check"]).output().unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
-    assert!(stdout.contains("all 4 plugins loaded and valid"), "{stdout}");
+    assert!(
+        stdout.contains("all 4 plugins loaded and valid"),
+        "{stdout}"
+    );
 
     let ws = tempfile::tempdir().unwrap();
     let out = home
         .capstan()
-        .args(["invoke", "xlsx", "--operation", "create", "--approve", "all", "--workspace"])
+        .args([
+            "invoke",
+            "xlsx",
+            "--operation",
+            "create",
+            "--approve",
+            "all",
+            "--workspace",
+        ])
         .arg(ws.path())
         .args([
             "--input",
@@ -229,7 +283,9 @@ fn add_refuses_what_is_not_a_plugin_with_a_clear_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out).1.contains("supports capstan:plugin 0.1.0 to 0.2.0"),
+        text(&out)
+            .1
+            .contains("supports capstan:plugin 0.1.0 to 0.2.0"),
         "{}",
         text(&out).1
     );
@@ -244,4 +300,84 @@ fn add_refuses_what_is_not_a_plugin_with_a_clear_error() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// The block of docs/PLUGINS.md that follows `<!-- test: NAME -->`.
+fn guide_block(guide: &str, name: &str) -> String {
+    let marker = format!("<!-- test: {name} -->");
+    let after = &guide[guide.find(&marker).expect("marker in the guide") + marker.len()..];
+    let start = after.find("```").unwrap();
+    let body = &after[start..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    body[..body.find("\n```").unwrap() + 1].to_string()
+}
+
+#[test]
+fn the_guides_plugin_builds_outside_the_repo_and_runs() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let guide = std::fs::read_to_string(repo.join("docs/PLUGINS.md")).unwrap();
+    let lib = guide_block(&guide, "src/lib.rs");
+    assert!(
+        lib.lines().count() < 40,
+        "the guide's plugin grew to {} lines",
+        lib.lines().count()
+    );
+    let placeholder = r#"capstan-plugin = { path = "/path/to/capstan-plugin" }"#;
+    let cargo = guide_block(&guide, "Cargo.toml");
+    assert!(cargo.contains(placeholder), "{cargo}");
+    // The SDK by path (as `plugins new --sdk` writes it); nothing else from the repo.
+    let sdk = repo.join("plugins/sdk");
+    let cargo = cargo.replace(
+        placeholder,
+        &format!(
+            "capstan-plugin = {{ path = {:?} }}",
+            sdk.display().to_string()
+        ),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    assert!(!dir.path().starts_with(repo));
+    let project = dir.path().join("wordcount");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::create_dir_all(project.join(".cargo")).unwrap();
+    std::fs::write(project.join("Cargo.toml"), cargo).unwrap();
+    std::fs::write(project.join("src/lib.rs"), lib).unwrap();
+    std::fs::write(
+        project.join(".cargo/config.toml"),
+        "[build]\ntarget = \"wasm32-wasip2\"\n",
+    )
+    .unwrap();
+    build_plugin(&project);
+    let wasm = plugin_target_dir().join("wasm32-wasip2/release/wordcount.wasm");
+
+    let home = Home::new("");
+    let out = home
+        .capstan()
+        .args(["plugins", "add", "--workspace", "read", "--yes"])
+        .arg(&wasm)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("todo.md"), "buy milk\nfix the roof today\n").unwrap();
+    let out = home
+        .capstan()
+        .args(["invoke", "wordcount", "--workspace"])
+        .arg(ws.path())
+        .args(["--input", r#"{"path": "todo.md"}"#])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let data: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(data["words"], 6);
+    let out = home
+        .capstan()
+        .args(["invoke", "wordcount", "--workspace"])
+        .arg(ws.path())
+        .args(["--input", r#"{"path": "../etc/passwd"}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("no `..`"), "{}", text(&out).1);
 }

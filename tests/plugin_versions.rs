@@ -69,16 +69,22 @@ async fn a_component_built_against_0_1_0_still_loads_and_runs() {
         })
         .expect("the 0.1.0 plugin's activity reached the event stream");
     assert_eq!(activity, Value::Null);
-    assert!(rec.types().contains(&"progress".to_string()), "{:?}", rec.types());
+    assert!(
+        rec.types().contains(&"progress".to_string()),
+        "{:?}",
+        rec.types()
+    );
 
-    let empty = capstan::dispatch::run_task(&rt, &reg, &task("legacy_echo", "empty", json!({})), &run)
-        .await
-        .unwrap();
+    let empty =
+        capstan::dispatch::run_task(&rt, &reg, &task("legacy_echo", "empty", json!({})), &run)
+            .await
+            .unwrap();
     assert_eq!(empty.data, Value::Null);
 
-    let failed = capstan::dispatch::run_task(&rt, &reg, &task("legacy_echo", "fail", json!({})), &run)
-        .await
-        .unwrap_err();
+    let failed =
+        capstan::dispatch::run_task(&rt, &reg, &task("legacy_echo", "fail", json!({})), &run)
+            .await
+            .unwrap_err();
     assert_eq!(failed.reason, FailureReason::InvalidInput);
     assert_eq!(failed.message, "the 0.1.0 plugin says no");
 }
@@ -98,7 +104,10 @@ async fn sdk_plugins_are_0_2_0_and_their_schemas_come_from_their_input_types() {
         "The .xlsx file, relative to the workspace root"
     );
     assert_eq!(read["properties"]["format"]["default"], "csv");
-    assert_eq!(read["properties"]["format"]["enum"], json!(["csv", "markdown"]));
+    assert_eq!(
+        read["properties"]["format"]["enum"],
+        json!(["csv", "markdown"])
+    );
     // One input type, two defaults: `create` keeps files, `write` replaces them.
     let create = &xlsx.operation("create").unwrap().input_schema;
     let write = &xlsx.operation("write").unwrap().input_schema;

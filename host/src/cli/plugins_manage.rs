@@ -80,13 +80,20 @@ fn is_plugin_name(s: &str) -> bool {
 }
 
 /// `capstan plugins new NAME`.
-pub fn new(global: &GlobalArgs, name: &str, dir: Option<&Path>, sdk: Option<&Path>) -> Result<ExitCode> {
+pub fn new(
+    global: &GlobalArgs,
+    name: &str,
+    dir: Option<&Path>,
+    sdk: Option<&Path>,
+) -> Result<ExitCode> {
     if !is_plugin_name(name) {
         bail!(
             "`{name}` is not a plugin name: use 1-64 characters of a-z, 0-9, '-' or '_', starting with a letter"
         );
     }
-    let target = dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(name));
+    let target = dir
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(name));
     if target.exists()
         && std::fs::read_dir(&target)
             .map(|mut d| d.next().is_some())
@@ -294,16 +301,13 @@ pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
                 .unwrap_or("plugin")
                 .to_ascii_lowercase()
                 .replace('_', "-");
-            // Pin the bytes: a copy named by its hash, so rebuilding the source
-            // file later does not silently change what runs.
-            let store = dirs.data.join("plugins");
-            std::fs::create_dir_all(&store)
-                .with_context(|| format!("creating {}", store.display()))?;
-            let kept = store.join(format!("{stem}-{}.wasm", &sha[..16]));
-            std::fs::write(&kept, &bytes)
-                .with_context(|| format!("writing {}", kept.display()))?;
+            // Pinned on confirmation: a copy named by its hash (see below).
+            let kept = dirs
+                .data
+                .join("plugins")
+                .join(format!("{stem}-{}.wasm", &sha[..16]));
             (
-                ComponentSource::File(kept.clone()),
+                ComponentSource::File(path),
                 kept.display().to_string(),
                 Some(sha),
                 stem,
@@ -311,7 +315,9 @@ pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
         };
     let name = args.name.clone().unwrap_or(default_name);
     if !is_plugin_name(&name) {
-        bail!("`{name}` is not a plugin name; pass --name with 1-64 characters of a-z, 0-9, '-' or '_'");
+        bail!(
+            "`{name}` is not a plugin name; pass --name with 1-64 characters of a-z, 0-9, '-' or '_'"
+        );
     }
 
     // Load it with every service granted, to learn what it asks for.
@@ -440,9 +446,7 @@ pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
 
     if !args.yes {
         if !std::io::stdin().is_terminal() {
-            errln!(
-                "not added: confirm with --yes (nothing asked, since stdin is not a terminal)"
-            );
+            errln!("not added: confirm with --yes (nothing asked, since stdin is not a terminal)");
             return Ok(ExitCode::from(2));
         }
         crate::out!("Add it to {}? [y/N] ", config.display());
@@ -470,7 +474,26 @@ pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
         bail!("the new entry would not be valid: {e}");
     }
     if !specs.iter().any(|s| s.entry.name == name) {
-        bail!("the new entry for `{name}` did not parse back; {} left unchanged", config.display());
+        bail!(
+            "the new entry for `{name}` did not parse back; {} left unchanged",
+            config.display()
+        );
+    }
+    // The copy the entry pins, so rebuilding the source file later does not
+    // silently change what runs (the sha256 would refuse it anyway).
+    if let ComponentSource::File(original) = &loaded.spec.source {
+        let kept = Path::new(&component_field);
+        std::fs::create_dir_all(kept.parent().unwrap())
+            .with_context(|| format!("creating {}", kept.display()))?;
+        std::fs::copy(original, kept)
+            .with_context(|| format!("copying the component to {}", kept.display()))?;
+        if crate::runtime::sha256_hex(&std::fs::read(kept)?) != loaded.sha256 {
+            let _ = std::fs::remove_file(kept);
+            bail!(
+                "{} changed while it was being added; try again",
+                original.display()
+            );
+        }
     }
     write_config(&config, &text)?;
     outln!("added `{name}` to {}", config.display());
@@ -546,8 +569,12 @@ pub fn remove(global: &GlobalArgs, name: &str) -> Result<ExitCode> {
         );
     };
     let (before, _) = manifest::parse(&text, "", config.parent());
-    let new_text = cut_block(&text, index)
-        .ok_or_else(|| anyhow!("cannot find the `[[plugin]]` block of `{name}` in {}", config.display()))?;
+    let new_text = cut_block(&text, index).ok_or_else(|| {
+        anyhow!(
+            "cannot find the `[[plugin]]` block of `{name}` in {}",
+            config.display()
+        )
+    })?;
     let after = manifest::entry_labels_of(&new_text);
     let mut expected = labels.clone();
     expected.remove(index);

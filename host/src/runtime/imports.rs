@@ -181,7 +181,8 @@ mod tests {
         assert!(newer.contains("newer than this Capstan knows"), "{newer}");
         let unknown = resolve(v("9.0.0")).unwrap_err();
         assert!(
-            unknown.contains("@9.0.0") && unknown.contains("supports capstan:plugin 0.1.0 to 0.2.0"),
+            unknown.contains("@9.0.0")
+                && unknown.contains("supports capstan:plugin 0.1.0 to 0.2.0"),
             "{unknown}"
         );
         assert!(resolve(v("0.3.0")).is_err());

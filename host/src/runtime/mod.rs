@@ -333,7 +333,11 @@ impl Runtime {
             .instantiate(plugin, "describe", &run, WorkspaceAccess::None)
             .await?;
         let result = match &instance {
-            Instance::Current(i) => i.capstan_plugin_capability().call_describe(&mut store).await,
+            Instance::Current(i) => {
+                i.capstan_plugin_capability()
+                    .call_describe(&mut store)
+                    .await
+            }
             Instance::V0_1(i) => i
                 .capstan_plugin_capability()
                 .call_describe(&mut store)
@@ -426,7 +430,10 @@ impl Runtime {
             Ok(UpdateDeadline::Yield(1))
         });
         let instance = match &plugin.pre {
-            Pre::Current(pre) => pre.instantiate_async(&mut store).await.map(Instance::Current),
+            Pre::Current(pre) => pre
+                .instantiate_async(&mut store)
+                .await
+                .map(Instance::Current),
             Pre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(Instance::V0_1),
         }
         .map_err(|e| classify_trap(&store, plugin, e))?;

@@ -193,12 +193,18 @@ impl index::Host for TaskState {
             ))));
         }
         Ok(match self.index_service() {
-            Ok(s) => s.upsert_files(&self.scope, files).await.map_err(index_failed),
+            Ok(s) => s
+                .upsert_files(&self.scope, files)
+                .await
+                .map_err(index_failed),
             Err(e) => Err(e),
         })
     }
 
-    async fn remove_file(&mut self, path: String) -> wasmtime::Result<Result<(), index::IndexError>> {
+    async fn remove_file(
+        &mut self,
+        path: String,
+    ) -> wasmtime::Result<Result<(), index::IndexError>> {
         Ok(match self.index_service() {
             Ok(s) => s.remove_file(&self.scope, path).await.map_err(index_failed),
             Err(e) => Err(e),
@@ -218,7 +224,10 @@ impl index::Host for TaskState {
         limit: u32,
     ) -> wasmtime::Result<Result<Vec<index::Hit>, index::IndexError>> {
         Ok(match self.index_service() {
-            Ok(s) => s.search(&self.scope, query, limit).await.map_err(index_failed),
+            Ok(s) => s
+                .search(&self.scope, query, limit)
+                .await
+                .map_err(index_failed),
             Err(e) => Err(e),
         })
     }

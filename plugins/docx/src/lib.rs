@@ -274,14 +274,16 @@ fn append(input: AppendInput) -> Result<TaskOutput, TaskError> {
     activity("docx.appended", &message);
     Ok(TaskOutput {
         summary: message,
-        data: Some(json!({
-            "path": path.display().to_string(),
-            "bytes": out.len(),
-            "paragraphs_added": added,
-            "tables_added": after.tables.saturating_sub(before.tables),
-            "info": info_json(&after),
-        })
-        .to_string()),
+        data: Some(
+            json!({
+                "path": path.display().to_string(),
+                "bytes": out.len(),
+                "paragraphs_added": added,
+                "tables_added": after.tables.saturating_sub(before.tables),
+                "info": info_json(&after),
+            })
+            .to_string(),
+        ),
     })
 }
 

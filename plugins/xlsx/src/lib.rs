@@ -205,13 +205,15 @@ fn read(input: ReadInput) -> Result<TaskOutput, TaskError> {
         } else {
             message
         },
-        data: Some(json!({
-            "path": path.display().to_string(),
-            "format": key,
-            "truncated": truncated,
-            "sheets": sheets,
-        })
-        .to_string()),
+        data: Some(
+            json!({
+                "path": path.display().to_string(),
+                "format": key,
+                "truncated": truncated,
+                "sheets": sheets,
+            })
+            .to_string(),
+        ),
     })
 }
 
