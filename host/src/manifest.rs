@@ -139,11 +139,6 @@ pub struct PluginEntry {
     /// Hex sha256 of the component file; required for files.
     #[serde(default)]
     pub sha256: Option<String>,
-    /// Where `capstan plugins add oci://...` got the component, pinned by its
-    /// manifest digest (`oci://REGISTRY/REPO@sha256:...`). Provenance for people;
-    /// what runs is the file and its sha256.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oci: Option<String>,
     pub kinds: Vec<String>,
     #[serde(default)]
     pub permissions: Permissions,
@@ -342,13 +337,6 @@ fn validate(
         return Err(
             "field `sha256`: must be 64 hex digits (run `sha256sum` on the component)".into(),
         );
-    }
-    if let Some(oci) = &entry.oci
-        && !(oci.starts_with("oci://") && oci.contains("@sha256:"))
-    {
-        return Err(format!(
-            "field `oci`: {oci:?} must be oci://REGISTRY/REPOSITORY@sha256:<digest>"
-        ));
     }
     let source = if let Some(name) = entry.component.strip_prefix("builtin:") {
         ComponentSource::Builtin(name.to_string())

@@ -9,7 +9,6 @@ mod kb;
 mod mcp;
 mod plugins;
 mod plugins_manage;
-mod plugins_oci;
 mod serve;
 mod setup;
 mod workspace;

@@ -1,5 +1,4 @@
-//! `capstan plugins list|check|new|add|remove|publish|keygen|trust` (the others in
-//! plugins_manage.rs and plugins_oci.rs). The list also shows the external MCP servers your
+//! `capstan plugins list|check|new|add|remove` (the last three in plugins_manage.rs). The list also shows the external MCP servers your
 //! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
 
 use std::path::PathBuf;
@@ -40,13 +39,9 @@ pub enum PluginsCommand {
         sdk: Option<PathBuf>,
     },
     /// Validate a component, show what it asks for, and add it to your capstan.toml
-    /// pinned by sha256. SOURCE is a .wasm file, builtin:NAME (e.g. builtin:xlsx) or
-    /// oci://REGISTRY/NAME:TAG (signature checked against your trusted keys).
+    /// pinned by sha256. SOURCE is a .wasm file or builtin:NAME (e.g. builtin:xlsx).
     Add {
         source: String,
-        /// Add an oci:// component that is unsigned or not signed by a trusted key.
-        #[arg(long)]
-        allow_unsigned: bool,
         /// Name of the manifest entry (default: the file name).
         #[arg(long)]
         name: Option<String>,
@@ -63,24 +58,6 @@ pub enum PluginsCommand {
     },
     /// Remove a plugin's entry from your capstan.toml.
     Remove { name: String },
-    /// Push a component to an OCI registry (oci://REGISTRY/NAME:TAG), signed with
-    /// --key when given.
-    Publish {
-        path: PathBuf,
-        target: String,
-        /// Secret key from `capstan plugins keygen` (OUT.key).
-        #[arg(long, value_name = "FILE")]
-        key: Option<PathBuf>,
-    },
-    /// Make an ed25519 key pair for signing plugins: OUT.key and OUT.pub.
-    Keygen {
-        out: PathBuf,
-        /// Also add the public key to your trusted keys.
-        #[arg(long)]
-        trust: bool,
-    },
-    /// Trust plugins signed by this public key (a .pub file from keygen).
-    Trust { public_key: PathBuf },
 }
 
 fn parse_access(s: &str) -> Result<crate::manifest::WorkspaceAccess, String> {
@@ -102,7 +79,6 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         }
         PluginsCommand::Add {
             source,
-            allow_unsigned,
             name,
             kinds,
             workspace,
@@ -110,7 +86,6 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         } => {
             let args = super::plugins_manage::AddArgs {
                 source,
-                allow_unsigned,
                 name,
                 kinds,
                 workspace,
@@ -119,20 +94,6 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
             return super::plugins_manage::add(global, args).await;
         }
         PluginsCommand::Remove { name } => return super::plugins_manage::remove(global, &name),
-        PluginsCommand::Publish { path, target, key } => {
-            return super::plugins_manage::publish(global, &path, &target, key.as_deref()).await;
-        }
-        PluginsCommand::Keygen { out, trust } => {
-            super::plugins_oci::keygen(&global.dirs()?, &out, trust)?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        PluginsCommand::Trust { public_key } => {
-            let line = std::fs::read_to_string(&public_key).map_err(|e| {
-                anyhow::anyhow!("cannot read {}: {e}", public_key.display())
-            })?;
-            super::plugins_oci::trust_key(&global.dirs()?, &line)?;
-            return Ok(ExitCode::SUCCESS);
-        }
     };
     let workspace = workspace
         .as_deref()

@@ -236,7 +236,6 @@ capstan_plugin::export!({ty});
 /// What `plugins add` was asked.
 pub struct AddArgs {
     pub source: String,
-    pub allow_unsigned: bool,
     pub name: Option<String>,
     pub kinds: Vec<String>,
     pub workspace: Option<WorkspaceAccess>,
@@ -276,118 +275,9 @@ fn service_words(s: HostService) -> &'static str {
 /// `capstan plugins add PATH|builtin:NAME`.
 pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
     let dirs = global.dirs()?;
-    // An oci:// component is pulled and verified first, then added like a file.
-    let mut incoming = None;
-    let mut provenance = None;
-    let mut file_source = args.source.clone();
-    if args.source.starts_with("oci://") {
-        let pulled = super::plugins_oci::pull(&dirs, &args.source, args.allow_unsigned).await?;
-        let dir = dirs.data.join("plugins");
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(&format!("{}-", pulled.name))
-            .suffix(".wasm")
-            .tempfile_in(&dir)?;
-        tmp.write_all(&pulled.bytes)?;
-        // The file's stem names the plugin by default.
-        let named = dir.join(format!(".incoming-{}", std::process::id()));
-        std::fs::create_dir_all(&named)?;
-        let path = named.join(format!("{}.wasm", pulled.name));
-        tmp.persist(&path)?;
-        file_source = path.display().to_string();
-        incoming = Some(named);
-        provenance = Some((pulled.pinned, pulled.signer));
-    }
-    let result = add_from(&dirs, &args, &file_source, provenance).await;
-    if let Some(dir) = incoming {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    result
-}
-
-/// Probes a component: loads it with every host service granted, to learn its
-/// kinds, operations and the services it imports.
-async fn probe(
-    dirs: &Dirs,
-    name: &str,
-    source: ComponentSource,
-    component_field: &str,
-    sha256: Option<String>,
-) -> Result<std::sync::Arc<crate::runtime::LoadedPlugin>> {
-    let runtime = Runtime::new(
-        dirs.component_cache(),
-        vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
-    )?;
-    let label = source.to_string();
-    let probe = PluginSpec {
-        entry: PluginEntry {
-            name: name.to_string(),
-            version: "0.0.0".into(),
-            component: component_field.to_string(),
-            sha256,
-            oci: None,
-            kinds: vec![],
-            permissions: Permissions {
-                workspace: WorkspaceAccess::None,
-                host: HostService::ALL.into_iter().collect(),
-            },
-            limits: Limits::default(),
-        },
-        source,
-        origin: "plugins add".into(),
-    };
-    let loaded = runtime
-        .load_spec(probe)
-        .await
-        .map_err(|e| anyhow!("{label}: {}", e.message))?;
-    Ok(std::sync::Arc::new(loaded))
-}
-
-/// `capstan plugins publish PATH oci://...`.
-pub async fn publish(
-    global: &GlobalArgs,
-    path: &Path,
-    target: &str,
-    key: Option<&Path>,
-) -> Result<ExitCode> {
-    let dirs = global.dirs()?;
-    let path = std::path::absolute(path)?;
-    let bytes =
-        std::fs::read(&path).with_context(|| format!("cannot read the component {}", path.display()))?;
-    let sha = crate::runtime::sha256_hex(&bytes);
-    let name = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("plugin")
-        .to_ascii_lowercase()
-        .replace('_', "-");
-    let loaded = probe(
-        &dirs,
-        &name,
-        ComponentSource::File(path.clone()),
-        &path.display().to_string(),
-        Some(sha),
-    )
-    .await?;
-    let pinned = super::plugins_oci::publish(bytes, &loaded, target, key).await?;
-    outln!(
-        "published {} ({}){}",
-        pinned,
-        loaded.kinds.join(", "),
-        if key.is_some() { ", signed" } else { ", unsigned" }
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn add_from(
-    dirs: &Dirs,
-    args: &AddArgs,
-    file_source: &str,
-    provenance: Option<(String, String)>,
-) -> Result<ExitCode> {
     let config = dirs.user_config_file();
     let (source, component_field, sha256, default_name) =
-        if let Some(builtin) = file_source.strip_prefix("builtin:") {
+        if let Some(builtin) = args.source.strip_prefix("builtin:") {
             if crate::bundled::component(builtin).is_none() {
                 bail!(
                     "no builtin component `{builtin}`; builtins are: {}",
@@ -396,12 +286,12 @@ async fn add_from(
             }
             (
                 ComponentSource::Builtin(builtin.to_string()),
-                file_source.to_string(),
+                args.source.clone(),
                 None,
                 builtin.to_string(),
             )
         } else {
-            let path = std::path::absolute(file_source)?;
+            let path = std::path::absolute(&args.source)?;
             let bytes = std::fs::read(&path)
                 .with_context(|| format!("cannot read the component {}", path.display()))?;
             let sha = crate::runtime::sha256_hex(&bytes);
@@ -430,7 +320,31 @@ async fn add_from(
         );
     }
 
-    let loaded = probe(dirs, &name, source, &component_field, sha256.clone()).await?;
+    // Load it with every service granted, to learn what it asks for.
+    let runtime = Runtime::new(
+        dirs.component_cache(),
+        vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+    )?;
+    let probe = PluginSpec {
+        entry: PluginEntry {
+            name: name.clone(),
+            version: "0.0.0".into(),
+            component: component_field.clone(),
+            sha256: sha256.clone(),
+            kinds: vec![],
+            permissions: Permissions {
+                workspace: WorkspaceAccess::None,
+                host: HostService::ALL.into_iter().collect(),
+            },
+            limits: Limits::default(),
+        },
+        source,
+        origin: "plugins add".into(),
+    };
+    let loaded = runtime
+        .load_spec(probe)
+        .await
+        .map_err(|e| anyhow!("{}: {}", args.source, e.message))?;
     let kinds = if args.kinds.is_empty() {
         loaded.kinds.clone()
     } else {
@@ -484,9 +398,6 @@ async fn add_from(
     if let Some(sha) = &sha256 {
         entry.push_str(&format!("sha256 = \"{sha}\"\n"));
     }
-    if let Some((pinned, _)) = &provenance {
-        entry.push_str(&format!("oci = {}\n", toml::Value::String(pinned.clone())));
-    }
     let kinds_toml: Vec<String> = kinds
         .iter()
         .map(|k| toml::Value::String(k.clone()).to_string())
@@ -507,10 +418,6 @@ async fn add_from(
             .map(|s| format!(", sha256 {s}"))
             .unwrap_or_default()
     );
-    if let Some((pinned, signer)) = &provenance {
-        outln!("  from:          {pinned}");
-        outln!("  signature:     {signer}");
-    }
     outln!("  kinds:         {}", kinds.join(", "));
     for op in &loaded.operations {
         outln!(
