@@ -89,7 +89,6 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
         )),
         index: Some(app.indexes.clone()),
         approval: Some(app.broker.clone()),
-        model: None,
     };
     let (approve, source) = approve;
     let (feed, asked) = feed::Feed::new(

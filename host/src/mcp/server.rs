@@ -124,7 +124,6 @@ impl McpHost {
             )),
             index: Some(self.app.indexes.clone()),
             approval: Some(self.app.broker.clone()),
-            model: None,
         }
     }
 

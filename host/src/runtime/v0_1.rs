@@ -16,7 +16,6 @@ wasmtime::component::bindgen!({
 });
 
 use self::capstan::plugin::{approval, cancel, events, exec, index, model, types};
-pub use self::exports::capstan::plugin::capability;
 
 fn risk_now(r: types::Risk) -> now::types::Risk {
     use now::types::Risk as N;
