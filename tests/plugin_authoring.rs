@@ -82,7 +82,7 @@ fn a_scaffolded_plugin_builds_outside_the_repo_is_added_pinned_runs_and_is_remov
         .arg(&project)
         .output()
         .unwrap();
-    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(again.status.code(), Some(2));
     assert!(text(&again).1.contains("not empty"), "{}", text(&again).1);
 
     build_plugin(&project);
@@ -172,7 +172,7 @@ fn a_scaffolded_plugin_builds_outside_the_repo_is_added_pinned_runs_and_is_remov
         .arg(&wasm)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out).1.contains("plugins remove greeter"),
         "{}",
@@ -201,7 +201,7 @@ fn a_scaffolded_plugin_builds_outside_the_repo_is_added_pinned_runs_and_is_remov
         .args(["plugins", "remove", "greeter"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out).1.contains("no plugin `greeter`"),
         "{}",
@@ -269,7 +269,7 @@ fn add_refuses_what_is_not_a_plugin_with_a_clear_error() {
         .arg(&junk)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out).1.contains("not a valid WebAssembly component"),
         "{}",
@@ -281,7 +281,7 @@ fn add_refuses_what_is_not_a_plugin_with_a_clear_error() {
         .arg(common::built_component("future_major"))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out)
             .1
