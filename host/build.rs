@@ -16,14 +16,21 @@ const BUNDLED: &[(&str, &str)] = &[
     ("kb-retrieval", "kb_retrieval"),
     ("terminal-exec", "terminal_exec"),
     ("docx", "docx"),
+    // Shipped but not registered: `capstan plugins add builtin:xlsx` adds it.
+    ("xlsx", "xlsx"),
 ];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().unwrap().to_path_buf();
     let plugins = root.join("plugins");
-    let wit = root.join("wit");
+    // wit/ is a link to plugins/sdk/wit, the WIT the SDK crate bundles.
+    let wit = plugins.join("sdk").join("wit");
     println!("cargo:rerun-if-changed={}", wit.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("wit-snapshots").display()
+    );
     for entry in [
         "Cargo.toml",
         "Cargo.lock",
@@ -33,7 +40,7 @@ fn main() {
         "xlsx",
         "examples",
         "testing",
-        "shared",
+        "sdk",
     ] {
         println!("cargo:rerun-if-changed={}", plugins.join(entry).display());
     }

@@ -102,20 +102,10 @@ pub trait Approver: Send + Sync {
     ) -> wit::approval::Decision;
 }
 
-#[async_trait]
-pub trait ModelService: Send + Sync {
-    async fn complete(
-        &self,
-        scope: &TaskScope,
-        req: wit::model::CompletionRequest,
-    ) -> Result<wit::model::Completion, wit::model::ModelError>;
-}
-
 /// The services a host offers. `None` means "not offered here".
 #[derive(Clone, Default)]
 pub struct HostServices {
     pub exec: Option<Arc<dyn ExecService>>,
     pub index: Option<Arc<dyn IndexService>>,
     pub approval: Option<Arc<dyn Approver>>,
-    pub model: Option<Arc<dyn ModelService>>,
 }

@@ -263,7 +263,12 @@ pub fn entry_labels(path: &Path) -> Vec<String> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return vec![];
     };
-    let Ok(file) = toml::from_str::<ManifestFile>(&text) else {
+    entry_labels_of(&text)
+}
+
+/// [`entry_labels`] of a manifest's text.
+pub fn entry_labels_of(text: &str) -> Vec<String> {
+    let Ok(file) = toml::from_str::<ManifestFile>(text) else {
         return vec![];
     };
     file.plugin

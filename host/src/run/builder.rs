@@ -94,7 +94,6 @@ impl RunBuilder {
                 )),
                 index: Some(self.indexes),
                 approval: Some(self.broker),
-                model: None,
             },
             Offer::IndexOnly => HostServices {
                 index: Some(self.indexes),

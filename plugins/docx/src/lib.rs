@@ -5,18 +5,12 @@
 //! writes files (atomically: a hidden temporary file renamed over the target) and
 //! reports what it did.
 
-#[path = "../../shared/files.rs"]
-mod files;
-
-use files::{activity, parse};
-
-wit_bindgen::generate!({ world: "plugin", path: "../../wit" });
-
 use std::path::Path;
 
-use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
-use exports::capstan::plugin::capability::Guest;
-use serde::Deserialize;
+use capstan_plugin::{
+    CapabilityInfo, JsonSchema, Plugin, Risk, Task, TaskError, TaskOutput, activity, files, op,
+};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 struct Docx;
@@ -24,69 +18,20 @@ struct Docx;
 /// Characters of text a `read` returns unless asked otherwise.
 const DEFAULT_MAX_CHARS: usize = 1_000_000;
 
-const READ_SCHEMA: &str = r#"{
-  "type": "object",
-  "required": ["path"],
-  "additionalProperties": false,
-  "properties": {
-    "path": {"type": "string", "description": "The .docx file, relative to the workspace root"},
-    "format": {"type": "string", "enum": ["markdown", "text"], "default": "markdown"},
-    "max_chars": {"type": "integer", "minimum": 1, "default": 1000000, "description": "Cut the returned text at this many characters"}
-  }
-}"#;
-
-const INFO_SCHEMA: &str = r#"{
-  "type": "object",
-  "required": ["path"],
-  "additionalProperties": false,
-  "properties": {
-    "path": {"type": "string", "description": "The .docx file, relative to the workspace root"}
-  }
-}"#;
-
-const CREATE_SCHEMA: &str = r##"{
-  "type": "object",
-  "required": ["path", "markdown"],
-  "additionalProperties": false,
-  "properties": {
-    "path": {"type": "string", "description": "The .docx file to write, relative to the workspace root"},
-    "markdown": {"type": "string", "description": "Content: # headings, paragraphs, **bold**, *italic*, - and 1. lists, pipe tables, > quotes, code blocks"},
-    "title": {"type": "string", "description": "Document title (default: the first heading)"},
-    "overwrite": {"type": "boolean", "default": false}
-  }
-}"##;
-
-const REPLACE_SCHEMA: &str = r#"{
-  "type": "object",
-  "required": ["path", "find", "replace"],
-  "additionalProperties": false,
-  "properties": {
-    "path": {"type": "string", "description": "The .docx file, relative to the workspace root"},
-    "find": {"type": "string", "minLength": 1, "description": "Exact text to find (case-sensitive), also where Word split it across formatting runs"},
-    "replace": {"type": "string", "description": "Replacement text; it takes the formatting of the run where each match starts"}
-  }
-}"#;
-
-const APPEND_SCHEMA: &str = r##"{
-  "type": "object",
-  "required": ["path", "markdown"],
-  "additionalProperties": false,
-  "properties": {
-    "path": {"type": "string", "description": "The .docx file, relative to the workspace root"},
-    "markdown": {"type": "string", "description": "Content to add at the end: # headings, paragraphs, **bold**, *italic*, lists, pipe tables"}
-  }
-}"##;
-
-#[derive(Deserialize)]
+/// Input of `read`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReadInput {
+    /// The .docx file, relative to the workspace root
     path: String,
     #[serde(default)]
     format: Format,
+    /// Cut the returned text at this many characters
+    #[schemars(range(min = 1), extend("default" = 1_000_000))]
     max_chars: Option<usize>,
 }
 
-#[derive(Deserialize, Default, Clone, Copy, PartialEq)]
+#[derive(Deserialize, Serialize, JsonSchema, Default, Clone, Copy, PartialEq)]
 #[serde(rename_all = "lowercase")]
 enum Format {
     #[default]
@@ -94,79 +39,79 @@ enum Format {
     Text,
 }
 
-#[derive(Deserialize)]
+/// Input of `info`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PathInput {
+    /// The .docx file, relative to the workspace root
     path: String,
 }
 
-#[derive(Deserialize)]
+/// Input of `create`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateInput {
+    /// The .docx file to write, relative to the workspace root
     path: String,
+    /// Content: # headings, paragraphs, **bold**, *italic*, - and 1. lists, pipe tables, > quotes, code blocks
     markdown: String,
+    /// Document title (default: the first heading)
     title: Option<String>,
     #[serde(default)]
     overwrite: bool,
 }
 
-#[derive(Deserialize)]
+/// Input of `replace`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReplaceInput {
+    /// The .docx file, relative to the workspace root
     path: String,
+    /// Exact text to find (case-sensitive), also where Word split it across formatting runs
+    #[schemars(length(min = 1))]
     find: String,
+    /// Replacement text; it takes the formatting of the run where each match starts
     replace: String,
 }
 
-#[derive(Deserialize)]
+/// Input of `append`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AppendInput {
+    /// The .docx file, relative to the workspace root
     path: String,
+    /// Content to add at the end: # headings, paragraphs, **bold**, *italic*, lists, pipe tables
     markdown: String,
 }
 
-fn op(name: &str, description: &str, schema: &str, risk: Risk) -> OperationInfo {
-    OperationInfo {
-        name: name.into(),
-        description: description.into(),
-        input_schema: schema.into(),
-        risk,
-    }
-}
-
-impl Guest for Docx {
+impl Plugin for Docx {
     fn describe() -> CapabilityInfo {
         CapabilityInfo {
             kinds: vec!["docx".into()],
             operations: vec![
-                op(
+                op::<ReadInput>(
                     "read",
                     "Read a .docx as Markdown (headings, lists, tables, bold, italic) or plain text.",
-                    READ_SCHEMA,
                     Risk::ReadOnly,
                 ),
-                op(
+                op::<PathInput>(
                     "info",
                     "Title, headings and counts (paragraphs, tables, words) of a .docx.",
-                    INFO_SCHEMA,
                     Risk::ReadOnly,
                 ),
-                op(
+                op::<CreateInput>(
                     "create",
                     "Create a .docx from Markdown (refuses to replace an existing file unless overwrite is true).",
-                    CREATE_SCHEMA,
                     Risk::Write,
                 ),
-                op(
+                op::<ReplaceInput>(
                     "replace",
                     "Find and replace text in a .docx, keeping its formatting and everything else in the file.",
-                    REPLACE_SCHEMA,
                     Risk::Write,
                 ),
-                op(
+                op::<AppendInput>(
                     "append",
                     "Append Markdown content (paragraphs, headings, lists, tables) to the end of a .docx.",
-                    APPEND_SCHEMA,
                     Risk::Write,
                 ),
             ],
@@ -175,11 +120,11 @@ impl Guest for Docx {
 
     fn invoke(task: Task) -> Result<TaskOutput, TaskError> {
         match task.operation.as_str() {
-            "read" => read(parse(&task)?),
-            "info" => info(parse(&task)?),
-            "create" => create(parse(&task)?),
-            "replace" => replace(parse(&task)?),
-            "append" => append(parse(&task)?),
+            "read" => read(task.input()?),
+            "info" => info(task.input()?),
+            "create" => create(task.input()?),
+            "replace" => replace(task.input()?),
+            "append" => append(task.input()?),
             other => Err(TaskError::NotImplemented(format!(
                 "operation `{other}`; docx offers read, info, create, replace and append"
             ))),
@@ -247,7 +192,7 @@ fn read(input: ReadInput) -> Result<TaskOutput, TaskError> {
         } else {
             message
         },
-        data: data.to_string(),
+        data: Some(data.to_string()),
     })
 }
 
@@ -267,7 +212,7 @@ fn info(input: PathInput) -> Result<TaskOutput, TaskError> {
     data["path"] = Value::String(path.display().to_string());
     Ok(TaskOutput {
         summary: message,
-        data: data.to_string(),
+        data: Some(data.to_string()),
     })
 }
 
@@ -283,7 +228,7 @@ fn create(input: CreateInput) -> Result<TaskOutput, TaskError> {
     activity("docx.created", &message);
     Ok(TaskOutput {
         summary: message,
-        data: json!({"path": path.display().to_string(), "bytes": bytes.len(), "info": info_json(&info)}).to_string(),
+        data: Some(json!({"path": path.display().to_string(), "bytes": bytes.len(), "info": info_json(&info)}).to_string()),
     })
 }
 
@@ -308,8 +253,8 @@ fn replace(input: ReplaceInput) -> Result<TaskOutput, TaskError> {
     Ok(TaskOutput {
         summary: message,
         data:
-            json!({"path": path.display().to_string(), "replacements": count, "changed": count > 0})
-                .to_string(),
+            Some(json!({"path": path.display().to_string(), "replacements": count, "changed": count > 0})
+                .to_string()),
     })
 }
 
@@ -329,15 +274,17 @@ fn append(input: AppendInput) -> Result<TaskOutput, TaskError> {
     activity("docx.appended", &message);
     Ok(TaskOutput {
         summary: message,
-        data: json!({
-            "path": path.display().to_string(),
-            "bytes": out.len(),
-            "paragraphs_added": added,
-            "tables_added": after.tables.saturating_sub(before.tables),
-            "info": info_json(&after),
-        })
-        .to_string(),
+        data: Some(
+            json!({
+                "path": path.display().to_string(),
+                "bytes": out.len(),
+                "paragraphs_added": added,
+                "tables_added": after.tables.saturating_sub(before.tables),
+                "info": info_json(&after),
+            })
+            .to_string(),
+        ),
     })
 }
 
-export!(Docx);
+capstan_plugin::export!(Docx);

@@ -7,46 +7,30 @@
 
 mod walk;
 
-wit_bindgen::generate!({ world: "plugin", path: "../../wit" });
-
 use std::collections::HashMap;
 
-use capstan::plugin::events::{Activity, emit, progress};
-use capstan::plugin::index;
-use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
-use exports::capstan::plugin::capability::Guest;
+use capstan_plugin::host::events::{Activity, emit};
+use capstan_plugin::host::index;
+use capstan_plugin::{
+    CapabilityInfo, JsonSchema, Plugin, Risk, Task, TaskError, TaskOutput, op, progress,
+};
 use serde::Deserialize;
 use serde_json::json;
 
 struct KbRetrieval;
 
-const SEARCH_SCHEMA: &str = r#"{
-  "type": "object",
-  "required": ["query"],
-  "properties": {
-    "query": {"type": "string", "description": "What to look for"},
-    "variants": {"type": "array", "items": {"type": "string"}, "description": "Rephrasings, fused with the query by reciprocal-rank fusion"},
-    "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 6},
-    "refresh": {"type": "boolean", "default": true, "description": "Bring the index up to date first"}
-  }
-}"#;
-
-const INDEX_SCHEMA: &str = r#"{
-  "type": "object",
-  "properties": {
-    "target_chars": {"type": "integer", "minimum": 200},
-    "overlap_chars": {"type": "integer", "minimum": 0},
-    "max_file_bytes": {"type": "integer", "minimum": 1024}
-  }
-}"#;
-
-#[derive(Deserialize)]
+/// Input of `search`.
+#[derive(Deserialize, JsonSchema)]
 struct SearchInput {
+    /// What to look for
     query: String,
+    /// Rephrasings, fused with the query by reciprocal-rank fusion
     #[serde(default)]
     variants: Vec<String>,
     #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = 50))]
     limit: u32,
+    /// Bring the index up to date first
     #[serde(default = "yes")]
     refresh: bool,
 }
@@ -58,32 +42,31 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Deserialize, Default)]
+/// Input of `index`.
+#[derive(Deserialize, JsonSchema, Default)]
 struct IndexInput {
+    #[schemars(range(min = 200))]
     target_chars: Option<usize>,
     overlap_chars: Option<usize>,
+    #[schemars(range(min = 1024))]
     max_file_bytes: Option<u64>,
 }
 
-impl Guest for KbRetrieval {
+impl Plugin for KbRetrieval {
     fn describe() -> CapabilityInfo {
         CapabilityInfo {
             kinds: vec!["local_kb_retrieval".into()],
             operations: vec![
-                OperationInfo {
-                    name: "search".into(),
-                    description: "Search the workspace's documents; returns ranked, cited passages and whether they suffice."
-                        .into(),
-                    input_schema: SEARCH_SCHEMA.into(),
-                    risk: Risk::ReadOnly,
-                },
-                OperationInfo {
-                    name: "index".into(),
-                    description: "Bring the workspace index up to date (only new, changed and deleted files)."
-                        .into(),
-                    input_schema: INDEX_SCHEMA.into(),
-                    risk: Risk::ReadOnly,
-                },
+                op::<SearchInput>(
+                    "search",
+                    "Search the workspace's documents; returns ranked, cited passages and whether they suffice.",
+                    Risk::ReadOnly,
+                ),
+                op::<IndexInput>(
+                    "index",
+                    "Bring the workspace index up to date (only new, changed and deleted files).",
+                    Risk::ReadOnly,
+                ),
             ],
         }
     }
@@ -102,7 +85,7 @@ impl Guest for KbRetrieval {
                 let report = walk::refresh(&opts, walk::Mode::Required)?;
                 Ok(TaskOutput {
                     summary: report.summary(),
-                    data: report.to_json().to_string(),
+                    data: Some(report.to_json().to_string()),
                 })
             }
             other => Err(TaskError::NotImplemented(format!(
@@ -150,7 +133,7 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     let mut fused: HashMap<(String, u32, u32), (f32, index::Hit)> = HashMap::new();
     for q in &queries {
         let hits = index::search(q, limit * 2)
-            .map_err(|e| TaskError::Failed(format!("index search: {e}")))?;
+            .map_err(|e| TaskError::Failed(format!("index search: {}", e.message())))?;
         for (rank, hit) in hits.into_iter().enumerate() {
             let key = (hit.path.clone(), hit.line_start, hit.line_end);
             let entry = fused.entry(key).or_insert((0.0, hit));
@@ -200,7 +183,7 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
             input.query,
             passages.len()
         ),
-        data: String::new(),
+        data: None,
     });
     let summary = format!(
         "{} passages for \"{}\"{}",
@@ -217,7 +200,7 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     });
     Ok(TaskOutput {
         summary,
-        data: data.to_string(),
+        data: Some(data.to_string()),
     })
 }
 
@@ -268,4 +251,4 @@ fn report_progress(done: u64, total: u64, done_bytes: u64, total_bytes: u64) {
     }
 }
 
-export!(KbRetrieval);
+capstan_plugin::export!(KbRetrieval);

@@ -17,10 +17,9 @@ use capstan_kb_parse::{ChunkOptions, IgnoreRules, ParseError};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::capstan::plugin::cancel::is_cancelled;
-use crate::capstan::plugin::events::{Activity, emit};
-use crate::capstan::plugin::index::{self, FileMeta, FileUpdate, Passage};
-use crate::capstan::plugin::types::TaskError;
+use capstan_plugin::host::events::{Activity, emit};
+use capstan_plugin::host::index::{self, FileMeta, FileUpdate, Passage};
+use capstan_plugin::{TaskError, is_cancelled};
 
 /// Parsed files are sent to the host's index in batches of about this much text: one
 /// call per file made linux-doc's 3,000 small files pay a hand-off each.
@@ -45,7 +44,7 @@ impl Batch {
 
     fn flush(&mut self) -> Result<(), String> {
         if !self.files.is_empty() {
-            index::upsert_files(&self.files)?;
+            index::upsert_files(&self.files).map_err(|e| e.message())?;
         }
         self.files.clear();
         self.bytes = 0;
@@ -165,7 +164,7 @@ fn warn(report: &mut Report, message: String) {
     emit(&Activity {
         kind: "kb.warning".into(),
         message: message.clone(),
-        data: String::new(),
+        data: None,
     });
     report.warnings.push(message);
 }
@@ -296,7 +295,7 @@ fn write_failed(mode: Mode, report: &mut Report, e: String) -> Result<(), TaskEr
             emit(&Activity {
                 kind: "kb.stale".into(),
                 message: format!("{e}; searching the last committed index"),
-                data: String::new(),
+                data: None,
             });
             report.stale = Some(e);
             Ok(())
@@ -307,7 +306,7 @@ fn write_failed(mode: Mode, report: &mut Report, e: String) -> Result<(), TaskEr
 pub fn refresh(opts: &ChunkOptions, mode: Mode) -> Result<Report, TaskError> {
     let mut report = Report::default();
     let known: HashMap<String, FileMeta> = index::known_files()
-        .map_err(|e| TaskError::Failed(format!("index: {e}")))?
+        .map_err(|e| TaskError::Failed(format!("index: {}", e.message())))?
         .into_iter()
         .map(|m| (m.path.clone(), m))
         .collect();
@@ -385,7 +384,7 @@ pub fn refresh(opts: &ChunkOptions, mode: Mode) -> Result<Report, TaskError> {
             report.skip(why);
             // A file that used to parse and now does not must not keep stale passages.
             if previous.is_some() {
-                if let Err(e) = index::remove_file(&c.path) {
+                if let Err(e) = index::remove_file(&c.path).map_err(|e| e.message()) {
                     write_failed(mode, &mut report, e)?;
                     return Ok(report);
                 }
@@ -417,7 +416,7 @@ pub fn refresh(opts: &ChunkOptions, mode: Mode) -> Result<Report, TaskError> {
     }
     for path in known.keys() {
         if !seen.contains(path) {
-            if let Err(e) = index::remove_file(path) {
+            if let Err(e) = index::remove_file(path).map_err(|e| e.message()) {
                 write_failed(mode, &mut report, e)?;
                 return Ok(report);
             }
@@ -426,7 +425,7 @@ pub fn refresh(opts: &ChunkOptions, mode: Mode) -> Result<Report, TaskError> {
         }
     }
     if changed || known.is_empty() {
-        match index::commit() {
+        match index::commit().map_err(|e| e.message()) {
             Ok(stats) => report.files_indexed = stats.files,
             Err(e) => {
                 write_failed(mode, &mut report, e)?;
@@ -443,7 +442,7 @@ pub fn refresh(opts: &ChunkOptions, mode: Mode) -> Result<Report, TaskError> {
                 "indexed the workspace: {} new or changed files, {} removed, {} unchanged",
                 report.parsed, report.removed, report.unchanged
             ),
-            data: report.to_json().to_string(),
+            data: Some(report.to_json().to_string()),
         });
     }
     Ok(report)

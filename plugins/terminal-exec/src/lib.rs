@@ -5,61 +5,55 @@
 //! The plugin never touches files or processes itself (its manifest grants no
 //! workspace access); the host classifies, gates and sandboxes every command.
 
-wit_bindgen::generate!({ world: "plugin", path: "../../wit" });
-
-use capstan::plugin::cancel::is_cancelled;
-use capstan::plugin::events::{Activity, emit, progress};
-use capstan::plugin::exec::{self, Command, ExecError, ExecRequest};
-use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
-use exports::capstan::plugin::capability::Guest;
+use capstan_plugin::host::exec::{self, Command, ExecError, ExecRequest};
+use capstan_plugin::{
+    CapabilityInfo, JsonSchema, Plugin, Risk, Task, TaskError, TaskOutput, activity, is_cancelled,
+    op, progress,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// Most commands one task may run: a bound on the loop, whoever drives it.
 const MAX_COMMANDS: usize = 20;
 
-const RUN_SCHEMA: &str = r#"{
-  "type": "object",
-  "properties": {
-    "command": {"type": "string", "description": "One shell command line (bash)"},
-    "commands": {"type": "array", "items": {"type": "string"}, "maxItems": 20, "description": "Command lines run in order"},
-    "cwd": {"type": "string", "description": "Working directory relative to the workspace root", "default": "."},
-    "continue_on_error": {"type": "boolean", "default": false, "description": "Keep going after a command exits non-zero"},
-    "timeout_ms": {"type": "integer", "minimum": 1, "description": "Per-command timeout"},
-    "objective": {"type": "string", "description": "What the commands are for (shown to people)"}
-  }
-}"#;
-
-#[derive(Deserialize)]
+/// Input of `run`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RunInput {
+    /// One shell command line (bash)
     command: Option<String>,
+    /// Command lines run in order
     #[serde(default)]
+    #[schemars(length(max = 20))]
     commands: Vec<String>,
+    /// Working directory relative to the workspace root
     #[serde(default)]
+    #[schemars(extend("default" = "."))]
     cwd: String,
+    /// Keep going after a command exits non-zero
     #[serde(default)]
     continue_on_error: bool,
+    /// Per-command timeout
+    #[schemars(range(min = 1))]
     timeout_ms: Option<u32>,
+    /// What the commands are for (shown to people)
     objective: Option<String>,
 }
 
 struct TerminalExec;
 
-impl Guest for TerminalExec {
+impl Plugin for TerminalExec {
     fn describe() -> CapabilityInfo {
         CapabilityInfo {
             kinds: vec!["terminal_exec".into()],
-            operations: vec![OperationInfo {
-                name: "run".into(),
-                description: "Run shell commands in the workspace, in the OS sandbox, behind the approval gate. \
-                              The first command that fails (non-zero exit, signal, timeout) stops the loop and \
-                              fails the task, unless continue_on_error is set."
-                    .into(),
-                input_schema: RUN_SCHEMA.into(),
-                // What the commands do is classified by the host per command; this is a floor.
-                risk: Risk::ReadOnly,
-            }],
+            // What the commands do is classified by the host per command; the risk is a floor.
+            operations: vec![op::<RunInput>(
+                "run",
+                "Run shell commands in the workspace, in the OS sandbox, behind the approval gate. \
+                 The first command that fails (non-zero exit, signal, timeout) stops the loop and \
+                 fails the task, unless continue_on_error is set.",
+                Risk::ReadOnly,
+            )],
         }
     }
 
@@ -135,11 +129,7 @@ fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskErr
                 } else {
                     format!("was killed by signal {}", out.signal.unwrap_or(0))
                 };
-                emit(&Activity {
-                    kind: "terminal.ran".into(),
-                    message: format!("ran `{command}`: {status}"),
-                    data: String::new(),
-                });
+                activity("terminal.ran", &format!("ran `{command}`: {status}"));
                 steps.push(json!({
                     "command": command, "cwd": input.cwd, "exit_code": out.exit_code, "signal": out.signal,
                     "stdout": out.stdout, "stderr": out.stderr, "truncated_bytes": out.truncated_bytes,
@@ -200,8 +190,8 @@ fn run_loop(commands: &[String], input: &RunInput) -> Result<TaskOutput, TaskErr
     let data = json!({ "steps": steps, "failed": failed, "ran": ran, "planned": commands.len() });
     Ok(TaskOutput {
         summary,
-        data: data.to_string(),
+        data: Some(data.to_string()),
     })
 }
 
-export!(TerminalExec);
+capstan_plugin::export!(TerminalExec);

@@ -4,18 +4,14 @@
 //! and writing live in `capstan-xlsx`; this crate checks paths, reads and writes files
 //! (atomically: a hidden temporary file renamed over the target) and reports what it did.
 
-#[path = "../../shared/files.rs"]
-mod files;
-
-use files::{activity, parse};
-
-wit_bindgen::generate!({ world: "plugin", path: "../../wit" });
-
 use std::path::Path;
 
-use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
+use capstan_plugin::{
+    CapabilityInfo, Plugin, Risk, Task, TaskError, TaskOutput, activity, files, op, op_with_schema,
+    schema_for,
+};
 use capstan_xlsx::Cell;
-use exports::capstan::plugin::capability::Guest;
+use schemars::{JsonSchema, Schema, json_schema};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -24,68 +20,24 @@ struct Xlsx;
 /// Characters of CSV/Markdown a `read` returns unless asked otherwise.
 const DEFAULT_MAX_CHARS: usize = 1_000_000;
 
-const READ_SCHEMA: &str = r#"{
-  "type": "object",
-  "required": ["path"],
-  "additionalProperties": false,
-  "properties": {
-    "path": {"type": "string", "description": "The .xlsx file, relative to the workspace root"},
-    "sheet": {"type": "string", "description": "Sheet name (default: every sheet)"},
-    "range": {"type": "string", "description": "A1 range such as \"A1:C10\", \"B:D\", \"2:5\" or \"Sheet2!A1:B4\" (default: the used range)"},
-    "format": {"type": "string", "enum": ["csv", "markdown"], "default": "csv"},
-    "max_chars": {"type": "integer", "minimum": 1, "default": 1000000, "description": "Cut the returned text at this many characters"}
-  }
-}"#;
-
-const INFO_SCHEMA: &str = r#"{
-  "type": "object",
-  "required": ["path"],
-  "additionalProperties": false,
-  "properties": {
-    "path": {"type": "string", "description": "The .xlsx file, relative to the workspace root"}
-  }
-}"#;
-
-fn write_schema(overwrite_default: bool) -> String {
-    format!(
-        r#"{{
-  "type": "object",
-  "required": ["path", "sheets"],
-  "additionalProperties": false,
-  "properties": {{
-    "path": {{"type": "string", "description": "The .xlsx file to write, relative to the workspace root"}},
-    "sheets": {{
-      "type": "array",
-      "minItems": 1,
-      "items": {{
-        "type": "object",
-        "required": ["name", "rows"],
-        "additionalProperties": false,
-        "properties": {{
-          "name": {{"type": "string", "minLength": 1, "maxLength": 31}},
-          "rows": {{"type": "array", "description": "Rows from A1; each a list of cells: string, number, boolean or null (empty)",
-                    "items": {{"type": "array", "items": {{"type": ["string", "number", "boolean", "null"]}}}}}}
-        }}
-      }}
-    }},
-    "overwrite": {{"type": "boolean", "default": {overwrite_default}}}
-  }}
-}}"#
-    )
-}
-
-#[derive(Deserialize)]
+/// Input of `read`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReadInput {
+    /// The .xlsx file, relative to the workspace root
     path: String,
+    /// Sheet name (default: every sheet)
     sheet: Option<String>,
+    /// A1 range such as "A1:C10", "B:D", "2:5" or "Sheet2!A1:B4" (default: the used range)
     range: Option<String>,
     #[serde(default)]
     format: Format,
+    /// Cut the returned text at this many characters
+    #[schemars(range(min = 1), extend("default" = 1_000_000))]
     max_chars: Option<usize>,
 }
 
-#[derive(Deserialize, Default, Clone, Copy, PartialEq)]
+#[derive(Deserialize, serde::Serialize, JsonSchema, Default, Clone, Copy, PartialEq)]
 #[serde(rename_all = "lowercase")]
 enum Format {
     #[default]
@@ -93,64 +45,81 @@ enum Format {
     Markdown,
 }
 
-#[derive(Deserialize)]
+/// Input of `info`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PathInput {
+    /// The .xlsx file, relative to the workspace root
     path: String,
 }
 
-#[derive(Deserialize)]
+/// Input of `create` and `write`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WriteInput {
+    /// The .xlsx file to write, relative to the workspace root
     path: String,
+    #[schemars(length(min = 1))]
     sheets: Vec<SheetInput>,
     overwrite: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SheetInput {
+    #[schemars(length(min = 1, max = 31))]
     name: String,
+    /// Rows from A1; each a list of cells: string, number, boolean or null (empty)
     #[serde(default)]
+    #[schemars(schema_with = "rows_schema")]
     rows: Vec<Vec<Value>>,
 }
 
-fn op(name: &str, description: &str, schema: &str, risk: Risk) -> OperationInfo {
-    OperationInfo {
-        name: name.into(),
-        description: description.into(),
-        input_schema: schema.into(),
-        risk,
-    }
+fn rows_schema(_: &mut schemars::SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {"type": "array", "items": {"type": ["string", "number", "boolean", "null"]}}
+    })
 }
 
-impl Guest for Xlsx {
+/// The schema of `create` and `write`: the same input, another `overwrite` default.
+fn write_schema(overwrite_default: bool) -> Schema {
+    let mut schema = schema_for::<WriteInput>();
+    if let Some(overwrite) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("overwrite"))
+        .and_then(Value::as_object_mut)
+    {
+        overwrite.insert("default".into(), overwrite_default.into());
+    }
+    schema
+}
+
+impl Plugin for Xlsx {
     fn describe() -> CapabilityInfo {
         CapabilityInfo {
             kinds: vec!["xlsx".into()],
             operations: vec![
-                op(
+                op::<ReadInput>(
                     "read",
                     "Read cells of an .xlsx as CSV or a Markdown table: one sheet or all, the used range or an A1 range.",
-                    READ_SCHEMA,
                     Risk::ReadOnly,
                 ),
-                op(
+                op::<PathInput>(
                     "info",
                     "The sheets of an .xlsx with their used ranges, row and column counts.",
-                    INFO_SCHEMA,
                     Risk::ReadOnly,
                 ),
-                op(
+                op_with_schema(
                     "create",
                     "Create an .xlsx from rows of values (refuses to replace an existing file unless overwrite is true).",
-                    &write_schema(false),
+                    write_schema(false),
                     Risk::Write,
                 ),
-                op(
+                op_with_schema(
                     "write",
                     "Write an .xlsx from rows of values, replacing the file if it exists (unless overwrite is false).",
-                    &write_schema(true),
+                    write_schema(true),
                     Risk::Write,
                 ),
             ],
@@ -159,10 +128,10 @@ impl Guest for Xlsx {
 
     fn invoke(task: Task) -> Result<TaskOutput, TaskError> {
         match task.operation.as_str() {
-            "read" => read(parse(&task)?),
-            "info" => info(parse(&task)?),
-            "create" => write(parse(&task)?, false, "created"),
-            "write" => write(parse(&task)?, true, "wrote"),
+            "read" => read(task.input()?),
+            "info" => info(task.input()?),
+            "create" => write(task.input()?, false, "created"),
+            "write" => write(task.input()?, true, "wrote"),
             other => Err(TaskError::NotImplemented(format!(
                 "operation `{other}`; xlsx offers read, info, create and write"
             ))),
@@ -236,13 +205,15 @@ fn read(input: ReadInput) -> Result<TaskOutput, TaskError> {
         } else {
             message
         },
-        data: json!({
-            "path": path.display().to_string(),
-            "format": key,
-            "truncated": truncated,
-            "sheets": sheets,
-        })
-        .to_string(),
+        data: Some(
+            json!({
+                "path": path.display().to_string(),
+                "format": key,
+                "truncated": truncated,
+                "sheets": sheets,
+            })
+            .to_string(),
+        ),
     })
 }
 
@@ -269,7 +240,7 @@ fn info(input: PathInput) -> Result<TaskOutput, TaskError> {
     activity("xlsx.info", &message);
     Ok(TaskOutput {
         summary: message,
-        data: json!({"path": path.display().to_string(), "sheets": sheets}).to_string(),
+        data: Some(json!({"path": path.display().to_string(), "sheets": sheets}).to_string()),
     })
 }
 
@@ -327,14 +298,14 @@ fn write(input: WriteInput, overwrite_default: bool, verb: &str) -> Result<TaskO
     );
     Ok(TaskOutput {
         summary: message,
-        data: json!({
+        data: Some(json!({
             "path": path.display().to_string(),
             "bytes": bytes.len(),
             "sheets": sheets.iter().map(|(n, rows)| json!({"name": n, "rows": rows.len()})).collect::<Vec<_>>(),
             "cells": cells,
         })
-        .to_string(),
+        .to_string()),
     })
 }
 
-export!(Xlsx);
+capstan_plugin::export!(Xlsx);

@@ -8,6 +8,7 @@ mod invoke;
 mod kb;
 mod mcp;
 mod plugins;
+mod plugins_manage;
 mod serve;
 mod setup;
 mod workspace;

@@ -1,4 +1,4 @@
-//! `capstan plugins list|check`. The list also shows the external MCP servers your
+//! `capstan plugins list|check|new|add|remove` (the last three in plugins_manage.rs). The list also shows the external MCP servers your
 //! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
 
 use std::path::PathBuf;
@@ -28,12 +28,73 @@ pub enum PluginsCommand {
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
     },
+    /// Create a plugin project that builds against the capstan-plugin SDK.
+    New {
+        /// Plugin name (a-z, 0-9, '-', '_'); its kind is the name with '_' for '-'.
+        name: String,
+        /// Directory to create (default: ./NAME).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Use this copy of the SDK crate instead of the one built into capstan.
+        #[arg(long, env = "CAPSTAN_PLUGIN_SDK", value_name = "DIR")]
+        sdk: Option<PathBuf>,
+    },
+    /// Validate a component, show what it asks for, and add it to your capstan.toml
+    /// pinned by sha256. SOURCE is a .wasm file or builtin:NAME (e.g. builtin:xlsx).
+    Add {
+        source: String,
+        /// Name of the manifest entry (default: the file name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Route only these kinds to it (default: every kind it serves).
+        #[arg(long = "kind", value_name = "KIND")]
+        kinds: Vec<String>,
+        /// Workspace access to grant: none, read or read-write (default: none;
+        /// builtins get what they need).
+        #[arg(long, value_name = "ACCESS", value_parser = parse_access)]
+        workspace: Option<crate::plugins::manifest::WorkspaceAccess>,
+        /// Add without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Remove a plugin's entry from your capstan.toml.
+    Remove { name: String },
+}
+
+fn parse_access(s: &str) -> Result<crate::plugins::manifest::WorkspaceAccess, String> {
+    use crate::plugins::manifest::WorkspaceAccess as W;
+    match s {
+        "none" => Ok(W::None),
+        "read" => Ok(W::Read),
+        "read-write" => Ok(W::ReadWrite),
+        _ => Err(format!("`{s}`: use none, read or read-write")),
+    }
 }
 
 pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
     let (workspace, json_out, check) = match cmd {
         PluginsCommand::List { workspace, json } => (workspace, json, false),
         PluginsCommand::Check { workspace } => (workspace, false, true),
+        PluginsCommand::New { name, dir, sdk } => {
+            return super::plugins_manage::new(global, &name, dir.as_deref(), sdk.as_deref());
+        }
+        PluginsCommand::Add {
+            source,
+            name,
+            kinds,
+            workspace,
+            yes,
+        } => {
+            let args = super::plugins_manage::AddArgs {
+                source,
+                name,
+                kinds,
+                workspace,
+                yes,
+            };
+            return super::plugins_manage::add(global, args).await;
+        }
+        PluginsCommand::Remove { name } => return super::plugins_manage::remove(global, &name),
     };
     let workspace = workspace
         .as_deref()
@@ -76,6 +137,7 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 json!({
                     "name": e.name, "version": e.version, "component": p.spec.source.to_string(),
                     "origin": p.spec.origin, "sha256": p.sha256, "kinds": e.kinds,
+                    "wit": p.wit_version.to_string(),
                     "permissions": e.permissions, "limits": e.limits, "imports": p.imports,
                     "operations": p.operations, "status": "ok",
                     "load": {"cache_hit": p.load.cache_hit, "ms": p.load.duration.as_secs_f64() * 1e3},

@@ -21,8 +21,9 @@ use capstan_policy::Risk;
 use crate::plugins::bindings;
 use crate::plugins::manifest::sha256_hex;
 mod cache;
-mod imports;
+pub mod imports;
 mod state;
+mod v0_1;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -74,8 +75,22 @@ pub struct LoadedPlugin {
     pub kinds: Vec<String>,
     pub operations: Vec<OperationInfo>,
     pub imports: BTreeSet<HostService>,
+    /// The `capstan:plugin` version the component was built against.
+    pub wit_version: imports::WitVersion,
     pub load: LoadStats,
-    pre: bindings::PluginPre<TaskState>,
+    pre: Pre,
+}
+
+/// A linked component, by the WIT version it was built against.
+enum Pre {
+    Current(bindings::PluginPre<TaskState>),
+    V0_1(v0_1::PluginPre<TaskState>),
+}
+
+/// An instance, by the WIT version it was built against.
+enum Instance {
+    Current(bindings::Plugin),
+    V0_1(v0_1::Plugin),
 }
 
 impl LoadedPlugin {
@@ -162,6 +177,11 @@ impl Runtime {
             &mut linker,
             |s| s,
         )?;
+        // Components built against 0.1.x: same store, their own names and types.
+        v0_1::Plugin::add_to_linker::<TaskState, wasmtime::component::HasSelf<TaskState>>(
+            &mut linker,
+            |s| s,
+        )?;
 
         let cache = ComponentCache::new(cache_dir.clone(), &engine);
         let mut protected = protected;
@@ -203,13 +223,15 @@ impl Runtime {
             .cache
             .load_or_compile(&self.engine, bytes, &sha256)
             .map_err(|e| fail(format!("not a valid WebAssembly component: {e:#}")))?;
-        let imports =
+        let checked =
             imports::check(&self.engine, &component, &spec.entry.permissions.host).map_err(fail)?;
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .and_then(bindings::PluginPre::new)
-            .map_err(|e| fail(format!("cannot be linked: {e:#}")))?;
+        let linked = self.linker.instantiate_pre(&component);
+        let pre = if checked.version.minor == 1 {
+            linked.and_then(v0_1::PluginPre::new).map(Pre::V0_1)
+        } else {
+            linked.and_then(bindings::PluginPre::new).map(Pre::Current)
+        }
+        .map_err(|e| fail(format!("cannot be linked: {e:#}")))?;
         let load = LoadStats {
             cache_hit,
             duration: started.elapsed(),
@@ -218,7 +240,8 @@ impl Runtime {
             sha256,
             kinds: vec![],
             operations: vec![],
-            imports,
+            imports: checked.services,
+            wit_version: checked.version,
             load,
             pre,
             spec,
@@ -281,10 +304,18 @@ impl Runtime {
         let (mut store, instance) = self
             .instantiate(plugin, "describe", &run, WorkspaceAccess::None)
             .await?;
-        let result = instance
-            .capstan_plugin_capability()
-            .call_describe(&mut store)
-            .await;
+        let result = match &instance {
+            Instance::Current(i) => {
+                i.capstan_plugin_capability()
+                    .call_describe(&mut store)
+                    .await
+            }
+            Instance::V0_1(i) => i
+                .capstan_plugin_capability()
+                .call_describe(&mut store)
+                .await
+                .map(v0_1::capability_info),
+        };
         result.map_err(|e| classify_trap(&store, plugin, e))
     }
 
@@ -294,7 +325,7 @@ impl Runtime {
         task_id: &str,
         run: &RunContext,
         access: WorkspaceAccess,
-    ) -> Result<(Store<TaskState>, bindings::Plugin), TaskFailure> {
+    ) -> Result<(Store<TaskState>, Instance), TaskFailure> {
         let limits = &plugin.spec.entry.limits;
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE);
@@ -370,11 +401,14 @@ impl Runtime {
             // Yield so a spinning plugin cannot starve the executor thread.
             Ok(UpdateDeadline::Yield(1))
         });
-        let instance = plugin
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| classify_trap(&store, plugin, e))?;
+        let instance = match &plugin.pre {
+            Pre::Current(pre) => pre
+                .instantiate_async(&mut store)
+                .await
+                .map(Instance::Current),
+            Pre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(Instance::V0_1),
+        }
+        .map_err(|e| classify_trap(&store, plugin, e))?;
         Ok((store, instance))
     }
 
@@ -424,10 +458,18 @@ impl Runtime {
             operation: task.operation.clone(),
             input: task.input.to_string(),
         };
-        let result = instance
-            .capstan_plugin_capability()
-            .call_invoke(&mut store, &wit_task)
-            .await;
+        let result = match &instance {
+            Instance::Current(i) => {
+                i.capstan_plugin_capability()
+                    .call_invoke(&mut store, &wit_task)
+                    .await
+            }
+            Instance::V0_1(i) => i
+                .capstan_plugin_capability()
+                .call_invoke(&mut store, &v0_1::task(&wit_task))
+                .await
+                .map(v0_1::task_result),
+        };
         log_output(&store, plugin);
         if store.data().interrupted.is_none()
             && let Some(limit) = store.data().scope.resource_limit.get()
@@ -439,10 +481,11 @@ impl Runtime {
         }
         match result {
             Ok(Ok(out)) => {
-                let data = if out.data.trim().is_empty() {
+                let text = out.data.unwrap_or_default();
+                let data = if text.trim().is_empty() {
                     serde_json::Value::Null
                 } else {
-                    serde_json::from_str(&out.data).map_err(|e| {
+                    serde_json::from_str(&text).map_err(|e| {
                         TaskFailure::new(
                             FailureReason::InvalidPlugin,
                             format!("`{}` returned data that is not JSON: {e}", plugin.name()),

@@ -8,7 +8,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::plugins::bindings::{approval, cancel, events, exec, index, model, types};
+use crate::plugins::bindings::{approval, cancel, events, exec, index, types};
 use crate::plugins::context::TaskScope;
 use crate::plugins::services::not_offered;
 use capstan_protocol::Event;
@@ -93,11 +93,12 @@ impl types::Host for TaskState {}
 
 impl events::Host for TaskState {
     async fn emit(&mut self, ev: events::Activity) -> wasmtime::Result<()> {
-        let data = if ev.data.is_empty() {
-            serde_json::Value::Null
-        } else {
+        let data = match ev.data {
+            None => serde_json::Value::Null,
+            // 0.1.x plugins said "none" with "".
+            Some(d) if d.is_empty() => serde_json::Value::Null,
             // A plugin's malformed JSON is kept as text rather than dropped.
-            serde_json::from_str(&ev.data).unwrap_or(serde_json::Value::String(ev.data))
+            Some(d) => serde_json::from_str(&d).unwrap_or(serde_json::Value::String(d)),
         };
         self.send_event(Event::Activity {
             task_id: Some(self.scope.task_id.clone()),
@@ -137,35 +138,84 @@ impl exec::Host for TaskState {
     }
 }
 
+impl TaskState {
+    /// The index service for this task, or the typed reason there is none.
+    fn index_service(
+        &self,
+    ) -> Result<std::sync::Arc<dyn crate::plugins::context::IndexService>, index::IndexError> {
+        let service = self
+            .scope
+            .run
+            .services
+            .index
+            .clone()
+            .ok_or_else(|| index::IndexError::Denied(not_offered("index")))?;
+        if self.scope.run.workspace.is_none() {
+            return Err(index::IndexError::WorkspaceRequired);
+        }
+        Ok(service)
+    }
+}
+
+/// The index service's own failures (disk, tantivy, a bad batch), typed.
+fn index_failed(message: String) -> index::IndexError {
+    index::IndexError::Failed(message)
+}
+
 impl index::Host for TaskState {
-    async fn known_files(&mut self) -> wasmtime::Result<Result<Vec<index::FileMeta>, String>> {
-        Ok(match self.scope.run.services.index.clone() {
-            Some(s) => s.known_files(&self.scope).await,
-            None => Err(not_offered("index")),
+    async fn known_files(
+        &mut self,
+    ) -> wasmtime::Result<Result<Vec<index::FileMeta>, index::IndexError>> {
+        Ok(match self.index_service() {
+            Ok(s) => s.known_files(&self.scope).await.map_err(index_failed),
+            Err(e) => Err(e),
         })
     }
 
     async fn upsert_files(
         &mut self,
         files: Vec<index::FileUpdate>,
-    ) -> wasmtime::Result<Result<(), String>> {
-        Ok(match self.scope.run.services.index.clone() {
-            Some(s) => s.upsert_files(&self.scope, files).await,
-            None => Err(not_offered("index")),
+    ) -> wasmtime::Result<Result<(), index::IndexError>> {
+        if let Some(bad) = files.iter().find(|f| f.meta.path.is_empty()) {
+            return Ok(Err(index::IndexError::InvalidRequest(format!(
+                "a file update has an empty path ({} passages); the batch was not indexed",
+                bad.passages.len()
+            ))));
+        }
+        if let Some((f, p)) = files.iter().find_map(|f| {
+            f.passages
+                .iter()
+                .find(|p| p.line_end < p.line_start)
+                .map(|p| (f, p))
+        }) {
+            return Ok(Err(index::IndexError::InvalidRequest(format!(
+                "{}: passage lines {}-{} are reversed; the batch was not indexed",
+                f.meta.path, p.line_start, p.line_end
+            ))));
+        }
+        Ok(match self.index_service() {
+            Ok(s) => s
+                .upsert_files(&self.scope, files)
+                .await
+                .map_err(index_failed),
+            Err(e) => Err(e),
         })
     }
 
-    async fn remove_file(&mut self, path: String) -> wasmtime::Result<Result<(), String>> {
-        Ok(match self.scope.run.services.index.clone() {
-            Some(s) => s.remove_file(&self.scope, path).await,
-            None => Err(not_offered("index")),
+    async fn remove_file(
+        &mut self,
+        path: String,
+    ) -> wasmtime::Result<Result<(), index::IndexError>> {
+        Ok(match self.index_service() {
+            Ok(s) => s.remove_file(&self.scope, path).await.map_err(index_failed),
+            Err(e) => Err(e),
         })
     }
 
-    async fn commit(&mut self) -> wasmtime::Result<Result<index::IndexStats, String>> {
-        Ok(match self.scope.run.services.index.clone() {
-            Some(s) => s.commit(&self.scope).await,
-            None => Err(not_offered("index")),
+    async fn commit(&mut self) -> wasmtime::Result<Result<index::IndexStats, index::IndexError>> {
+        Ok(match self.index_service() {
+            Ok(s) => s.commit(&self.scope).await.map_err(index_failed),
+            Err(e) => Err(e),
         })
     }
 
@@ -173,10 +223,13 @@ impl index::Host for TaskState {
         &mut self,
         query: String,
         limit: u32,
-    ) -> wasmtime::Result<Result<Vec<index::Hit>, String>> {
-        Ok(match self.scope.run.services.index.clone() {
-            Some(s) => s.search(&self.scope, query, limit).await,
-            None => Err(not_offered("index")),
+    ) -> wasmtime::Result<Result<Vec<index::Hit>, index::IndexError>> {
+        Ok(match self.index_service() {
+            Ok(s) => s
+                .search(&self.scope, query, limit)
+                .await
+                .map_err(index_failed),
+            Err(e) => Err(e),
         })
     }
 }
@@ -190,18 +243,6 @@ impl approval::Host for TaskState {
             Some(s) => s.request(&self.scope, req).await,
             // Nobody to ask means nobody said yes.
             None => approval::Decision::Denied,
-        })
-    }
-}
-
-impl model::Host for TaskState {
-    async fn complete(
-        &mut self,
-        req: model::CompletionRequest,
-    ) -> wasmtime::Result<Result<model::Completion, model::ModelError>> {
-        Ok(match self.scope.run.services.model.clone() {
-            Some(s) => s.complete(&self.scope, req).await,
-            None => Err(model::ModelError::Denied(not_offered("model"))),
         })
     }
 }

@@ -1,5 +1,5 @@
 //! Host services: what a plugin may ask the host to do through WIT imports
-//! (`exec`, `index`, `approval`, `model`; `events` and `cancel` are built into
+//! (`exec`, `index`, `approval`; `events` and `cancel` are built into
 //! the runtime).
 //!
 //! Grants are checked in two places, each once: the manifest grant when a

@@ -1,49 +1,38 @@
 //! The smallest useful Capstan plugin: kind `echo`, one read-only operation that
 //! returns its input. docs/PLUGINS.md walks through it line by line.
 
-wit_bindgen::generate!({ world: "plugin", path: "../../../wit" });
-
-use capstan::plugin::events::{Activity, emit};
-use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
-use exports::capstan::plugin::capability::Guest;
+use capstan_plugin::serde_json::{Map, Value};
+use capstan_plugin::{CapabilityInfo, Plugin, Risk, Task, TaskError, TaskOutput, activity, op};
 
 struct Hello;
 
-impl Guest for Hello {
+impl Plugin for Hello {
     fn describe() -> CapabilityInfo {
         CapabilityInfo {
             kinds: vec!["echo".into()],
-            operations: vec![OperationInfo {
-                name: "echo".into(),
-                description: "Return the input unchanged.".into(),
-                input_schema: r#"{"type":"object"}"#.into(),
-                risk: Risk::ReadOnly,
-            }],
+            // The input is any JSON object: its schema is derived from the type.
+            operations: vec![op::<Map<String, Value>>(
+                "echo",
+                "Return the input unchanged.",
+                Risk::ReadOnly,
+            )],
         }
     }
 
     fn invoke(task: Task) -> Result<TaskOutput, TaskError> {
         if task.operation != "echo" {
-            return Err(TaskError::NotImplemented(format!(
-                "operation `{}` (echo has only `echo`)",
-                task.operation
-            )));
+            return Err(task.unknown_operation(&["echo"]));
         }
         // The host passes JSON; a plugin validates what it relies on.
-        let value: serde_json::Value = serde_json::from_str(&task.input)
-            .map_err(|e| TaskError::InvalidInput(format!("input is not JSON: {e}")))?;
-        if value.get("quiet").is_none() {
-            emit(&Activity {
-                kind: "echo".into(),
-                message: "echoed the input".into(),
-                data: String::new(),
-            });
+        let value: Map<String, Value> = task.input()?;
+        if !value.contains_key("quiet") {
+            activity("echo", "echoed the input");
         }
         Ok(TaskOutput {
             summary: "echoed".into(),
-            data: task.input,
+            data: Some(task.input),
         })
     }
 }
 
-export!(Hello);
+capstan_plugin::export!(Hello);

@@ -2,10 +2,9 @@
 //! Every operation does one bad (or one probing) thing; the tests assert that the
 //! host contains it with the right reason and keeps serving.
 
-wit_bindgen::generate!({ world: "plugin", path: "../../../wit" });
-
-use capstan::plugin::types::{CapabilityInfo, OperationInfo, Risk, Task, TaskError, TaskOutput};
-use exports::capstan::plugin::capability::Guest;
+use capstan_plugin::{
+    CapabilityInfo, OperationInfo, Plugin, Risk, Task, TaskError, TaskOutput, activity,
+};
 use serde_json::{Value, json};
 
 struct Fault;
@@ -69,11 +68,7 @@ const OPS: &[(&str, Risk, &str)] = &[
 /// Tells the host the operation is past set-up, so a test can cancel a plugin it
 /// has seen running rather than one that may not have started.
 fn spinning() {
-    capstan::plugin::events::emit(&capstan::plugin::events::Activity {
-        kind: "fault.spinning".into(),
-        message: "spinning until stopped".into(),
-        data: String::new(),
-    });
+    activity("fault.spinning", "spinning until stopped");
 }
 
 fn field<'a>(input: &'a Value, name: &str) -> Result<&'a str, TaskError> {
@@ -89,7 +84,7 @@ fn outcome<T, E: std::fmt::Display>(r: Result<T, E>, ok: impl FnOnce(T) -> Value
     }
 }
 
-impl Guest for Fault {
+impl Plugin for Fault {
     fn describe() -> CapabilityInfo {
         CapabilityInfo {
             // Two kinds so tests can load it twice with different permissions.
@@ -154,7 +149,7 @@ impl Guest for Fault {
                 Value::Null
             }),
             "exec" => {
-                use capstan::plugin::exec::{Command, ExecRequest, run};
+                use capstan_plugin::host::exec::{Command, ExecRequest, run};
                 let req = ExecRequest {
                     command: Command::Shell(field(&input, "command")?.into()),
                     cwd: String::new(),
@@ -169,7 +164,7 @@ impl Guest for Fault {
             }
             "cancel-poll" => {
                 spinning();
-                while !capstan::plugin::cancel::is_cancelled() {
+                while !capstan_plugin::is_cancelled() {
                     std::hint::spin_loop();
                 }
                 return Err(TaskError::Cancelled);
@@ -178,9 +173,9 @@ impl Guest for Fault {
         };
         Ok(TaskOutput {
             summary: task.operation,
-            data: data.to_string(),
+            data: Some(data.to_string()),
         })
     }
 }
 
-export!(Fault);
+capstan_plugin::export!(Fault);

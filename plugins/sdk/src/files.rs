@@ -1,15 +1,14 @@
-//! Workspace files, shared by the document plugins (docx, xlsx): each includes
-//! this file with `#[path]`, so it binds to that plugin's own WIT types.
-//!
 //! Workspace files: relative paths only, reads with a size cap, atomic writes.
+//!
+//! The workspace is preopened as `.` when the plugin's manifest grants workspace
+//! access (read-only for operations that declare a read-only risk).
 //!
 //! WASI confines the plugin to the workspace anyway; these checks turn a bad path into
 //! a clear `invalid-input` instead of a file-system error.
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::capstan::plugin::cancel::is_cancelled;
-use crate::capstan::plugin::types::TaskError;
+use crate::{TaskError, is_cancelled};
 
 /// Files bigger than this are not read (the plugin's memory is limited).
 pub const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
@@ -144,21 +143,4 @@ pub fn truncate(text: String, max: usize) -> (String, bool) {
         Some((at, _)) => (text[..at].to_owned(), true),
         None => (text, false),
     }
-}
-
-/// The task's JSON input as `T`, or `invalid-input` naming the operation.
-pub fn parse<T: for<'de> serde::Deserialize<'de>>(
-    task: &crate::capstan::plugin::types::Task,
-) -> Result<T, TaskError> {
-    serde_json::from_str(&task.input)
-        .map_err(|e| TaskError::InvalidInput(format!("{} input: {e}", task.operation)))
-}
-
-/// One plain-words line for the activity feed.
-pub fn activity(kind: &str, message: &str) {
-    crate::capstan::plugin::events::emit(&crate::capstan::plugin::events::Activity {
-        kind: kind.into(),
-        message: message.into(),
-        data: String::new(),
-    });
 }
