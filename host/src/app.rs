@@ -386,7 +386,8 @@ impl App {
         let services = HostServices {
             exec: Some(Arc::new(
                 Exec::new(policy, self.broker.clone())
-                    .with_sandbox(self.sandbox_for(workspace.as_deref())),
+                    .with_sandbox(self.sandbox_for(workspace.as_deref()))
+                    .with_changes(self.changes_for(workspace.as_deref())),
             )),
             index: Some(self.indexes.clone()),
             approval: Some(self.broker.clone()),

@@ -29,6 +29,8 @@ pub struct Config {
     /// `[sandbox]`: limits and extra read paths of sandboxed commands.
     pub sandbox: SandboxSection,
     pub server: ServerSection,
+    /// `[changes]`: capture, review and undo of workspace changes.
+    pub changes: crate::services::changes::ChangesSection,
 }
 
 /// `[sandbox]`: what every sandboxed command gets (docs/ARCHITECTURE.md,

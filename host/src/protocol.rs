@@ -245,6 +245,24 @@ pub enum Event {
         truncated_bytes: u64,
         timed_out: bool,
     },
+    /// What a task changed in the workspace (a captured command, a plugin
+    /// file write): one change set, its state (`pending` while held for
+    /// review, `applied`, `discarded` when a review was denied, `undone`).
+    #[serde(rename = "workspace.changes")]
+    WorkspaceChanges {
+        task_id: String,
+        /// The change set's id (`capstan changes`, `capstan undo`).
+        change_set: String,
+        state: String,
+        /// The command line or plugin operation that made the changes.
+        source: String,
+        /// Why the set went to review (review mode, protected paths).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        review_reasons: Vec<String>,
+        bytes_before: u64,
+        bytes_after: u64,
+        files: Vec<ChangedFile>,
+    },
     #[serde(rename = "usage")]
     Usage {
         #[serde(flatten)]
@@ -366,4 +384,32 @@ mod tests {
         let back: Envelope = serde_json::from_value(json).unwrap();
         assert_eq!(back, env);
     }
+}
+
+/// One path of a `workspace.changes` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangedFile {
+    pub path: String,
+    /// `created`, `modified`, `deleted`, `renamed`, `mode_changed`.
+    pub kind: String,
+    /// `file`, `dir` or `symlink`.
+    pub entry: String,
+    /// Renamed: the old path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_size: Option<u64>,
+    /// Permission bits, octal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_mode: Option<String>,
+    /// Unified diff (text files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// One line for binary and office files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }

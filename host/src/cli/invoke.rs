@@ -85,7 +85,8 @@ pub async fn run(global: &GlobalArgs, args: InvokeArgs) -> Result<ExitCode> {
     let services = HostServices {
         exec: Some(Arc::new(
             crate::services::exec::Exec::new(policy, app.broker.clone())
-                .with_sandbox(app.sandbox_for(workspace.as_deref())),
+                .with_sandbox(app.sandbox_for(workspace.as_deref()))
+                .with_changes(app.changes_for(workspace.as_deref())),
         )),
         index: Some(app.indexes.clone()),
         approval: Some(app.broker.clone()),

@@ -120,7 +120,8 @@ impl McpHost {
         HostServices {
             exec: Some(Arc::new(
                 crate::services::exec::Exec::new(policy, self.app.broker.clone())
-                    .with_sandbox(self.app.sandbox_for(self.workspace.as_deref())),
+                    .with_sandbox(self.app.sandbox_for(self.workspace.as_deref()))
+                    .with_changes(self.app.changes_for(self.workspace.as_deref())),
             )),
             index: Some(self.app.indexes.clone()),
             approval: Some(self.app.broker.clone()),

@@ -446,6 +446,13 @@ impl Runtime {
             ));
         }
         let (mut store, instance) = self.instantiate(plugin, &task.id, run, access).await?;
+        // Plugin file writes: the files the operation declares are
+        // snapshotted, so its change set can be shown and undone.
+        let snapshot = if access == WorkspaceAccess::ReadWrite && op.risk != Risk::ReadOnly {
+            crate::services::changes::snapshot_plugin(run, &task.input).await
+        } else {
+            None
+        };
         let wit_task = bindings::types::Task {
             id: task.id.clone(),
             kind: task.kind.clone(),
@@ -457,6 +464,10 @@ impl Runtime {
             .call_invoke(&mut store, &wit_task)
             .await;
         log_output(&store, plugin);
+        if let Some(snap) = snapshot {
+            let source = format!("{} {}", task.kind, task.operation);
+            crate::services::changes::record_plugin(&store.data().scope, snap, source).await;
+        }
         if store.data().interrupted.is_none()
             && let Some(limit) = store.data().scope.resource_limit.get()
         {

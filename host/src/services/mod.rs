@@ -8,6 +8,7 @@
 //! answers `denied` with a sentence saying so.
 
 pub mod approval;
+pub mod changes;
 pub mod exec;
 pub mod index;
 
@@ -78,6 +79,12 @@ pub trait ExecService: Send + Sync {
         scope: &TaskScope,
         req: wit::exec::ExecRequest,
     ) -> Result<wit::exec::ExecOutput, wit::exec::ExecError>;
+
+    /// The workspace's change capture, when on (plugin file writes are
+    /// snapshotted through it too: `services::changes`).
+    fn changes(&self) -> Option<Arc<changes::Capture>> {
+        None
+    }
 }
 
 #[async_trait]
