@@ -151,6 +151,21 @@ fn put_copy(src: &Path, abs: &Path, mode: u32) -> Result<()> {
     copied
 }
 
+/// Removes temporary files (ours, by name) beside the target of `op`.
+pub(crate) fn clean_temps(ws: &Path, op: &Op) {
+    let path = match op {
+        Op::PutStaged { path, .. } | Op::PutObject { path, .. } | Op::Symlink { path, .. } => path,
+        _ => return,
+    };
+    let Ok(abs) = target(ws, path) else { return };
+    let Some(dir) = abs.parent() else { return };
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_name().as_bytes().starts_with(b".capstan-land-") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 fn temp_beside(abs: &Path) -> PathBuf {
     let name = format!(
         ".capstan-land-{}-{:08x}",

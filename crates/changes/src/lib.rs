@@ -506,7 +506,16 @@ impl Store {
         }
         let ws = &record.workspace;
         let mut refused = Vec::new();
-        for c in &record.changes {
+        // A path changed twice in one set (a file replaced by a directory):
+        // its last change says what should be there now.
+        let mut last = std::collections::HashMap::new();
+        for (i, c) in record.changes.iter().enumerate() {
+            last.insert(c.path.as_str(), i);
+        }
+        for (i, c) in record.changes.iter().enumerate() {
+            if last.get(c.path.as_str()) != Some(&i) {
+                continue;
+            }
             if let Some(why) = self.changed_since(ws, c) {
                 refused.push(Refusal {
                     path: c.path.clone(),
@@ -611,6 +620,12 @@ impl Store {
             .open(&dpath)
             .map_err(io(&dpath))?;
         let ws = &journal.workspace;
+        if start > 0
+            && let Some(op) = journal.ops.get(start)
+        {
+            // The op a crash cut short may have left its temporary file.
+            fsops::clean_temps(ws, op);
+        }
         for (i, op) in journal.ops.iter().enumerate().skip(start) {
             fsops::apply(self, ws, op)?;
             landing_pause();
@@ -745,6 +760,20 @@ impl Store {
             std::fs::rename(&tmp, &obj).map_err(io(&obj))?;
         }
         Ok(hash)
+    }
+
+    /// [`Store::gc`] at most once per `interval` (a marker file's time).
+    pub fn maybe_gc(&self, interval: std::time::Duration) -> Result<usize> {
+        let marker = self.root.join("last-gc");
+        let due = std::fs::metadata(&marker)
+            .and_then(|m| m.modified())
+            .map(|t| t.elapsed().map_or(true, |e| e >= interval))
+            .unwrap_or(true);
+        if !due {
+            return Ok(0);
+        }
+        std::fs::write(&marker, b"").map_err(io(&marker))?;
+        self.gc()
     }
 
     /// Forgets sets past the retention and the versions only they used.

@@ -220,7 +220,14 @@ impl Capture {
     async fn land(self: &Arc<Self>, id: &str) -> Result<Record, String> {
         let me = self.clone();
         let id = id.to_owned();
-        tokio::task::spawn_blocking(move || me.store.land(&id))
+        tokio::task::spawn_blocking(move || {
+            let landed = me.store.land(&id);
+            // Retention, at most hourly.
+            if let Err(e) = me.store.maybe_gc(std::time::Duration::from_secs(3600)) {
+                tracing::warn!("cannot apply the change store's retention: {e}");
+            }
+            landed
+        })
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("the changes could not land: {e}"))

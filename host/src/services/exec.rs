@@ -389,8 +389,14 @@ impl ExecService for Exec {
                     let settled = capture
                         .settle(scope, &self.broker, id, set, &text, &cwd_rel)
                         .await;
-                    if let Err(e) = settled {
-                        outcome.stderr.push_str(&format!("\ncapstan: {e}\n"));
+                    match settled {
+                        Err(e) => outcome.stderr.push_str(&format!("\ncapstan: {e}\n")),
+                        Ok(Some(r)) if r.state == capstan_changes::State::Discarded => {
+                            outcome.stderr.push_str(
+                                "\ncapstan: the command's changes to the workspace were not approved and were discarded\n",
+                            )
+                        }
+                        Ok(_) => {}
                     }
                 }
                 None => {
