@@ -135,8 +135,16 @@ fn an_approved_rm_rf_of_a_thousand_files_is_undone_byte_for_byte() {
 
     let out = undo(&home, &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("restored"), "{}", text(&out.stdout));
-    assert_eq!(tree(&ws), before, "undo did not restore the tree byte for byte");
+    assert!(
+        text(&out.stdout).contains("restored"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        tree(&ws),
+        before,
+        "undo did not restore the tree byte for byte"
+    );
     assert_eq!(changes_json(&home)[0]["state"], "undone");
 }
 
@@ -195,7 +203,10 @@ fn sed_a_build_a_rename_a_chmod_and_a_symlink_are_captured_and_undone() {
         .unwrap();
     let listed_out = text(&listed.stdout);
     assert!(listed.status.success(), "{}", text(&listed.stderr));
-    assert!(listed_out.contains("renamed      new-name.md (from old-name.md)"), "{listed_out}");
+    assert!(
+        listed_out.contains("renamed      new-name.md (from old-name.md)"),
+        "{listed_out}"
+    );
     assert!(listed_out.contains("+color 7"), "{listed_out}");
 
     let set = ev["change_set"].as_str().unwrap();
@@ -220,12 +231,21 @@ fn undo_refuses_a_file_a_person_changed_and_says_which() {
     assert!(said.contains("refused to undo"), "{said}");
     assert!(said.contains("n1.txt: its content changed since"), "{said}");
     assert!(said.contains("--keep-changed"), "{said}");
-    assert_eq!(std::fs::read_to_string(ws.join("n0.txt")).unwrap(), "v2 0\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("n0.txt")).unwrap(),
+        "v2 0\n"
+    );
     // An explicit choice: undo the others.
     let out = undo(&home, &["--keep-changed"]);
     assert!(out.status.success(), "{}", text(&out.stdout));
-    assert_eq!(std::fs::read_to_string(ws.join("n0.txt")).unwrap(), "v1 0\n");
-    assert_eq!(std::fs::read_to_string(ws.join("n2.txt")).unwrap(), "v1 2\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("n0.txt")).unwrap(),
+        "v1 0\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("n2.txt")).unwrap(),
+        "v1 2\n"
+    );
     assert_eq!(
         std::fs::read_to_string(ws.join("n1.txt")).unwrap(),
         "my own edit\n"
@@ -267,7 +287,10 @@ fn review_mode_holds_the_diff_deny_discards_and_approve_lands() {
     let out = exec(&home, &ws, "all", "echo b > b.txt && echo more >> a.txt");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "b\n");
-    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "a\nmore\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "a\nmore\n"
+    );
 }
 
 /// A command that names no protected path (the classifier asks for those
@@ -360,8 +383,11 @@ fn kill_9_during_landing_never_mixes_or_loses_a_file() {
         let (_d, ws) = workspace();
         let n = 60;
         for i in 0..n {
-            std::fs::write(ws.join(format!("k{i}.txt")), format!("old {i}\n").repeat(200))
-                .unwrap();
+            std::fs::write(
+                ws.join(format!("k{i}.txt")),
+                format!("old {i}\n").repeat(200),
+            )
+            .unwrap();
         }
         let mut child = home
             .capstan()
@@ -382,7 +408,10 @@ fn kill_9_during_landing_never_mixes_or_loses_a_file() {
         let mut started = false;
         for _ in 0..2000 {
             if std::fs::read_dir(&journal)
-                .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "json")))
+                .map(|d| {
+                    d.flatten()
+                        .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+                })
                 .unwrap_or(false)
             {
                 started = true;
@@ -417,7 +446,10 @@ fn kill_9_during_landing_never_mixes_or_loses_a_file() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         check(true);
         assert!(!ws.join("k0.txt").exists());
-        assert_eq!(std::fs::read_to_string(ws.join("created.txt")).unwrap(), "x\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("created.txt")).unwrap(),
+            "x\n"
+        );
         let leftovers: Vec<String> = std::fs::read_dir(&ws)
             .unwrap()
             .flatten()

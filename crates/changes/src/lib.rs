@@ -216,7 +216,9 @@ pub struct UndoReport {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(crate) enum Op {
     /// Remove a file, symlink or whole tree.
-    Remove { path: String },
+    Remove {
+        path: String,
+    },
     /// Make a directory (`replace`: remove what is there first).
     Mkdir {
         path: String,
@@ -236,10 +238,18 @@ pub(crate) enum Op {
         hash: String,
         mode: u32,
     },
-    Symlink { path: String, target: String },
-    Chmod { path: String, mode: u32 },
+    Symlink {
+        path: String,
+        target: String,
+    },
+    Chmod {
+        path: String,
+        mode: u32,
+    },
     /// Remove a directory if nothing is left in it.
-    RmdirIfEmpty { path: String },
+    RmdirIfEmpty {
+        path: String,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -293,8 +303,7 @@ impl Store {
         let id = new_id();
         let dir = self.root.join("staging").join(&id);
         std::fs::create_dir(&dir).map_err(io(&dir))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(io(&dir))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io(&dir))?;
         Ok((id, dir))
     }
 
@@ -570,7 +579,9 @@ impl Store {
             .and_then(|m| capstan_sandbox::changes::side(&abs, m));
         match (&c.new, &now_side) {
             (None, None) => None,
-            (None, Some(_)) => Some("it was deleted by this change, and something is there now".into()),
+            (None, Some(_)) => {
+                Some("it was deleted by this change, and something is there now".into())
+            }
             (Some(_), None) => Some("it was deleted since".into()),
             (Some(n), Some(s)) => {
                 if n.entry != s.entry {
@@ -578,13 +589,14 @@ impl Store {
                 }
                 match n.entry {
                     EntryType::Dir => None,
-                    EntryType::Symlink => (n.target != s.target)
-                        .then(|| "the symlink points elsewhere now".into()),
+                    EntryType::Symlink => {
+                        (n.target != s.target).then(|| "the symlink points elsewhere now".into())
+                    }
                     EntryType::File => {
                         let same = s.size == n.size
-                            && c.new_hash.as_deref().is_some_and(|h| {
-                                hash_file(&abs).is_ok_and(|now| now == h)
-                            });
+                            && c.new_hash
+                                .as_deref()
+                                .is_some_and(|h| hash_file(&abs).is_ok_and(|now| now == h));
                         if !same {
                             Some("its content changed since".into())
                         } else if c.kind == ChangeKind::ModeChanged && s.mode != n.mode {
@@ -607,8 +619,14 @@ impl Store {
 
     /// Runs a journal from operation `start`, then closes the set's state.
     fn run_journal(&self, journal: &Journal, start: usize) -> Result<()> {
-        let jpath = self.root.join("journal").join(format!("{}.json", journal.id));
-        let dpath = self.root.join("journal").join(format!("{}.done", journal.id));
+        let jpath = self
+            .root
+            .join("journal")
+            .join(format!("{}.json", journal.id));
+        let dpath = self
+            .root
+            .join("journal")
+            .join(format!("{}.done", journal.id));
         if start == 0 {
             let bytes = serde_json::to_vec(journal).map_err(|e| Error::Invalid(e.to_string()))?;
             write_synced(&jpath, &bytes)?;
@@ -680,7 +698,12 @@ impl Store {
                 };
                 let dpath = jpath.with_extension("done");
                 let start = std::fs::File::open(&dpath)
-                    .map(|f| std::io::BufReader::new(f).lines().map_while(|l| l.ok()).count())
+                    .map(|f| {
+                        std::io::BufReader::new(f)
+                            .lines()
+                            .map_while(|l| l.ok())
+                            .count()
+                    })
                     .unwrap_or(0);
                 self.run_journal(&journal, start)?;
                 Ok(journal.id)
@@ -996,11 +1019,7 @@ fn describe(
                 "binary file"
             };
             (
-                Some(format!(
-                    "{what}: {} -> {} bytes",
-                    size(old),
-                    size(new)
-                )),
+                Some(format!("{what}: {} -> {} bytes", size(old), size(new))),
                 true,
             )
         }

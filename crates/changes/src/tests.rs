@@ -93,7 +93,10 @@ fn a_landing_cut_short_is_finished_by_the_next_open() {
             std::fs::read_to_string(ws.join("sub/f3")).unwrap(),
             "old 3\n"
         );
-        assert_eq!(std::fs::read_to_string(ws.join("gone.txt")).unwrap(), "gone\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("gone.txt")).unwrap(),
+            "gone\n"
+        );
     }
 }
 
@@ -133,5 +136,8 @@ fn bad_ids_and_paths_are_refused_with_a_reason() {
     assert!(check_rel("../x").is_err());
     assert!(check_rel("/abs").is_err());
     assert!(check_rel("a/b").is_ok());
-    assert!(matches!(store.get("cs-1-deadbeef"), Err(Error::NotFound(_))));
+    assert!(matches!(
+        store.get("cs-1-deadbeef"),
+        Err(Error::NotFound(_))
+    ));
 }

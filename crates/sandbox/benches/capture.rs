@@ -104,7 +104,11 @@ async fn undo_1000(base: &Path) -> Duration {
     let _ = std::fs::remove_dir_all(&ws);
     std::fs::create_dir_all(ws.join("src")).unwrap();
     for i in 0..1000 {
-        std::fs::write(ws.join(format!("src/f{i}.rs")), format!("// {i}\n").repeat(20)).unwrap();
+        std::fs::write(
+            ws.join(format!("src/f{i}.rs")),
+            format!("// {i}\n").repeat(20),
+        )
+        .unwrap();
     }
     let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
     let (id, dir) = store.new_staging().unwrap();
@@ -130,7 +134,9 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let base = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(base.path()).unwrap();
-    println!("| case | direct (no overlay) ms | quota overlay, copy-back ms | captured + landed ms | capture vs direct | capture vs copy-back |");
+    println!(
+        "| case | direct (no overlay) ms | quota overlay, copy-back ms | captured + landed ms | capture vs direct | capture vs copy-back |"
+    );
     println!("|---|---|---|---|---|---|");
     for case in CASES {
         let runs = if case.heavy { n.min(3) } else { n };
@@ -153,7 +159,10 @@ fn main() {
     }
     let undo: Vec<Duration> = (0..n).map(|_| rt.block_on(undo_1000(&base))).collect();
     println!();
-    println!("undo of 1,000 files (rm -rf src undone): median {} ms over {n} runs", ms(median(undo)));
+    println!(
+        "undo of 1,000 files (rm -rf src undone): median {} ms over {n} runs",
+        ms(median(undo))
+    );
     println!();
     println!("reproduce: cargo bench -p capstan-sandbox --bench capture (CAPSTAN_BENCH_N={n})");
 }

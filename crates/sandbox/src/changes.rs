@@ -31,7 +31,7 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, SFlag};
 use serde::{Deserialize, Serialize};
 
-use crate::quota::{CopyBack, copy_sparse, list, open_dir_at, opaque, shown};
+use crate::quota::{CopyBack, copy_sparse, list, opaque, open_dir_at, shown};
 
 /// Name of the manifest in the capture directory.
 pub const MANIFEST: &str = "manifest.jsonl";
@@ -450,7 +450,9 @@ fn check_relative(p: &str) -> Result<(), String> {
         || p.split('/')
             .any(|c| c.is_empty() || c == "." || c == ".." || c.contains('\0'))
     {
-        return Err(format!("change manifest path {p:?} is not a workspace path"));
+        return Err(format!(
+            "change manifest path {p:?} is not a workspace path"
+        ));
     }
     Ok(())
 }

@@ -66,8 +66,8 @@
 // The crate docs show the exact `main` a binary needs.
 #![allow(clippy::needless_doctest_main)]
 
-pub mod changes;
 mod cgroup;
+pub mod changes;
 mod check;
 mod identity;
 mod landlock;
@@ -686,11 +686,8 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
     };
     let mut limits = spec.limits.clone();
     if capture.is_some() {
-        limits.workspace_write_quota = Some(
-            limits
-                .workspace_write_quota
-                .unwrap_or(DEFAULT_WRITE_QUOTA),
-        );
+        limits.workspace_write_quota =
+            Some(limits.workspace_write_quota.unwrap_or(DEFAULT_WRITE_QUOTA));
     }
     let config = launcher::LaunchConfig {
         argv,

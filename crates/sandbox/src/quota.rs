@@ -161,11 +161,7 @@ impl Quota {
     /// process of the task is left.
     pub(crate) fn copy_back(&self) -> CopyBack {
         if let Some(staging) = &self.staging {
-            return crate::changes::stage(
-                self.upper.as_fd(),
-                staging.as_fd(),
-                self.xattr_prefix,
-            );
+            return crate::changes::stage(self.upper.as_fd(), staging.as_fd(), self.xattr_prefix);
         }
         let mut report = CopyBack::default();
         self.copy_dir(
@@ -302,26 +298,30 @@ impl Quota {
 
 /// Whether an upper-layer directory is opaque (it replaced the lower one).
 pub(crate) fn opaque(dir: &OwnedFd, xattr_prefix: &str) -> bool {
-        let Ok(attr) = CString::new(format!("{xattr_prefix}overlay.opaque")) else {
-            return false;
-        };
-        let mut buf = [0u8; 4];
-        // SAFETY: fgetxattr into a buffer of the given size on an fd we own.
-        let n = unsafe {
-            libc::fgetxattr(
-                dir.as_raw_fd(),
-                attr.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        n > 0 && buf[0] == b'y'
+    let Ok(attr) = CString::new(format!("{xattr_prefix}overlay.opaque")) else {
+        return false;
+    };
+    let mut buf = [0u8; 4];
+    // SAFETY: fgetxattr into a buffer of the given size on an fd we own.
+    let n = unsafe {
+        libc::fgetxattr(
+            dir.as_raw_fd(),
+            attr.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    n > 0 && buf[0] == b'y'
 }
 
 /// Copies the data of `src` into `dst` and leaves the holes as holes: a
 /// sparse file takes almost nothing of the quota's tmpfs, and must not turn
 /// into its full apparent size on the host's disk.
-pub(crate) fn copy_sparse(src: &std::fs::File, dst: &std::fs::File, len: u64) -> std::io::Result<()> {
+pub(crate) fn copy_sparse(
+    src: &std::fs::File,
+    dst: &std::fs::File,
+    len: u64,
+) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 1 << 20];
     let mut offset = 0i64;

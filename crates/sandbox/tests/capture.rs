@@ -153,7 +153,11 @@ async fn every_kind_of_change_is_captured_landed_and_undone() {
         .prepare(&id, &set, Origin::default())
         .expect("prepare");
     assert_eq!(record.state, State::Pending);
-    let edit = record.changes.iter().find(|c| c.path == "edit.txt").unwrap();
+    let edit = record
+        .changes
+        .iter()
+        .find(|c| c.path == "edit.txt")
+        .unwrap();
     assert!(
         edit.diff.as_deref().unwrap().contains("+new"),
         "{:?}",
@@ -201,7 +205,11 @@ async fn rm_rf_of_a_thousand_files_is_undone_byte_for_byte() {
         let dir = f.ws.join(format!("src/d{d}"));
         std::fs::create_dir_all(&dir).unwrap();
         for i in 0..50 {
-            std::fs::write(dir.join(format!("f{i}.rs")), format!("// {d}/{i}\n{}", "x".repeat(i * 37))).unwrap();
+            std::fs::write(
+                dir.join(format!("f{i}.rs")),
+                format!("// {d}/{i}\n{}", "x".repeat(i * 37)),
+            )
+            .unwrap();
         }
     }
     let before = tree(&f.ws);

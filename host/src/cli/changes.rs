@@ -86,7 +86,11 @@ pub async fn changes(global: &GlobalArgs, args: ChangesArgs) -> Result<ExitCode>
         );
         outln!("  from `{}` in {}", r.origin.source, r.workspace.display());
         for c in &r.changes {
-            let from = c.from.as_ref().map(|f| format!(" (from {f})")).unwrap_or_default();
+            let from = c
+                .from
+                .as_ref()
+                .map(|f| format!(" (from {f})"))
+                .unwrap_or_default();
             outln!("  {:<12} {}{}", kind_name(c.kind), c.path, from);
             if args.diff
                 && let Some(d) = &c.diff
@@ -142,11 +146,7 @@ pub async fn undo(global: &GlobalArgs, args: UndoArgs) -> Result<ExitCode> {
     } else {
         for rep in &reports {
             if rep.done {
-                outln!(
-                    "undid {}: {} path(s) restored",
-                    rep.id,
-                    rep.restored.len()
-                );
+                outln!("undid {}: {} path(s) restored", rep.id, rep.restored.len());
                 for k in &rep.refused {
                     outln!("  left as it is (changed since): {} ({})", k.path, k.why);
                 }

@@ -258,11 +258,18 @@ impl Feed {
                     files.len()
                 );
                 for f in files.iter().take(10) {
-                    let from = f.from.as_ref().map(|p| format!(" (from {p})")).unwrap_or_default();
+                    let from = f
+                        .from
+                        .as_ref()
+                        .map(|p| format!(" (from {p})"))
+                        .unwrap_or_default();
                     errln!("    {} {}{from}", f.kind, f.path);
                 }
                 if files.len() > 10 {
-                    errln!("    ... and {} more (capstan changes {change_set})", files.len() - 10);
+                    errln!(
+                        "    ... and {} more (capstan changes {change_set})",
+                        files.len() - 10
+                    );
                 }
             }
             Event::ApprovalDecided { decision, by, .. } => {

@@ -228,9 +228,9 @@ impl Capture {
             }
             landed
         })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("the changes could not land: {e}"))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("the changes could not land: {e}"))
     }
 }
 
@@ -245,7 +245,10 @@ pub fn is_protected(path: &str, protected: &[String]) -> bool {
 
 /// `workspace.changes` for a record.
 pub fn emit(scope: &TaskScope, record: &Record, reasons: &[String]) {
-    scope.run.events.emit(event(record, Some(&scope.task_id), reasons));
+    scope
+        .run
+        .events
+        .emit(event(record, Some(&scope.task_id), reasons));
 }
 
 /// The `workspace.changes` event of a record.
@@ -374,8 +377,7 @@ pub async fn record_plugin(scope: &TaskScope, snap: PluginSnapshot, source: Stri
     };
     let PluginSnapshot { capture, snap } = snap;
     let c = capture.clone();
-    let recorded =
-        tokio::task::spawn_blocking(move || c.store.record_snapshot(snap, origin)).await;
+    let recorded = tokio::task::spawn_blocking(move || c.store.record_snapshot(snap, origin)).await;
     match recorded {
         Ok(Ok(Some(record))) => emit(scope, &record, &[]),
         Ok(Ok(None)) => {}
