@@ -246,11 +246,6 @@ pub struct RunManager {
 }
 
 impl RunManager {
-    /// The app behind the runs (the change store's routes use it).
-    pub fn app(&self) -> &Arc<App> {
-        &self.app
-    }
-
     pub fn new(
         app: Arc<App>,
         default_workspace: Option<PathBuf>,
