@@ -17,7 +17,7 @@ use serde_json::Value;
 /// The target dir host/build.rs builds the plugins in: the SDK's dependencies for
 /// wasm32-wasip2 are compiled there already, so a scaffold builds in seconds.
 fn plugin_target_dir() -> PathBuf {
-    Path::new(capstan::bundled::PLUGIN_BUILD_DIR)
+    Path::new(capstan::plugins::bundled::PLUGIN_BUILD_DIR)
         .ancestors()
         .nth(2)
         .unwrap()

@@ -7,10 +7,10 @@ mod common;
 
 use std::sync::Arc;
 
-use capstan::protocol::{Event, FailureReason, TaskRequest};
-use capstan::registry::{ManifestSources, Registry};
-use capstan::runtime::Runtime;
-use capstan::services::{HostServices, RunContext};
+use capstan::plugins::context::{HostServices, RunContext};
+use capstan::plugins::registry::{ManifestSources, Registry};
+use capstan::plugins::runtime::Runtime;
+use capstan_protocol::{Event, FailureReason, TaskRequest};
 use common::{Home, Recorder, plugin_entry};
 use serde_json::{Value, json};
 
@@ -49,7 +49,7 @@ async fn a_component_built_against_0_1_0_still_loads_and_runs() {
 
     let rec = Recorder::default();
     let run = RunContext::new(None, Arc::new(rec.clone()), HostServices::default());
-    let out = capstan::dispatch::run_task(
+    let out = capstan::run::dispatch::run_task(
         &rt,
         &reg,
         &task("legacy_echo", "echo", json!({"a": [1, 2]})),
@@ -76,13 +76,13 @@ async fn a_component_built_against_0_1_0_still_loads_and_runs() {
     );
 
     let empty =
-        capstan::dispatch::run_task(&rt, &reg, &task("legacy_echo", "empty", json!({})), &run)
+        capstan::run::dispatch::run_task(&rt, &reg, &task("legacy_echo", "empty", json!({})), &run)
             .await
             .unwrap();
     assert_eq!(empty.data, Value::Null);
 
     let failed =
-        capstan::dispatch::run_task(&rt, &reg, &task("legacy_echo", "fail", json!({})), &run)
+        capstan::run::dispatch::run_task(&rt, &reg, &task("legacy_echo", "fail", json!({})), &run)
             .await
             .unwrap_err();
     assert_eq!(failed.reason, FailureReason::InvalidInput);
