@@ -1,6 +1,7 @@
 //! `capstan agent run` end to end: the real binary, a task file, the `cli` runtime on a
 //! scripted OpenAI-compatible server and the real Claude Code on a scripted Anthropic
 //! server; JSON events, the human output, the budget prompt, exit codes, bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

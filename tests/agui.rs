@@ -3,6 +3,7 @@
 //! events arrive and pass the client's own verification and schema checks, an
 //! approval interrupt round-trips through `resume`, and `abortRun` cancels the
 //! Capstan run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! handbook cannot answer gets a plain "the workspace does not say" with only
 //! whole sentences of the handbook quoted; a follow-up in `capstan chat` under
 //! a real pty is read with the previous question and the feed shows how.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

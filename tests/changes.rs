@@ -2,6 +2,7 @@
 //! captured, shown as `workspace.changes`, landed atomically (also across a
 //! kill -9), reviewed when asked or when protected paths change, and undone
 //! byte for byte by `capstan undo`, which refuses files changed since.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

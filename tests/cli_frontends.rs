@@ -1,6 +1,7 @@
 //! The terminal frontends through the real binary: `capstan ask` (live feed,
 //! interactive approvals, exit codes, Ctrl-C), `capstan chat` (a REPL driven
 //! through a stdin pipe) and `capstan workspace`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

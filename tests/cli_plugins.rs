@@ -1,4 +1,5 @@
 //! `capstan plugins` and `capstan invoke` through the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! docx (bundled) and xlsx (dropped in by a user manifest alone: no host code
 //! names it) through the real binary, the approval gate for writes, and files
 //! that python-docx and openpyxl (libraries no one here wrote) read back.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! suites live beside the code they attack: crates/policy/tests/classifier.rs
 //! (385 classifier cases) and crates/sandbox/tests/adversarial.rs (sandbox
 //! escapes, network, secrets, process lifetimes, floods).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

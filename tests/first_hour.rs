@@ -1,7 +1,7 @@
 //! A new user's first hour, through the real binary: a fast and visible first
 //! question, several Capstan processes on one workspace, examples that are safe to
 //! paste, config that can be found and checked, and files recognised by content.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // A child mode of this test binary talks to its parent on stdout.
 #![allow(clippy::disallowed_macros)]
 

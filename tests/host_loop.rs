@@ -1,6 +1,7 @@
 //! The seed scenarios end to end: the real plugins, the real sandbox, real
 //! SQLite, and either the offline model or a scripted model server on 127.0.0.1
 //! speaking the real OpenAI-compatible and Anthropic SSE wire formats.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -5,6 +5,7 @@
 //!
 //! Read from the source: every `crate::a::b` path in host/src (in `use` lines
 //! and inline), attributed to the module of the file it is in.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

@@ -9,7 +9,7 @@
 //! reference filesystem and "everything" servers from the npm registry (pinned
 //! in tests/npm/mcp-servers), whose read-only annotations never lower the risk
 //! the configuration gives. Last, a client nobody here wrote: the MCP Inspector CLI.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // Test harness output: the children's stderr passed through for debugging.
 #![allow(clippy::disallowed_macros)]
 // MCP logging is deprecated by the 2026-07-28 revision; Capstan serves 2025-11-25.

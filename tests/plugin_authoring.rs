@@ -5,6 +5,7 @@
 //! confirmed; `plugins remove` takes it out; `plugins add builtin:xlsx` registers
 //! the shipped xlsx plugin.
 #![allow(clippy::disallowed_macros)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! plugins load and describe themselves, faults are contained with the right
 //! reason and the host goes on, workspace confinement holds, grants are enforced,
 //! the compile cache works and tampered components are refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! capstan:plugin@0.1.0 (the frozen snapshot in wit-snapshots/) still load and run
 //! on this host, the SDK's plugins run as 0.2.0, and a component for a version the
 //! host does not know is refused with the supported range named.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

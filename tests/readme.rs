@@ -23,6 +23,7 @@
 //! - [`NOT_RUN`] lists the few commands not run, each with why.
 //!
 //! Every failing command is reported, not just the first.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! running server whose binary file is replaced (a package upgrade) still
 //! running commands. The adversarial suite of the sandbox itself is
 //! crates/sandbox/tests/adversarial.rs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

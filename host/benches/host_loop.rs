@@ -3,7 +3,7 @@
 //! running child process.
 //!
 //! Run: cargo bench -p capstan --bench host_loop
-
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // A bench prints its own figures for the developer who runs it.
 #![allow(clippy::disallowed_macros)]
 

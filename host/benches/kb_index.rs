@@ -5,7 +5,7 @@
 //! Run: bash bench/kb/fetch-corpus.sh && cargo bench -p capstan --bench kb_index
 //! (`KB_INDEX_RUNS=N` changes the number of timed runs, default 5; the best is kept
 //! because the machine is shared and the best run is the least disturbed.)
-
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // A bench prints its own figures for the developer who runs it.
 #![allow(clippy::disallowed_macros)]
 

@@ -2,7 +2,7 @@
 //! the per-task overhead of instantiate + invoke on a trivial capability.
 //!
 //! Run: cargo bench -p capstan --bench runtime
-
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // A bench prints its own figures for the developer who runs it.
 #![allow(clippy::disallowed_macros)]
 

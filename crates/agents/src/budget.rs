@@ -1,8 +1,8 @@
 //! Spending: usage priced per model, accumulated across tasks (concurrent ones too),
 //! and a warning before the next step would take the total over the limit.
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use capstan_models::{PriceTable, Usage};
@@ -93,7 +93,7 @@ impl Budget {
     /// Add a finished step's usage. `cost` is the priced cost (`None`: unknown model,
     /// remembered so the total is reported as incomplete).
     pub fn record(&self, model: Option<&str>, usage: &Usage, cost: Option<f64>) {
-        let mut s = self.spent.lock().expect("budget lock");
+        let mut s = self.spent.lock();
         s.tokens.add(usage);
         match cost {
             Some(c) => s.usd += c,
@@ -105,22 +105,16 @@ impl Budget {
     }
 
     pub fn spent_usd(&self) -> f64 {
-        self.spent.lock().expect("budget lock").usd
+        self.spent.lock().usd
     }
 
     pub fn tokens(&self) -> TokenUsage {
-        self.spent.lock().expect("budget lock").tokens
+        self.spent.lock().tokens
     }
 
     /// Models whose usage could not be priced.
     pub fn unpriced_models(&self) -> Vec<String> {
-        self.spent
-            .lock()
-            .expect("budget lock")
-            .unpriced_models
-            .iter()
-            .cloned()
-            .collect()
+        self.spent.lock().unpriced_models.iter().cloned().collect()
     }
 
     /// Before a step: would `spent + next_step_usd` exceed the limit? If so, `warn` is

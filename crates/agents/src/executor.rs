@@ -71,6 +71,21 @@ impl capstan_graph::Node for TaskSpec {
     }
 }
 
+/// A task of the file with its position there (where its prepared runner is).
+struct Indexed<'a> {
+    index: usize,
+    task: &'a TaskSpec,
+}
+
+impl capstan_graph::Node for Indexed<'_> {
+    fn id(&self) -> &str {
+        &self.task.id
+    }
+    fn depends_on(&self) -> &[String] {
+        &self.task.depends_on
+    }
+}
+
 /// The executor's side of the scheduler: results by task id, each task
 /// seeing its prerequisites' outputs.
 struct Scheduled<'a> {
@@ -78,7 +93,7 @@ struct Scheduled<'a> {
     done: HashMap<String, TaskResult>,
 }
 
-impl<'a> Handler<&'a TaskSpec> for Scheduled<'a> {
+impl<'a> Handler<Indexed<'a>> for Scheduled<'a> {
     type Output = TaskResult;
     type Running = BoxFuture<'a, TaskResult>;
 
@@ -86,7 +101,8 @@ impl<'a> Handler<&'a TaskSpec> for Scheduled<'a> {
         self.run.cancel.is_cancelled()
     }
 
-    fn start(&mut self, task: &&'a TaskSpec) -> Self::Running {
+    fn start(&mut self, node: &Indexed<'a>) -> Self::Running {
+        let task = node.task;
         let inputs: Vec<ContextItem> = task
             .depends_on
             .iter()
@@ -99,17 +115,10 @@ impl<'a> Handler<&'a TaskSpec> for Scheduled<'a> {
                     .unwrap_or_default(),
             })
             .collect();
-        let index = self
-            .run
-            .file
-            .tasks
-            .iter()
-            .position(|t| t.id == task.id)
-            .expect("a node of the file's own tasks");
-        self.run.run_task(index, inputs).boxed()
+        self.run.run_task(node.index, inputs).boxed()
     }
 
-    fn ended(&mut self, _task: &&'a TaskSpec, result: TaskResult) -> Ended {
+    fn ended(&mut self, _node: &Indexed<'a>, result: TaskResult) -> Ended {
         let ended = if result.status == TaskStatus::Completed {
             Ended::Completed
         } else {
@@ -119,7 +128,8 @@ impl<'a> Handler<&'a TaskSpec> for Scheduled<'a> {
         ended
     }
 
-    fn not_run(&mut self, task: &&'a TaskSpec, why: NotRun<'_>) {
+    fn not_run(&mut self, node: &Indexed<'a>, why: NotRun<'_>) {
+        let task = node.task;
         let result = match why {
             NotRun::DependencyFailed(failed) => self.run.skipped(task, failed),
             NotRun::Stopped => self.run.never_started(task),
@@ -133,6 +143,7 @@ impl<'a> Handler<&'a TaskSpec> for Scheduled<'a> {
 /// everything after is reported in the result's statuses.
 pub async fn execute(file: &TaskFile, opts: ExecuteOptions) -> Result<ExecutionResult, AgentError> {
     let started = Instant::now();
+    let order = file.topological_order()?;
     let execution_id = format!("exec_{}", uuid::Uuid::new_v4().simple());
     let events = Emitter::new(execution_id.clone(), opts.events.clone());
     let (strategy, strategy_reason) = match opts.strategy.or(file.strategy) {
@@ -188,7 +199,7 @@ pub async fn execute(file: &TaskFile, opts: ExecuteOptions) -> Result<ExecutionR
                 cancel.cancel();
             })
         });
-    let tasks = run.schedule().await;
+    let tasks = run.schedule(&order).await;
     if let Some(t) = timer {
         t.abort();
     }
@@ -305,9 +316,7 @@ impl Run<'_> {
     /// to the concurrency limit; a task whose prerequisite did not complete is
     /// skipped; once the execution is stopped, tasks not started end as
     /// stopped. Results in topological order.
-    async fn schedule(&self) -> Vec<TaskResult> {
-        let order = capstan_graph::topological_order(&self.file.tasks)
-            .expect("validated when the file was parsed");
+    async fn schedule(&self, order: &[usize]) -> Vec<TaskResult> {
         let limit = match self.strategy {
             Strategy::Parallel => self
                 .opts
@@ -317,7 +326,13 @@ impl Run<'_> {
                 .max(1),
             Strategy::Single | Strategy::Multi => 1,
         };
-        let nodes: Vec<&TaskSpec> = order.iter().map(|&i| &self.file.tasks[i]).collect();
+        let nodes: Vec<Indexed<'_>> = order
+            .iter()
+            .map(|&index| Indexed {
+                index,
+                task: &self.file.tasks[index],
+            })
+            .collect();
         let mut scheduled = Scheduled {
             run: self,
             done: HashMap::new(),

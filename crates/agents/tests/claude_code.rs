@@ -2,6 +2,7 @@
 //! offline: `ANTHROPIC_BASE_URL` points at a scripted Anthropic Messages server on
 //! 127.0.0.1, so Claude Code streams its real `system` / `stream_event` / `assistant` /
 //! `result` lines.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

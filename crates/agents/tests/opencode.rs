@@ -1,6 +1,7 @@
 //! The `opencode` runtime against the real OpenCode server (`opencode serve`, pinned in
 //! tests/npm/opencode), offline: its provider `scripted` points at a scripted
 //! OpenAI-compatible server on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

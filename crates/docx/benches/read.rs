@@ -8,6 +8,7 @@
 //! collect the text of every paragraph and table cell. Python times itself with
 //! `time.perf_counter` after importing python-docx, so interpreter start-up and imports
 //! are excluded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Command;

@@ -1,4 +1,5 @@
 //! Every kind of bad input gives an error that says what was wrong, never a panic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Cursor, Write};
 

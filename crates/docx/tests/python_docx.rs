@@ -4,6 +4,7 @@
 //!
 //! Needs `python3 -m pip install python-docx openpyxl`; without it these tests fail with
 //! that instruction (they do not skip).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

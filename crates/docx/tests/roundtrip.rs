@@ -1,4 +1,5 @@
 //! Create, read, replace, append and info on documents this crate writes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Cursor, Read, Write};
 

@@ -6,7 +6,7 @@
 //! Reproduce: `cargo bench -p capstan-egress --bench throughput`
 //! (`CAPSTAN_BENCH_MB` and `CAPSTAN_BENCH_N` change the download size and the
 //! request count).
-
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::disallowed_macros)]
 
 use std::time::{Duration, Instant};

@@ -258,7 +258,7 @@ where
         if current.is_none() {
             match proxy.open(&host, port, Protocol::Http).await {
                 Ok(mut up) => {
-                    let stream = Buffered::new(up.take_stream());
+                    let stream = Buffered::new(up.take_stream().map_err(|e| e.to_string())?);
                     *current = Some((up, stream));
                 }
                 Err(r) => {
@@ -267,7 +267,9 @@ where
                 }
             }
         }
-        let (_, upstream) = current.as_mut().expect("opened above");
+        let Some((_, upstream)) = current.as_mut() else {
+            return Ok(()); // opened just above
+        };
 
         // Request head, origin-form, Host from the checked URL.
         let authority = if port == 80 {
@@ -430,7 +432,7 @@ where
             return Ok(());
         }
     };
-    let mut stream = upstream.take_stream();
+    let mut stream = upstream.take_stream().map_err(|e| e.to_string())?;
     let result = async {
         client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")

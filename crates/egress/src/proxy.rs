@@ -516,10 +516,14 @@ pub(crate) struct Upstream {
 
 impl Upstream {
     /// The connection, counting bytes into this record.
-    pub fn take_stream(&mut self) -> Counted<TcpStream> {
-        Counted {
-            io: self.stream.take().expect("the stream is taken once"),
+    /// Taken once: a second call is an error.
+    pub fn take_stream(&mut self) -> std::io::Result<Counted<TcpStream>> {
+        let io = self.stream.take().ok_or_else(|| {
+            std::io::Error::other("the upstream connection was already handed out")
+        })?;
+        Ok(Counted {
+            io,
             counters: self.counters.clone(),
-        }
+        })
     }
 }

@@ -62,7 +62,11 @@ where
             String::from_utf8_lossy(&name).into_owned()
         }
         0x04 => {
-            let a: [u8; 16] = client.take(16).await?.try_into().expect("16 bytes");
+            let a: [u8; 16] = client
+                .take(16)
+                .await?
+                .try_into()
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
             format!("[{}]", Ipv6Addr::from(a))
         }
         _ => {
@@ -90,7 +94,7 @@ where
             return Ok(());
         }
     };
-    let mut stream = upstream.take_stream();
+    let mut stream = upstream.take_stream()?;
     let result = async {
         reply(client, REP_OK).await?;
         crate::stream::relay(client, &mut stream).await

@@ -3,6 +3,7 @@
 //! the host side (the server that must not be reached saw no connection).
 //!
 //! Run: `cargo test --release -p capstan-egress --test proxy`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::IpAddr;
 use std::path::PathBuf;

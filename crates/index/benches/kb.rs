@@ -23,6 +23,7 @@
 //! tokenizer, and `porter` as a stronger variant), and tantivy with its default tokenizer
 //! and default query parsing. Corpus location: `$CAPSTAN_BENCH_CORPUS`, default
 //! `/work/.cache/capstan-bench`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

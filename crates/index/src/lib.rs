@@ -463,7 +463,7 @@ struct Payload {
     files: Vec<(String, u64, u64, String)>,
 }
 
-fn encode_payload(files: &BTreeMap<String, FileMeta>) -> String {
+fn encode_payload(files: &BTreeMap<String, FileMeta>) -> Result<String> {
     let p = Payload {
         v: PAYLOAD_VERSION,
         files: files
@@ -471,7 +471,8 @@ fn encode_payload(files: &BTreeMap<String, FileMeta>) -> String {
             .map(|m| (m.path.clone(), m.mtime_ms, m.size, m.hash.clone()))
             .collect(),
     };
-    serde_json::to_string(&p).expect("serializing plain data cannot fail")
+    serde_json::to_string(&p)
+        .map_err(|e| IndexError::Invalid(format!("cannot encode the commit payload: {e}")))
 }
 
 fn decode_payload(s: &str) -> Result<BTreeMap<String, FileMeta>, String> {
@@ -803,7 +804,7 @@ impl WorkspaceIndex {
                 passages: self.reader.searcher().num_docs(),
             });
         };
-        let payload = encode_payload(&st.files);
+        let payload = encode_payload(&st.files)?;
         let result = (|| -> Result<()> {
             let mut prepared = writer.prepare_commit()?;
             prepared.set_payload(&payload);

@@ -1,5 +1,6 @@
 //! Prints the passages of files, for eyeballing the parsers:
 //! `cargo run -p capstan-kb-parse --example dump -- FILE...`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 fn main() {
     let opts = capstan_kb_parse::ChunkOptions::default();

@@ -64,11 +64,10 @@ pub(crate) fn blocks(text: &str) -> Vec<Block> {
                 if matches!(tag, TagEnd::List(_)) && list_depth == Some(depth) {
                     list_depth = None;
                 }
-                if open.as_ref().is_some_and(|o| o.depth == depth) {
-                    let o = open.take().expect("checked above");
-                    if let Some(b) = finish(&o, &title, &index, &lines) {
-                        out.push(b);
-                    }
+                if let Some(o) = open.take_if(|o| o.depth == depth)
+                    && let Some(b) = finish(&o, &title, &index, &lines)
+                {
+                    out.push(b);
                 }
             }
             Event::Text(t) | Event::Code(t)

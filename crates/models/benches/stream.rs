@@ -6,6 +6,7 @@
 //! JSON decoding, event queueing, stream polling). Printed as a Markdown table.
 //!
 //! Run: `cargo bench -p capstan-models --bench stream` (optionally `-- TOKENS`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

@@ -104,20 +104,21 @@ impl Anthropic {
                  validates against this JSON Schema:\n{schema}"
             ));
         }
-        let mut body = json!({
-            "model": model,
-            "max_tokens": req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-            "messages": messages,
-            "stream": true,
-        });
-        let obj = body.as_object_mut().expect("a JSON object literal");
+        let mut obj = serde_json::Map::new();
+        obj.insert("model".into(), json!(model));
+        obj.insert(
+            "max_tokens".into(),
+            json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+        );
+        obj.insert("messages".into(), Value::Array(messages));
+        obj.insert("stream".into(), json!(true));
         if !system.is_empty() {
             obj.insert("system".into(), json!(system.join("\n\n")));
         }
         if let Some(t) = req.temperature {
             obj.insert("temperature".into(), json!(t));
         }
-        Ok(body)
+        Ok(Value::Object(obj))
     }
 }
 
@@ -136,7 +137,7 @@ impl ModelProvider for Anthropic {
         let prepared = Prepared {
             url: self.url.clone(),
             headers: self.headers.clone(),
-            body: Bytes::from(serde_json::to_vec(&body).expect("a JSON value serialises")),
+            body: Bytes::from(body.to_string()),
             input_estimate: req.estimated_input_tokens(),
         };
         http::start::<AnthropicDecoder>(self.engine.clone(), prepared, cancel).await

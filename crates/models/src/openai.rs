@@ -82,13 +82,11 @@ impl OpenAiCompatible {
                 json!({"role": role, "content": m.content})
             })
             .collect();
-        let mut body = json!({
-            "model": model,
-            "messages": messages,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        });
-        let obj = body.as_object_mut().expect("a JSON object literal");
+        let mut obj = serde_json::Map::new();
+        obj.insert("model".into(), json!(model));
+        obj.insert("messages".into(), Value::Array(messages));
+        obj.insert("stream".into(), json!(true));
+        obj.insert("stream_options".into(), json!({"include_usage": true}));
         if let Some(n) = req.max_tokens {
             let key = if self.use_max_completion_tokens {
                 "max_completion_tokens"
@@ -112,7 +110,7 @@ impl OpenAiCompatible {
                 }),
             );
         }
-        Ok(body)
+        Ok(Value::Object(obj))
     }
 }
 
@@ -131,7 +129,7 @@ impl ModelProvider for OpenAiCompatible {
         let prepared = Prepared {
             url: self.url.clone(),
             headers: self.headers.clone(),
-            body: Bytes::from(serde_json::to_vec(&body).expect("a JSON value serialises")),
+            body: Bytes::from(body.to_string()),
             input_estimate: req.estimated_input_tokens(),
         };
         http::start::<OpenAiDecoder>(self.engine.clone(), prepared, cancel).await

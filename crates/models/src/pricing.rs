@@ -160,8 +160,9 @@ impl PriceTable {
 
 /// `*` matches any (possibly empty) run of characters; everything else is literal.
 fn glob_match(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    let (first, rest) = parts.split_first().expect("split yields at least one part");
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let rest: Vec<&str> = parts.collect();
     let Some(mut text) = text.strip_prefix(first) else {
         return false;
     };

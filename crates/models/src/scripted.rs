@@ -29,8 +29,10 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -348,16 +350,12 @@ impl ScriptedServer {
 
     /// Queue a reply (answered in FIFO order, before the responder is asked).
     pub fn push(&self, reply: Reply) -> &Self {
-        self.shared
-            .queue
-            .lock()
-            .expect("queue lock")
-            .push_back(reply);
+        self.shared.queue.lock().push_back(reply);
         self
     }
 
     pub fn set_responder(&self, f: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static) {
-        *self.shared.responder.lock().expect("responder lock") = Some(Arc::new(f));
+        *self.shared.responder.lock() = Some(Arc::new(f));
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -376,16 +374,16 @@ impl ScriptedServer {
 
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.shared.requests.lock().expect("requests lock").clone()
+        self.shared.requests.lock().clone()
     }
 
     pub fn request_count(&self) -> usize {
-        self.shared.requests.lock().expect("requests lock").len()
+        self.shared.requests.lock().len()
     }
 
     /// Replies still queued.
     pub fn pending_replies(&self) -> usize {
-        self.shared.queue.lock().expect("queue lock").len()
+        self.shared.queue.lock().len()
     }
 
     /// Streamed bodies the server wrote to the end.
@@ -480,15 +478,15 @@ fn record(s: &Shared, wire: Wire, uri: &Uri, headers: &HeaderMap, body: &Bytes) 
         body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
         raw_body,
     };
-    s.requests.lock().expect("requests lock").push(req.clone());
+    s.requests.lock().push(req.clone());
     req
 }
 
 fn next_reply(s: &Shared, req: &RecordedRequest) -> Reply {
-    if let Some(r) = s.queue.lock().expect("queue lock").pop_front() {
+    if let Some(r) = s.queue.lock().pop_front() {
         return r;
     }
-    let responder = s.responder.lock().expect("responder lock").clone();
+    let responder = s.responder.lock().clone();
     match responder {
         Some(f) => f(req),
         None => Reply::status(400)

@@ -1,4 +1,5 @@
 //! Both providers over real HTTP against the scripted server on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

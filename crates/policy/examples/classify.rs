@@ -1,5 +1,6 @@
 //! Prints the classification of each argument as a shell command line:
 //! `cargo run -p capstan-policy --example classify -- 'rm -rf x'`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 fn main() {
     for cmd in std::env::args().skip(1) {
         let c = capstan_policy::classify_shell(&cmd);

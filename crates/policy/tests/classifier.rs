@@ -3,6 +3,7 @@
 //! To add a case, add one line to `CASES`:
 //! `(command, expected risk, text one of the reasons must contain)`.
 //! Use `""` for the text when no particular reason needs checking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_policy::Risk::{self, Delete, Network, ReadOnly, Unknown, Write};
 use capstan_policy::{

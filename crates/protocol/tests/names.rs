@@ -1,6 +1,7 @@
 //! Every closed set spells each value the same way on the wire (serde) and in
 //! text (`as_str`, `Display`, `FromStr`), and refuses unknown names by listing
 //! the known ones.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_protocol::*;
 

@@ -7,6 +7,7 @@
 //! Reproduce: `cargo bench -p capstan-sandbox --bench capture`
 //! (`CAPSTAN_BENCH_N` runs per cell, default 5; the 200 MB and 10,000-file
 //! rows use at most 3).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -7,6 +7,7 @@
 //! (N defaults to 200; set `CAPSTAN_BENCH_N` to change it). Without the
 //! feature, the "whole host read-only" row (the filesystem before the
 //! allowlist) is left out. Needs `bwrap` (`apt-get install -y bubblewrap`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Stdio;

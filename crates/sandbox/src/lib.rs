@@ -977,8 +977,11 @@ async fn supervise(
     let pgid = child.id().map(|p| p as i32);
 
     let limit = spec.output_limit;
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(SandboxError::Launcher(
+            "the launcher's output pipes were not set up".into(),
+        ));
+    };
     let out_task = tokio::spawn(output::capture(stdout, limit));
     let err_task = tokio::spawn(output::capture(stderr, limit));
 

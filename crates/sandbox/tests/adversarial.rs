@@ -4,6 +4,7 @@
 //! connection, no process survived).
 //!
 //! Run: `cargo test -p capstan-sandbox --test adversarial`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;

@@ -3,6 +3,7 @@
 //! undone byte for byte.
 //!
 //! Run: `cargo test --release -p capstan-sandbox --test capture`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -4,6 +4,7 @@
 //! 127.0.0.1 that count what reaches them.
 //!
 //! Run: `cargo test --release -p capstan-sandbox --test egress`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@
 //! because the hook is this process's environment.
 //!
 //! Run: `cargo test -p capstan-sandbox --test fail_closed`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -8,6 +8,7 @@
 //! Prints a Markdown table: events/s, and p50/p99 latency of one call
 //! (`append_event`, one `append_events` batch, one `EventWriter::push`), plus a
 //! durable write (`add_turn`, committed with an fsync) for scale.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -34,7 +34,8 @@ impl Store {
     /// now. The run must exist ([`StoreError::NotFound`]); an approval id is
     /// recorded once ([`StoreError::InvalidArgument`] on a second record).
     pub fn record_approval(&self, a: &NewApproval<'_>) -> Result<Approval> {
-        let reasons = serde_json::to_string(a.reasons).expect("a list of strings serialises");
+        let reasons = serde_json::to_string(a.reasons)
+            .map_err(|e| StoreError::InvalidArgument(format!("approval reasons: {e}")))?;
         let decided_at = now_rfc3339();
         self.write(Durability::Durable, |c| {
             self.require(c, "runs", "run", a.run_id)?;

@@ -165,6 +165,10 @@ impl EventWriter {
     /// # Panics
     ///
     /// If the OS cannot start a thread (as `std::thread::spawn` does).
+    #[allow(
+        clippy::expect_used,
+        reason = "a documented panic, as std::thread::spawn: the OS cannot start a thread"
+    )]
     pub fn new(store: Arc<Store>) -> EventWriter {
         let (tx, rx) = mpsc::channel();
         let path = store.path().to_path_buf();

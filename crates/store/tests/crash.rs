@@ -3,6 +3,7 @@
 //!
 //! The child is this test binary itself, re-run on the ignored `crash_child`
 //! test with the database path in an environment variable: no extra binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -1,4 +1,5 @@
 //! Round trips through real SQLite files in temporary directories.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::sync::Arc;

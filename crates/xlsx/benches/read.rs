@@ -7,6 +7,7 @@
 //! Both sides time the same work from a file on disk: open the workbook and get every
 //! cell's value. Python times itself with `time.perf_counter` after importing openpyxl,
 //! so interpreter start-up and imports are excluded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Command;

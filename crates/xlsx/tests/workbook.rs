@@ -1,4 +1,5 @@
 //! Create, read (sheets, ranges, formats) and info on workbooks; bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Cursor, Write};
 

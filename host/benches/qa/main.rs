@@ -9,7 +9,7 @@
 //! The `python-faq` set is the FAQ of Debian's python3.11-doc; when it is not in
 //! the cache ($CAPSTAN_BENCH_CORPUS, default /work/.cache/capstan-bench) this
 //! runs bench/kb/fetch-corpus.sh to fetch it.
-
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 // A bench prints its own figures for the developer who runs it.
 #![allow(clippy::disallowed_macros)]
 

@@ -12,7 +12,9 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -317,7 +319,7 @@ impl Runner for ClaudeRunner {
                     if n == 0 {
                         break;
                     }
-                    let mut t = tail.lock().expect("stderr lock");
+                    let mut t = tail.lock();
                     t.extend(&buf[..n]);
                     while t.len() > STDERR_TAIL {
                         t.pop_front();
@@ -326,7 +328,15 @@ impl Runner for ClaudeRunner {
             })
         });
         let mut stdin = child.stdin.take();
-        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let Some(stdout) = child.stdout.take() else {
+            return RunOutput::failed(
+                String::new(),
+                estimate_usage(""),
+                None,
+                "cannot read Claude Code's output: its stdout was not piped".into(),
+            );
+        };
+        let mut lines = BufReader::new(stdout).lines();
         send_line(
             &mut stdin,
             &json!({"type": "user", "message": {"role": "user", "content": job.prompt}}),
@@ -394,7 +404,7 @@ impl Runner for ClaudeRunner {
             let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
         }
         let stderr = {
-            let tail = stderr_tail.lock().expect("stderr lock");
+            let tail = stderr_tail.lock();
             String::from_utf8_lossy(&tail.iter().copied().collect::<Vec<u8>>())
                 .trim()
                 .to_string()

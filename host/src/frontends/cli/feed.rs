@@ -7,7 +7,9 @@
 //! which reads the answer from stdin (y / n / a / b). Everything goes through
 //! `crate::term`, so text from files, commands and models is inert.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use capstan_store::Decision;
 use tokio::sync::mpsc;
@@ -115,16 +117,11 @@ impl Feed {
     /// Whether a task's outcome gets its own line (see [`Outcomes`]).
     fn reports(&self, task_id: &str) -> bool {
         self.outcomes == Outcomes::EveryTask
-            || self
-                .plan
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|(id, ..)| id == task_id)
+            || self.plan.lock().iter().any(|(id, ..)| id == task_id)
     }
 
     fn print_plan(&self) {
-        let plan = self.plan.lock().unwrap();
+        let plan = self.plan.lock();
         for (id, title, status) in plan.iter() {
             let mark = match status {
                 TaskStatus::Pending => "·",
@@ -172,7 +169,7 @@ impl Feed {
                 if *sufficient { "" } else { " (not enough)" }
             ),
             Event::PlanCreated { tasks } => {
-                *self.plan.lock().unwrap() = tasks
+                *self.plan.lock() = tasks
                     .iter()
                     .map(|t| {
                         let title = if t.title.is_empty() {
@@ -188,7 +185,7 @@ impl Feed {
             }
             Event::PlanUpdated { task_id, status } => {
                 let title = {
-                    let mut plan = self.plan.lock().unwrap();
+                    let mut plan = self.plan.lock();
                     plan.iter_mut().find(|(id, ..)| id == task_id).map(|t| {
                         t.2 = *status;
                         t.1.clone()
@@ -331,7 +328,7 @@ impl Feed {
     }
 
     fn plan_is_empty(&self) -> bool {
-        self.plan.lock().unwrap().is_empty()
+        self.plan.lock().is_empty()
     }
 }
 

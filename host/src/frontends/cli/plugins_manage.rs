@@ -65,8 +65,7 @@ fn install_sdk(dirs: &Dirs) -> Result<PathBuf> {
         if std::fs::read_to_string(&path).ok().as_deref() == Some(*text) {
             continue;
         }
-        std::fs::create_dir_all(path.parent().unwrap())
-            .with_context(|| format!("creating {}", path.display()))?;
+        create_parent(&path)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(dir)
@@ -218,8 +217,7 @@ capstan_plugin::export!({ty});
     ];
     for (rel, text) in &files {
         let path = target.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap())
-            .with_context(|| format!("creating {}", path.display()))?;
+        create_parent(&path)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     outln!(
@@ -484,8 +482,7 @@ pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
     // silently change what runs (the sha256 would refuse it anyway).
     if let ComponentSource::File(original) = &loaded.spec.source {
         let kept = Path::new(&component_field);
-        std::fs::create_dir_all(kept.parent().unwrap())
-            .with_context(|| format!("creating {}", kept.display()))?;
+        create_parent(kept)?;
         std::fs::copy(original, kept)
             .with_context(|| format!("copying the component to {}", kept.display()))?;
         if crate::plugins::manifest::sha256_hex(&std::fs::read(kept)?) != loaded.sha256 {
@@ -598,4 +595,12 @@ pub fn remove(global: &GlobalArgs, name: &str) -> Result<ExitCode> {
     }
     outln!("removed `{name}` from {}", config.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Creates the directory `path` goes in.
+fn create_parent(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    Ok(())
 }

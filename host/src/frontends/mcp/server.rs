@@ -14,7 +14,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use rmcp::model::{
@@ -198,10 +200,7 @@ impl CapstanMcp {
                     return;
                 };
                 let changed: Vec<String> = {
-                    let mut subs = state
-                        .subscriptions
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
+                    let mut subs = state.subscriptions.lock();
                     subs.iter_mut()
                         .filter_map(|(uri, seen)| {
                             let Ok(resources::Target::File(path)) = resources.target(uri) else {
@@ -372,7 +371,7 @@ impl Forwarder {
             return; // the flag decides; the broker already knows
         }
         let notes = self.notes.clone();
-        let note = |n: ApprovalNote| notes.lock().unwrap().push(n);
+        let note = |n: ApprovalNote| notes.lock().push(n);
         let label = if command.is_empty() {
             action.clone()
         } else {
@@ -427,16 +426,13 @@ impl Forwarder {
                             capstan_store::Decision::ApprovedForSession
                         }
                         _ => {
-                            notes
-                                .lock()
-                                .unwrap()
-                                .push(ApprovalNote::Declined { action: label });
+                            notes.lock().push(ApprovalNote::Declined { action: label });
                             capstan_store::Decision::Denied
                         }
                     }
                 }
                 Err(e) => {
-                    notes.lock().unwrap().push(ApprovalNote::ElicitationFailed {
+                    notes.lock().push(ApprovalNote::ElicitationFailed {
                         action: label,
                         error: e.to_string(),
                     });
@@ -648,11 +644,7 @@ impl ServerHandler for CapstanMcp {
                 Err(why) => return Err(McpError::resource_not_found(why, None)),
             }
         };
-        self.state
-            .subscriptions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(request.uri, stamp);
+        self.state.subscriptions.lock().insert(request.uri, stamp);
         self.watch(context.peer);
         Ok(())
     }
@@ -662,11 +654,7 @@ impl ServerHandler for CapstanMcp {
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.state
-            .subscriptions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&request.uri);
+        self.state.subscriptions.lock().remove(&request.uri);
         Ok(())
     }
 
@@ -903,7 +891,7 @@ impl ServerHandler for CapstanMcp {
             }
             Err(failure) => {
                 let advice = (failure.reason == FailureReason::Denied)
-                    .then(|| denial_advice(host, &notes.lock().unwrap()));
+                    .then(|| denial_advice(host, &notes.lock()));
                 failure_result(&failure, advice)
             }
         }

@@ -12,7 +12,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use capstan_store::{Decision, Run, Session, Turn, Workspace};
 use serde::{Deserialize, Serialize};
@@ -133,7 +135,7 @@ struct StreamSlot {
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut counts = self.manager.streams.lock().unwrap();
+        let mut counts = self.manager.streams.lock();
         counts.total = counts.total.saturating_sub(1);
         if let Some(n) = counts.per_run.get_mut(&self.run_id) {
             *n = n.saturating_sub(1);
@@ -147,7 +149,7 @@ impl Drop for StreamSlot {
 impl ActiveRun {
     fn push(&self, envelope: &Envelope) {
         let envelope = Arc::new(envelope.clone());
-        let mut feed = self.feed.lock().unwrap();
+        let mut feed = self.feed.lock();
         match &envelope.event {
             Event::ApprovalRequested { approval_id, .. } => {
                 feed.open_approvals.push(approval_id.clone())
@@ -168,7 +170,7 @@ impl ActiveRun {
     }
 
     fn subscribe(&self, slot: StreamSlot) -> Subscription {
-        let mut feed = self.feed.lock().unwrap();
+        let mut feed = self.feed.lock();
         let backlog = feed.history.clone();
         let live = if feed.ended {
             None
@@ -185,7 +187,7 @@ impl ActiveRun {
     }
 
     pub fn open_approvals(&self) -> Vec<String> {
-        self.feed.lock().unwrap().open_approvals.clone()
+        self.feed.lock().open_approvals.clone()
     }
 
     pub fn cancel(&self) {
@@ -193,13 +195,13 @@ impl ActiveRun {
     }
 
     pub fn ended(&self) -> bool {
-        self.feed.lock().unwrap().ended
+        self.feed.lock().ended
     }
 
     /// Ends the feed when the run stopped without a terminal event (a store
     /// error after the run), so no stream waits forever.
     fn close(&self) {
-        let mut feed = self.feed.lock().unwrap();
+        let mut feed = self.feed.lock();
         feed.ended = true;
         feed.subscribers.clear();
     }
@@ -340,10 +342,7 @@ impl RunManager {
             feed: Mutex::default(),
         });
         let events = run.subscribe(self.bind_slot(slot, &run.run_id));
-        self.active
-            .lock()
-            .unwrap()
-            .insert(run.run_id.clone(), run.clone());
+        self.active.lock().insert(run.run_id.clone(), run.clone());
         let sink = run.clone();
         let frontend: Frontend = Arc::new(move |env: &Envelope| sink.push(env));
         let manager = self.clone();
@@ -358,18 +357,17 @@ impl RunManager {
                 crate::errln!("error: run {} stopped: {e:#}", running.run_id);
             }
             running.close();
-            manager.active.lock().unwrap().remove(&running.run_id);
+            manager.active.lock().remove(&running.run_id);
         });
         Ok(Started { run, events })
     }
 
     fn reserve_session(self: &Arc<Self>, id: &str) -> Result<SessionGuard, ApiError> {
-        let mut busy = self.busy_sessions.lock().unwrap();
+        let mut busy = self.busy_sessions.lock();
         if !busy.insert(id.to_string()) {
             let running = self
                 .active
                 .lock()
-                .unwrap()
                 .values()
                 .find(|r| r.session_id == id)
                 .map(|r| r.run_id.clone())
@@ -386,14 +384,13 @@ impl RunManager {
     }
 
     pub fn active_run(&self, run_id: &str) -> Option<Arc<ActiveRun>> {
-        self.active.lock().unwrap().get(run_id).cloned()
+        self.active.lock().get(run_id).cloned()
     }
 
     /// The active run waiting on this approval, if any.
     pub fn run_for_approval(&self, approval_id: &str) -> Option<Arc<ActiveRun>> {
         self.active
             .lock()
-            .unwrap()
             .values()
             .find(|r| r.open_approvals().iter().any(|a| a == approval_id))
             .cloned()
@@ -401,7 +398,7 @@ impl RunManager {
 
     /// A place for one more event stream, or advice when the caps are reached.
     fn stream_slot(self: &Arc<Self>, run_id: &str) -> Result<StreamSlot, ApiError> {
-        let mut counts = self.streams.lock().unwrap();
+        let mut counts = self.streams.lock();
         if counts.total >= self.limits.total {
             return Err(ApiError::new(
                 ErrorKind::Unavailable,
@@ -439,7 +436,6 @@ impl RunManager {
         *self
             .streams
             .lock()
-            .unwrap()
             .per_run
             .entry(run_id.to_string())
             .or_default() += 1;
@@ -489,7 +485,7 @@ impl RunManager {
     }
 
     pub fn cancel_all(&self) {
-        for run in self.active.lock().unwrap().values() {
+        for run in self.active.lock().values() {
             run.cancel();
         }
     }
@@ -539,13 +535,12 @@ impl RunManager {
         {
             return Some(thread_id.to_string());
         }
-        self.threads.lock().unwrap().get(thread_id).cloned()
+        self.threads.lock().get(thread_id).cloned()
     }
 
     pub fn bind_thread(&self, thread_id: &str, session_id: &str) {
         self.threads
             .lock()
-            .unwrap()
             .insert(thread_id.to_string(), session_id.to_string());
     }
 
@@ -721,6 +716,6 @@ struct SessionGuard {
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        self.manager.busy_sessions.lock().unwrap().remove(&self.id);
+        self.manager.busy_sessions.lock().remove(&self.id);
     }
 }

@@ -109,7 +109,7 @@ struct EpochTicker {
 }
 
 impl EpochTicker {
-    fn start(engine: Engine) -> Self {
+    fn start(engine: Engine) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         std::thread::Builder::new()
@@ -119,9 +119,8 @@ impl EpochTicker {
                     std::thread::sleep(EPOCH_TICK);
                     engine.increment_epoch();
                 }
-            })
-            .expect("cannot start the epoch ticker thread");
-        Self { stop }
+            })?;
+        Ok(Self { stop })
     }
 }
 
@@ -187,7 +186,8 @@ impl Runtime {
         let mut protected = protected;
         protected.push(cache_dir);
         Ok(Self {
-            _ticker: EpochTicker::start(engine.clone()),
+            _ticker: EpochTicker::start(engine.clone())
+                .map_err(|e| anyhow::anyhow!("cannot start the plugin epoch ticker thread: {e}"))?,
             engine,
             linker,
             cache,
@@ -386,7 +386,12 @@ impl Runtime {
         store.limiter(|s| &mut s.limiter);
         store
             .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-            .expect("fuel is enabled in the engine config");
+            .map_err(|e| {
+                TaskFailure::new(
+                    FailureReason::Failed,
+                    format!("cannot set the plugin's fuel limit: {e}"),
+                )
+            })?;
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
             let state = ctx.data_mut();

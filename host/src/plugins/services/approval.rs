@@ -10,7 +10,9 @@
 //! flag or an earlier approve-for-session of the same command in the same cwd.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -107,7 +109,6 @@ impl ApprovalBroker {
         let sender = self
             .pending
             .lock()
-            .unwrap()
             .remove(approval_id)
             .ok_or_else(|| format!("no open approval with id `{approval_id}`"))?;
         sender
@@ -118,7 +119,7 @@ impl ApprovalBroker {
     /// Whether this request waits for a person (true from before its
     /// `approval.requested` event until it is decided).
     pub fn is_open(&self, approval_id: &str) -> bool {
-        self.pending.lock().unwrap().contains_key(approval_id)
+        self.pending.lock().contains_key(approval_id)
     }
 
     /// Ask, wait, record. `Aborted` also cancels the run.
@@ -130,13 +131,13 @@ impl ApprovalBroker {
         let grant_key = (session, ask.command.clone(), ask.cwd.clone());
         let id = capstan_store::new_id("apr");
         let requested_at = capstan_store::now_rfc3339();
-        let granted = !ask.command.is_empty() && self.grants.lock().unwrap().contains(&grant_key);
+        let granted = !ask.command.is_empty() && self.grants.lock().contains(&grant_key);
         // Registered before the request is announced, so a frontend that sees
         // `approval.requested` can tell at once (`is_open`) whether a person
         // must answer it or a grant or flag is about to.
         let waiting = (!granted && self.mode == ApproveMode::Ask).then(|| {
             let (tx, rx) = oneshot::channel();
-            self.pending.lock().unwrap().insert(id.clone(), tx);
+            self.pending.lock().insert(id.clone(), tx);
             rx
         });
         scope.run.events.emit(Event::ApprovalRequested {
@@ -168,7 +169,7 @@ impl ApprovalBroker {
                     _ = tokio::time::sleep(self.timeout) => (Decision::Expired, DecidedBy::Policy, None),
                     _ = scope.run.cancel.cancelled() => (Decision::Aborted, DecidedBy::User, None),
                 };
-                self.pending.lock().unwrap().remove(&id);
+                self.pending.lock().remove(&id);
                 decided
             }
             (false, None) if self.mode == ApproveMode::All => {
@@ -177,7 +178,7 @@ impl ApprovalBroker {
             (false, None) => (Decision::Denied, DecidedBy::Flag, None),
         };
         if decision == Decision::ApprovedForSession {
-            self.grants.lock().unwrap().insert(grant_key);
+            self.grants.lock().insert(grant_key);
         }
         if decision == Decision::Aborted {
             scope.run.cancel.cancel();

@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use capstan_index::{IndexOptions, WorkspaceIndex};
@@ -48,7 +50,7 @@ impl Indexes {
     }
 
     pub fn for_workspace(&self, workspace: &Path) -> Result<Arc<WorkspaceIndex>, String> {
-        let mut open = self.open.lock().unwrap();
+        let mut open = self.open.lock();
         if let Some(ix) = open.get(workspace) {
             return Ok(ix.clone());
         }
