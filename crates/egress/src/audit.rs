@@ -5,40 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-/// How the command asked for the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Protocol {
-    /// `CONNECT host:port` (HTTPS and any other TCP through an HTTP proxy).
-    Connect,
-    /// A plain-HTTP request forwarded by the proxy (`GET http://host/...`).
-    Http,
-    /// A SOCKS5 `CONNECT`.
-    Socks5,
-}
-
-/// The outcome of the checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Allowed,
-    Denied,
-}
-
-/// Who decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DecidedBy {
-    /// An allow or deny rule of the policy (or a special-address refusal).
-    Policy,
-    /// A grant made earlier in this session (a person's "for this session"
-    /// or "always").
-    Session,
-    /// A person, asked just now.
-    Person,
-    /// Nobody could be asked: an unlisted host is denied.
-    Default,
-}
+pub use capstan_protocol::{ConnectProtocol as Protocol, ConnectVerdict as Verdict, DecidedBy};
 
 /// One connection, as the audit log and the `network.connect` event carry it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

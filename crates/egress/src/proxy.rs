@@ -63,6 +63,8 @@ struct Inner {
     resolver: Arc<dyn Resolver>,
     hook: Option<Arc<dyn DecisionHook>>,
     audit: Arc<dyn Audit>,
+    /// Client connections being served.
+    active: std::sync::atomic::AtomicUsize,
 }
 
 /// The egress proxy. Cheap to clone (one shared state).
@@ -106,6 +108,7 @@ impl ProxyBuilder {
                 resolver: self.resolver,
                 hook: self.hook,
                 audit: self.audit,
+                active: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }
@@ -428,11 +431,26 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
+        use std::sync::atomic::Ordering;
+        self.inner.active.fetch_add(1, Ordering::SeqCst);
         let mut client = Buffered::new(stream);
         match client.peek_byte().await {
             Ok(Some(0x05)) => crate::socks::serve(self, client).await,
             Ok(Some(_)) => crate::http::serve(self, client).await,
             Ok(None) | Err(_) => {}
+        }
+        self.inner.active.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Waits (at most `bound`) until no client connection is being served,
+    /// so that the records of a command's connections are all sent when it
+    /// has ended.
+    pub async fn idle(&self, bound: Duration) {
+        let until = Instant::now() + bound;
+        while self.inner.active.load(std::sync::atomic::Ordering::SeqCst) > 0
+            && Instant::now() < until
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 

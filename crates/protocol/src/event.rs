@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::changes::{ChangeSetState, ChangedFile};
 use crate::names::names;
+use crate::network::{ConnectProtocol, ConnectVerdict, DecidedBy};
 use crate::risk::Risk;
 use crate::task::{FailureReason, PlanTask, SkipReason, TaskStatus};
 use crate::usage::Usage;
@@ -150,6 +151,26 @@ pub enum Event {
         bytes_after: u64,
         files: Vec<ChangedFile>,
     },
+    /// One connection a sandboxed command asked the egress proxy for,
+    /// allowed or not (`[network]`).
+    #[serde(rename = "network.connect")]
+    NetworkConnect {
+        task_id: String,
+        host: String,
+        port: u16,
+        protocol: ConnectProtocol,
+        verdict: ConnectVerdict,
+        decided_by: DecidedBy,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        address: Option<String>,
+        bytes_up: u64,
+        bytes_down: u64,
+        duration_ms: u64,
+    },
     #[serde(rename = "usage")]
     Usage {
         #[serde(flatten)]
@@ -253,6 +274,7 @@ impl Event {
             Event::Progress { .. } => "progress",
             Event::CapabilityStatus { .. } => "capability.status",
             Event::WorkspaceChanges { .. } => "workspace.changes",
+            Event::NetworkConnect { .. } => "network.connect",
         }
     }
 }

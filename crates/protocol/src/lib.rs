@@ -17,6 +17,7 @@
 
 pub mod changes;
 pub mod event;
+pub mod network;
 pub mod policy;
 pub mod risk;
 pub mod task;
@@ -27,6 +28,7 @@ mod names;
 pub use changes::{ChangeKind, ChangeSetState, ChangedFile, EntryType};
 pub use event::{Citation, Envelope, Event, EventSink, NullSink, PROTOCOL_VERSION, StepDecision};
 pub use names::UnknownName;
+pub use network::{ConnectProtocol, ConnectVerdict, DecidedBy};
 pub use policy::{Profile, SandboxMode};
 pub use risk::Risk;
 pub use task::{

@@ -28,6 +28,9 @@ fn serde_and_as_str_agree_for_every_closed_set() {
     check!(
         ChangeKind,
         ChangeSetState,
+        ConnectProtocol,
+        ConnectVerdict,
+        DecidedBy,
         EntryType,
         FailureReason,
         Profile,

@@ -27,6 +27,7 @@ pub const USER_KEYS: &[&str] = &[
     "agents",
     "index",
     "sandbox",
+    "network",
     "server",
     "changes",
     "plugin",

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod changes;
 pub mod check;
+pub mod network;
 mod mcp_server;
 
 pub use mcp_server::McpServerEntry;
@@ -34,6 +35,8 @@ pub struct Config {
     pub index: IndexSection,
     /// `[sandbox]`: limits and extra read paths of sandboxed commands.
     pub sandbox: SandboxSection,
+    /// `[network]`: the egress policy of sandboxed commands (config::network).
+    pub network: network::NetworkSection,
     pub server: ServerSection,
     /// `[changes]`: capture, review and undo of workspace changes.
     pub changes: changes::ChangesSection,
@@ -89,6 +92,9 @@ pub struct WorkspaceSandbox {
 pub struct SandboxSettings {
     pub limits: capstan_sandbox::Limits,
     pub read: Vec<PathBuf>,
+    /// The egress policy (`[network]`): `Some` sends the command's network
+    /// through the egress proxy.
+    pub network: Option<capstan_egress::Policy>,
 }
 
 impl SandboxSection {
@@ -117,7 +123,11 @@ impl SandboxSection {
             .chain(per_workspace)
             .map(|p| expand_home(p, home))
             .collect();
-        SandboxSettings { limits, read }
+        SandboxSettings {
+            limits,
+            read,
+            network: None,
+        }
     }
 
     /// Refuses read paths that would show a command Capstan's own state

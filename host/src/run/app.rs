@@ -124,6 +124,7 @@ impl App {
             &[dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
             home_dir().as_deref(),
         )?;
+        config.network.check()?;
         if model.is_some() {
             config.model = model;
         }
@@ -218,9 +219,15 @@ impl App {
 
     /// The sandbox settings (`[sandbox]`) of commands in a workspace.
     pub fn sandbox_for(&self, workspace: Option<&Path>) -> crate::config::SandboxSettings {
-        self.config
+        let mut settings = self
+            .config
             .sandbox
-            .settings_for(workspace, home_dir().as_deref())
+            .settings_for(workspace, home_dir().as_deref());
+        settings.network = self
+            .config
+            .network
+            .policy_for(workspace, home_dir().as_deref());
+        settings
     }
 
     /// Stops a run in a workspace whose capstan.toml is broken (before anything,

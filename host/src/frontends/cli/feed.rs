@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use crate::plugins::services::approval::{ApprovalBroker, ApproveMode};
 use crate::run::app::Frontend;
 use crate::{err, errln, out, outln};
-use capstan_protocol::{Envelope, Event, FailureReason, TaskStatus};
+use capstan_protocol::{ChangeSetState, ConnectVerdict, Envelope, Event, FailureReason, TaskStatus};
 
 /// An approval a person must answer.
 #[derive(Debug, Clone)]
@@ -244,11 +244,11 @@ impl Feed {
                 files,
                 ..
             } => {
-                let verb = match state.as_str() {
-                    "pending" => "held for review",
-                    "discarded" => "discarded",
-                    "undone" => "undone",
-                    _ => "applied",
+                let verb = match state {
+                    ChangeSetState::Pending => "held for review",
+                    ChangeSetState::Discarded => "discarded",
+                    ChangeSetState::Undone => "undone",
+                    ChangeSetState::Applied => "applied",
                 };
                 errln!(
                     "  changes {verb}: {} path(s) (undo: capstan undo {change_set})",
@@ -267,6 +267,22 @@ impl Feed {
                         "    ... and {} more (capstan changes {change_set})",
                         files.len() - 10
                     );
+                }
+            }
+            Event::NetworkConnect {
+                host,
+                port,
+                verdict,
+                reason,
+                bytes_up,
+                bytes_down,
+                ..
+            } => {
+                if *verdict == ConnectVerdict::Allowed && reason.is_none() {
+                    errln!("    ⇄ {host}:{port} allowed ({bytes_up} B up, {bytes_down} B down)");
+                } else {
+                    let why = reason.as_deref().unwrap_or("");
+                    errln!("    ⇄ {host}:{port} {verdict}: {why}");
                 }
             }
             Event::ApprovalDecided { decision, by, .. } => {

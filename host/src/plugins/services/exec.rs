@@ -57,6 +57,8 @@ impl Exec {
 
     /// With the workspace's `[sandbox]` settings.
     pub fn with_sandbox(mut self, sandbox: crate::config::SandboxSettings) -> Self {
+        // With a `[network]` policy the proxy decides each connection.
+        self.policy.network_proxy = sandbox.network.is_some();
         self.sandbox = sandbox;
         self
     }
@@ -324,6 +326,26 @@ impl ExecService for Exec {
             .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
             .collect();
         spec.env.extend(git_safety_env(&workspace));
+        let egress = match &self.sandbox.network {
+            Some(network) => {
+                let proxy = super::egress::start(
+                    network.clone(),
+                    scope,
+                    self.broker.clone(),
+                    cwd_rel.clone(),
+                )
+                .map_err(|e| {
+                    wit::ExecError::Failed(format!(
+                        "cannot start the egress proxy for the [network] policy: {e}"
+                    ))
+                })?;
+                spec.set_network(capstan_sandbox::Network::Proxy {
+                    socket: proxy.socket.clone(),
+                });
+                Some(proxy)
+            }
+            None => None,
+        };
         let capture = match (&self.changes, spec.mode) {
             (Some(c), capstan_sandbox::SandboxMode::Required) => Some((
                 c.clone(),
@@ -335,6 +357,9 @@ impl ExecService for Exec {
         };
         spec.capture = capture.as_ref().map(|(_, (_, dir))| dir.clone());
         let outcome = capstan_sandbox::run(spec, scope.run.cancel.child_token()).await;
+        if let Some(proxy) = egress {
+            proxy.finish().await;
+        }
         let mut outcome = match outcome {
             Ok(o) => o,
             Err(e) => {

@@ -9,6 +9,7 @@
 
 pub mod approval;
 pub mod changes;
+pub mod egress;
 pub mod exec;
 pub mod index;
 
