@@ -1,6 +1,7 @@
 //! `[network]` end to end through the real binary: terminal_exec commands get
 //! the egress proxy, each connection is a `network.connect` event, unlisted
 //! hosts are denied (or asked) with the rule to add.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod changes;
 pub mod check;
-pub mod network;
 mod mcp_server;
+pub mod network;
 
 pub use mcp_server::McpServerEntry;
 

@@ -17,7 +17,9 @@ use tokio::sync::mpsc;
 use crate::plugins::services::approval::{ApprovalBroker, ApproveMode};
 use crate::run::app::Frontend;
 use crate::{err, errln, out, outln};
-use capstan_protocol::{ChangeSetState, ConnectVerdict, Envelope, Event, FailureReason, TaskStatus};
+use capstan_protocol::{
+    ChangeSetState, ConnectVerdict, Envelope, Event, FailureReason, TaskStatus,
+};
 
 /// An approval a person must answer.
 #[derive(Debug, Clone)]

@@ -38,7 +38,6 @@ impl Drop for CommandProxy {
     }
 }
 
-
 /// Starts the proxy for one command of `scope`'s task.
 pub fn start(
     policy: Policy,
