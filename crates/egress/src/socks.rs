@@ -62,7 +62,11 @@ where
             String::from_utf8_lossy(&name).into_owned()
         }
         0x04 => {
-            let a: [u8; 16] = client.take(16).await?.try_into().expect("16 bytes");
+            let a: [u8; 16] = client
+                .take(16)
+                .await?
+                .try_into()
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
             format!("[{}]", Ipv6Addr::from(a))
         }
         _ => {
@@ -90,6 +94,21 @@ where
             return Ok(());
         }
     };
+    if let Some(cred) = proxy.credential_for(&host, port) {
+        let result = match crate::broker::connect(proxy, &mut upstream).await {
+            Ok(tls) => match reply(client, REP_OK).await {
+                Ok(()) => crate::broker::serve(proxy, client, tls, &mut upstream, &cred).await,
+                Err(e) => Err(e.to_string()),
+            },
+            Err(why) => {
+                tracing::info!(target: "capstan_egress", "{why}");
+                reply(client, REP_HOST_UNREACHABLE).await?;
+                Err(why)
+            }
+        };
+        proxy.finish(&upstream, result.err());
+        return Ok(());
+    }
     let mut stream = upstream.take_stream();
     let result = async {
         reply(client, REP_OK).await?;
