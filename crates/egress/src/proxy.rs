@@ -16,6 +16,10 @@
 //! * A `CONNECT` tunnel carries bytes to the one address it was granted: what
 //!   the command writes inside it goes to that host, never back to the proxy.
 //! * Every decided connection produces exactly one [`ConnectionRecord`].
+//! * A `CONNECT` or SOCKS5 connection to a host and port with a brokered
+//!   [`Credential`] is the one exception to blind tunnels: the proxy
+//!   terminates it (see [`crate::credential`]); nothing else is ever
+//!   decrypted.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};

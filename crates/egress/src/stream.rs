@@ -274,7 +274,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
 /// found, one split across a flush is not.
 pub(crate) struct Masking<W> {
     pub io: W,
-    secret: Vec<u8>,
+    secret: memchr::memmem::Finder<'static>,
     /// Bytes checked and ready to go, from `sent` on.
     out: Vec<u8>,
     sent: usize,
@@ -286,7 +286,7 @@ impl<W: AsyncWrite + Unpin> Masking<W> {
     pub fn new(io: W, secret: &[u8]) -> Self {
         Masking {
             io,
-            secret: secret.to_vec(),
+            secret: memchr::memmem::Finder::new(secret).into_owned(),
             out: Vec::new(),
             sent: 0,
             held: Vec::new(),
@@ -308,21 +308,18 @@ impl<W: AsyncWrite + Unpin> Masking<W> {
     }
 }
 
-/// Replaces every occurrence of `secret` in `data` with `*`s.
-pub(crate) fn mask(data: &mut [u8], secret: &[u8]) {
-    if secret.is_empty() || data.len() < secret.len() {
+/// Replaces every occurrence of the secret `finder` looks for in `data`
+/// with `*`s.
+pub(crate) fn mask(data: &mut [u8], finder: &memchr::memmem::Finder<'_>) {
+    let len = finder.needle().len();
+    if len == 0 {
         return;
     }
     let mut i = 0;
-    while i + secret.len() <= data.len() {
-        match find(&data[i..], secret) {
-            Some(at) => {
-                let s = i + at;
-                data[s..s + secret.len()].fill(b'*');
-                i = s + secret.len();
-            }
-            None => return,
-        }
+    while let Some(at) = finder.find(&data[i..]) {
+        let s = i + at;
+        data[s..s + len].fill(b'*');
+        i = s + len;
     }
 }
 
@@ -337,7 +334,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Masking<W> {
         let mut data = std::mem::take(&mut this.held);
         data.extend_from_slice(buf);
         mask(&mut data, &this.secret);
-        let keep = (this.secret.len().saturating_sub(1)).min(data.len());
+        let keep = (this.secret.needle().len().saturating_sub(1)).min(data.len());
         this.held = data.split_off(data.len() - keep);
         this.out = data;
         this.sent = 0;
@@ -386,7 +383,7 @@ mod tests {
         w.flush().await.unwrap();
         assert_eq!(w.io, b"a ****** b ******s3cre");
         let mut v = b"s3crets3cret".to_vec();
-        mask(&mut v, b"s3cret");
+        mask(&mut v, &memchr::memmem::Finder::new(b"s3cret"));
         assert_eq!(v, b"************");
     }
 }
