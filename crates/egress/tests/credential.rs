@@ -219,6 +219,11 @@ struct Curl {
 /// `curl -v` through `proxy` (a URL), trusting `cacert`, with the command's
 /// own Authorization header. Runs off the runtime's threads.
 async fn curl(proxy: String, cacert: &Path, url: String) -> Curl {
+    curl_all(proxy, cacert, vec![url]).await
+}
+
+/// `curl` with several URLs: one connection, reused (keep-alive).
+async fn curl_all(proxy: String, cacert: &Path, urls: Vec<String>) -> Curl {
     let cacert = cacert.to_owned();
     tokio::task::spawn_blocking(move || {
         let out = std::process::Command::new("curl")
@@ -233,7 +238,7 @@ async fn curl(proxy: String, cacert: &Path, url: String) -> Curl {
             ])
             .arg(&cacert)
             .args(["-H", "Authorization: Bearer the-commands-own-value"])
-            .arg(&url)
+            .args(&urls)
             .env_remove("SSL_CERT_FILE")
             .env_remove("CURL_CA_BUNDLE")
             .env("NO_PROXY", "")
@@ -323,8 +328,29 @@ async fn the_credential_reaches_the_host_and_never_the_command() {
     }
     assert_eq!(up.heads().len(), 2);
 
-    let recs = h.records(2).await;
-    assert_eq!(recs.len(), 2, "{recs:?}");
+    // Every request of a keep-alive connection gets it, not only the first.
+    let url = |p: &str| format!("https://api.test:{}/{p}", up.port);
+    let out = curl_all(
+        format!("http://127.0.0.1:{}", h.port),
+        &h.bundle,
+        vec![url("one"), url("two"), url("three")],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("Re-using existing"), "{}", out.stderr);
+    let heads = up.heads();
+    assert_eq!(heads.len(), 5);
+    for head in &heads[2..] {
+        assert_eq!(
+            authorization_lines(head),
+            vec![format!("Authorization: Bearer {SECRET}")],
+            "{head}"
+        );
+    }
+    assert!(!out.stdout.contains(SECRET) && !out.stderr.contains(SECRET));
+
+    let recs = h.records(3).await;
+    assert_eq!(recs.len(), 3, "{recs:?}");
     assert_eq!(recs[0].protocol, Protocol::Connect);
     assert_eq!(recs[1].protocol, Protocol::Socks5);
     for r in &recs {
@@ -446,4 +472,34 @@ async fn a_credential_is_never_sent_over_plain_http() {
     assert_eq!(recs[0].credential, None);
     let reason = recs[0].reason.as_deref().unwrap_or("");
     assert!(reason.contains("credential was not sent"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_does_not_trust_the_workspace_ca_sends_nothing() {
+    let test = pki("api.test");
+    let up = Upstream::start(Some(&test)).await;
+    let h = Harness::start(
+        &["api.test"],
+        &[up.port],
+        vec![cred("api.test", up.port)],
+        Some(&test.ca_pem),
+    )
+    .await;
+    // The command trusts the host's real CA only: the proxy's leaf fails its
+    // check, so no request is made.
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("api-ca.pem");
+    std::fs::write(&own, &test.ca_pem).unwrap();
+    let out = curl(
+        format!("http://127.0.0.1:{}", h.port),
+        &own,
+        format!("https://api.test:{}/", up.port),
+    )
+    .await;
+    assert_eq!(out.code, 60, "{}", out.stderr);
+    assert!(up.heads().is_empty());
+    let recs = h.records(1).await;
+    let reason = recs[0].reason.as_deref().unwrap_or("");
+    assert!(reason.contains("must trust the workspace CA"), "{reason}");
+    assert_eq!(recs[0].credential, None);
 }
