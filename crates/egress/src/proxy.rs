@@ -65,10 +65,10 @@ struct Inner {
     policy: RwLock<Policy>,
     /// Grants of this session ("for this session", "always").
     session: Mutex<Vec<Rule>>,
+    broker: Broker,
     resolver: Arc<dyn Resolver>,
     hook: Option<Arc<dyn DecisionHook>>,
     audit: Arc<dyn Audit>,
-    broker: Broker,
 }
 
 /// What credential brokering needs (see [`crate::credential`]).
@@ -137,10 +137,10 @@ impl ProxyBuilder {
             inner: Arc::new(Inner {
                 policy: RwLock::new(self.policy),
                 session: Mutex::new(Vec::new()),
+                broker: self.broker,
                 resolver: self.resolver,
                 hook: self.hook,
                 audit: self.audit,
-                broker: self.broker,
             }),
         }
     }
