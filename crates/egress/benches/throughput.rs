@@ -77,6 +77,10 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, big: u64) {
             }
             left -= n as u64;
         }
+        // Over TLS the last records may wait in the session until a flush.
+        if s.flush().await.is_err() {
+            return;
+        }
     }
 }
 
@@ -85,6 +89,7 @@ async fn get<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, target: &str) -> u64 
     s.write_all(format!("GET {target} HTTP/1.1\r\nHost: bench.test\r\n\r\n").as_bytes())
         .await
         .unwrap();
+    s.flush().await.unwrap();
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {

@@ -23,13 +23,18 @@ pub(crate) type UpstreamTls = tokio_rustls::client::TlsStream<Counted<TcpStream>
 
 /// TLS with the credential host, its certificate verified against the system
 /// roots and the proxy's upstream CAs. `Err`: a sentence for the record.
-pub(crate) async fn connect(proxy: &Proxy, upstream: &mut Upstream) -> Result<UpstreamTls, String> {
+/// The name checked and sent (SNI, `Host`) is the credential's, normalised.
+pub(crate) async fn connect(
+    proxy: &Proxy,
+    upstream: &mut Upstream,
+    cred: &Credential,
+) -> Result<UpstreamTls, String> {
     let broker = proxy.broker();
     let cfg = broker
         .client_config
         .get_or_init(|| client_config(&broker.upstream_roots).map_err(|e| e.0))
         .clone()?;
-    let (host, port) = (upstream.host.clone(), upstream.port);
+    let (host, port) = (cred.host.clone(), upstream.port);
     let name = rustls::pki_types::ServerName::try_from(host.clone())
         .map_err(|e| format!("{host} is not a TLS server name: {e}"))?;
     let stream = upstream.take_stream();
@@ -79,7 +84,7 @@ where
         .ca
         .clone()
         .ok_or("credential brokering has no CA")?;
-    let host = upstream.host.clone();
+    let host = cred.host.clone();
     let cfg = ca.server_config(&host).map_err(|e| e.0)?;
     // Early bytes (the command's hello) are in `client`'s buffer and go first.
     let accepted = TlsAcceptor::from(cfg).accept(client).await.map_err(|e| {

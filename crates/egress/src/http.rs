@@ -473,7 +473,7 @@ where
         }
     };
     if let Some(cred) = proxy.credential_for(&host, port) {
-        let result = match crate::broker::connect(proxy, &mut upstream).await {
+        let result = match crate::broker::connect(proxy, &mut upstream, &cred).await {
             Ok(tls) => {
                 let ok = client
                     .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")

@@ -95,7 +95,7 @@ where
         }
     };
     if let Some(cred) = proxy.credential_for(&host, port) {
-        let result = match crate::broker::connect(proxy, &mut upstream).await {
+        let result = match crate::broker::connect(proxy, &mut upstream, &cred).await {
             Ok(tls) => match reply(client, REP_OK).await {
                 Ok(()) => crate::broker::serve(proxy, client, tls, &mut upstream, &cred).await,
                 Err(e) => Err(e.to_string()),

@@ -129,7 +129,7 @@ async fn echo<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, heads: Arc<Mutex<Vec<
             "HTTP/1.1 200 OK\r\nX-Echo-Authorization: {auth}\r\nContent-Length: {}\r\n\r\n{head}",
             head.len()
         );
-        if s.write_all(resp.as_bytes()).await.is_err() {
+        if s.write_all(resp.as_bytes()).await.is_err() || s.flush().await.is_err() {
             return;
         }
     }
