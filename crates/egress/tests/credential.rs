@@ -503,3 +503,29 @@ async fn a_command_that_does_not_trust_the_workspace_ca_sends_nothing() {
     assert!(reason.contains("must trust the workspace CA"), "{reason}");
     assert_eq!(recs[0].credential, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_does_not_allow_a_host_the_policy_refuses() {
+    let test = pki("api.test");
+    let up = Upstream::start(Some(&test)).await;
+    // Only another port is allowed: the credential's host and port are not.
+    let h = Harness::start(
+        &["api.test"],
+        &[up.port.wrapping_add(1)],
+        vec![cred("api.test", up.port)],
+        Some(&test.ca_pem),
+    )
+    .await;
+    let out = curl(
+        format!("http://127.0.0.1:{}", h.port),
+        &h.bundle,
+        format!("https://api.test:{}/", up.port),
+    )
+    .await;
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("403"), "{}", out.stderr);
+    assert!(up.heads().is_empty());
+    let recs = h.records(1).await;
+    assert_eq!(recs[0].verdict, Verdict::Denied, "{recs:?}");
+    assert_eq!(recs[0].credential, None);
+}
