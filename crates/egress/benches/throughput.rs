@@ -3,55 +3,44 @@
 //! and a CONNECT tunnel, over the proxy's Unix socket as the sandbox bridge
 //! uses it). Prints a Markdown table.
 //!
+//! A second table does the same over TLS (a local HTTPS server with a test
+//! CA): direct, a blind CONNECT tunnel (TLS end to end), and a CONNECT to a
+//! host with a brokered credential (the proxy terminates TLS with the
+//! workspace CA, sets the header, and talks TLS to the server itself). Every
+//! small request there is a new connection with its TLS handshakes.
+//!
 //! Reproduce: `cargo bench -p capstan-egress --bench throughput`
 //! (`CAPSTAN_BENCH_MB` and `CAPSTAN_BENCH_N` change the download size and the
 //! request count).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::disallowed_macros)]
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capstan_egress::{Policy, Proxy, bind_unix};
+use capstan_egress::{Ca, Credential, Policy, Proxy, Secret, bind_unix, certs_from_pem};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio_util::sync::CancellationToken;
 
-/// Serves `GET /big` (`big` bytes) and `GET /small` (2 bytes), keep-alive.
-async fn server(big: u64) -> u16 {
+/// Serves `GET /big` (`big` bytes) and `GET /small` (2 bytes), keep-alive;
+/// over TLS with `tls`.
+async fn server(big: u64, tls: Option<tokio_rustls::TlsAcceptor>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
+        while let Ok((s, _)) = l.accept().await {
             let _ = s.set_nodelay(true);
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let chunk = vec![b'x'; 256 * 1024];
-                let mut buf = Vec::new();
-                loop {
-                    let end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
+                match tls {
+                    Some(a) => {
+                        if let Ok(t) = a.accept(s).await {
+                            serve_conn(t, big).await
                         }
-                        let mut b = [0u8; 4096];
-                        match s.read(&mut b).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&b[..n]),
-                        }
-                    };
-                    let big_req = buf[..end].windows(4).any(|w| w == b"/big");
-                    buf.drain(..end);
-                    let len = if big_req { big } else { 2 };
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
-                    if s.write_all(head.as_bytes()).await.is_err() {
-                        return;
                     }
-                    let mut left = len;
-                    while left > 0 {
-                        let n = left.min(chunk.len() as u64) as usize;
-                        if s.write_all(&chunk[..n]).await.is_err() {
-                            return;
-                        }
-                        left -= n as u64;
-                    }
+                    None => serve_conn(s, big).await,
                 }
             });
         }
@@ -59,11 +48,48 @@ async fn server(big: u64) -> u16 {
     port
 }
 
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, big: u64) {
+    let chunk = vec![b'x'; 256 * 1024];
+    let mut buf = Vec::new();
+    loop {
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let mut b = [0u8; 4096];
+            match s.read(&mut b).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        };
+        let big_req = buf[..end].windows(4).any(|w| w == b"/big");
+        buf.drain(..end);
+        let len = if big_req { big } else { 2 };
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
+        if s.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            if s.write_all(&chunk[..n]).await.is_err() {
+                return;
+            }
+            left -= n as u64;
+        }
+        // Over TLS the last records may wait in the session until a flush.
+        if s.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Sends one GET and reads the whole response; returns the body length.
 async fn get<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, target: &str) -> u64 {
     s.write_all(format!("GET {target} HTTP/1.1\r\nHost: bench.test\r\n\r\n").as_bytes())
         .await
         .unwrap();
+    s.flush().await.unwrap();
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -165,7 +191,7 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let big = mb << 20;
-    let port = server(big).await;
+    let port = server(big, None).await;
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("egress.sock");
     let policy = Policy::new(
@@ -226,7 +252,200 @@ async fn main() {
             p99.as_secs_f64() * 1e6
         );
     }
+    println!();
+    tls_table(big, mb, n).await;
     cancel.cancel();
     println!();
     println!("reproduce: cargo bench -p capstan-egress --bench throughput");
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum TlsPath {
+    Direct,
+    Blind,
+    Brokered,
+}
+
+impl TlsPath {
+    fn name(self) -> &'static str {
+        match self {
+            TlsPath::Direct => "direct TLS (TCP to the server)",
+            TlsPath::Blind => "proxy, CONNECT tunnel, TLS end to end (no credential)",
+            TlsPath::Brokered => "proxy, CONNECT with a brokered credential (TLS terminated)",
+        }
+    }
+}
+
+fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs_from_pem(ca_pem).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+/// A new TLS connection to `host:port` on `path`, then `GET what`.
+#[allow(clippy::too_many_arguments)]
+async fn tls_fetch(
+    path: TlsPath,
+    port: u16,
+    socket: &std::path::Path,
+    host: &str,
+    server_ca: &Arc<rustls::ClientConfig>,
+    capstan_ca: &Arc<rustls::ClientConfig>,
+    what: &str,
+) -> u64 {
+    let name = ServerName::try_from(host.to_owned()).unwrap();
+    let (cfg, conn) = match path {
+        TlsPath::Direct => {
+            let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            (server_ca, Conn::Tcp(s))
+        }
+        TlsPath::Blind | TlsPath::Brokered => {
+            let mut s = UnixStream::connect(socket).await.unwrap();
+            s.write_all(format!("CONNECT {host}:{port} HTTP/1.1\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).await.unwrap();
+                head.push(b[0]);
+            }
+            assert!(head.starts_with(b"HTTP/1.1 200"));
+            let cfg = if path == TlsPath::Brokered {
+                capstan_ca
+            } else {
+                server_ca
+            };
+            (cfg, Conn::Unix(s))
+        }
+    };
+    let connector = tokio_rustls::TlsConnector::from(cfg.clone());
+    match conn {
+        Conn::Tcp(s) => get(&mut connector.connect(name, s).await.unwrap(), what).await,
+        Conn::Unix(s) => get(&mut connector.connect(name, s).await.unwrap(), what).await,
+    }
+}
+
+async fn tls_table(big: u64, mb: u64, n: usize) {
+    // A test CA and a certificate for both names the server answers as.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["api.test".into(), "plain.test".into()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server_cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+    let port = server(
+        big,
+        Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_cfg))),
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Arc::new(Ca::create(&dir.path().join("ca")).unwrap());
+    let socket = dir.path().join("egress.sock");
+    let lo = ["127.0.0.1".parse().unwrap()];
+    let policy = Policy::new(
+        &[
+            format!("api.test:{port}"),
+            format!("plain.test:{port}"),
+            format!("127.0.0.1:{port}"),
+        ],
+        &[],
+        &[],
+        false,
+    )
+    .unwrap();
+    let cred = Credential::new(
+        "api.test",
+        "Authorization",
+        Secret::new("Bearer bench-token-0123456789").unwrap(),
+    )
+    .unwrap()
+    .on_port(port);
+    let proxy = Proxy::builder(policy)
+        .resolver(
+            capstan_egress::StaticResolver::new()
+                .with("api.test", &lo)
+                .with("plain.test", &lo),
+        )
+        .credentials(ca.clone(), vec![cred])
+        .upstream_ca(certs_from_pem(&ca_pem).unwrap())
+        .build();
+    let cancel = CancellationToken::new();
+    let listener = bind_unix(&socket).unwrap();
+    let (p, c) = (proxy.clone(), cancel.clone());
+    tokio::spawn(async move { p.serve_unix(listener, c).await });
+    let server_ca = client_config(&ca_pem);
+    let capstan_ca = client_config(ca.cert_pem());
+
+    println!(
+        "| TLS path | {mb} MB download, MB/s (best of 3) | {n} small requests (new connection each), p50 | p99 |"
+    );
+    println!("|---|---|---|---|");
+    let mut direct = (0.0f64, Duration::ZERO);
+    for path in [TlsPath::Direct, TlsPath::Blind, TlsPath::Brokered] {
+        let host = if path == TlsPath::Brokered {
+            "api.test"
+        } else {
+            "plain.test"
+        };
+        let fetch = |what: &'static str| {
+            tls_fetch(path, port, &socket, host, &server_ca, &capstan_ca, what)
+        };
+        fetch("/small").await;
+        let mut best = 0.0f64;
+        for _ in 0..3 {
+            let t = Instant::now();
+            assert_eq!(fetch("/big").await, big);
+            best = best.max(big as f64 / (1 << 20) as f64 / t.elapsed().as_secs_f64());
+        }
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            fetch("/small").await;
+            times.push(t.elapsed());
+        }
+        let (p50, p99) = (pct(&mut times, 0.5), pct(&mut times, 0.99));
+        let extra = if path == TlsPath::Direct {
+            direct = (best, p50);
+            String::new()
+        } else {
+            format!(
+                " ({:+.1}% throughput, {:+.0} µs p50)",
+                (best / direct.0 - 1.0) * 100.0,
+                p50.as_secs_f64() * 1e6 - direct.1.as_secs_f64() * 1e6
+            )
+        };
+        println!(
+            "| {} | {best:.0}{extra} | {:.0} µs | {:.0} µs |",
+            path.name(),
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6
+        );
+    }
+    cancel.cancel();
 }

@@ -23,6 +23,10 @@ pub struct ConnectionRecord {
     /// that names the rule to add where one would help.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The header of the brokered credential the proxy set on the requests
+    /// of this connection (the name, never the value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
     /// The checked address the proxy connected to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub address: Option<SocketAddr>,

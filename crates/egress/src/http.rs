@@ -13,12 +13,12 @@ use crate::proxy::{Proxy, Upstream};
 use crate::stream::{Buffered, Counted, HeadError};
 
 /// Largest request or response head.
-const MAX_HEAD: usize = 64 * 1024;
-const MAX_HEADERS: usize = 128;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEADERS: usize = 128;
 
 /// How a body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Body {
+pub(crate) enum Body {
     None,
     Length(u64),
     Chunked,
@@ -26,10 +26,10 @@ enum Body {
     UntilClose,
 }
 
-struct Head {
+pub(crate) struct Head {
     /// Header names (as sent) and values.
-    headers: Vec<(String, Vec<u8>)>,
-    version: u8,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub version: u8,
 }
 
 impl Head {
@@ -49,7 +49,7 @@ impl Head {
     }
 
     /// The framing the headers declare; `Err`: contradictory or unknown.
-    fn framing(&self) -> Result<Option<Body>, &'static str> {
+    pub(crate) fn framing(&self) -> Result<Option<Body>, &'static str> {
         let te: Vec<&[u8]> = self.get("transfer-encoding").collect();
         let cl: Vec<&[u8]> = self.get("content-length").collect();
         if !te.is_empty() {
@@ -93,14 +93,14 @@ impl Head {
     }
 }
 
-fn collect(headers: &[httparse::Header<'_>]) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn collect(headers: &[httparse::Header<'_>]) -> Vec<(String, Vec<u8>)> {
     headers
         .iter()
         .map(|h| (h.name.to_owned(), h.value.to_vec()))
         .collect()
 }
 
-async fn respond<S: AsyncWrite + Unpin>(client: &mut S, status: &str, text: &str) {
+pub(crate) async fn respond<S: AsyncWrite + Unpin>(client: &mut S, status: &str, text: &str) {
     let body = format!("{text}\n");
     let msg = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
@@ -111,7 +111,7 @@ async fn respond<S: AsyncWrite + Unpin>(client: &mut S, status: &str, text: &str
     let _ = client.flush().await;
 }
 
-async fn refuse<S: AsyncWrite + Unpin>(client: &mut S, r: &crate::proxy::Refusal) {
+pub(crate) async fn refuse<S: AsyncWrite + Unpin>(client: &mut S, r: &crate::proxy::Refusal) {
     let status = if r.verdict == Verdict::Denied {
         "403 Forbidden"
     } else {
@@ -267,9 +267,16 @@ where
                 }
             }
         }
-        let Some((_, upstream)) = current.as_mut() else {
-            return Ok(()); // opened just above
+        let Some((up, upstream)) = current.as_mut() else {
+            return Err("no upstream connection".into());
         };
+        if let Some(c) = proxy.credential_for(&host, port) {
+            // Never over plain HTTP: the request goes without it.
+            up.note = Some(format!(
+                "plain HTTP to a credential host: the {} credential was not sent (use https://)",
+                c.header
+            ));
+        }
 
         // Request head, origin-form, Host from the checked URL.
         let authority = if port == 80 {
@@ -277,110 +284,143 @@ where
         } else {
             format!("{host}:{port}")
         };
-        let mut out = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
-        for (name, value) in &head.headers {
-            let lower = name.to_ascii_lowercase();
-            if matches!(
-                lower.as_str(),
-                "host" | "proxy-connection" | "proxy-authorization" | "expect"
-            ) {
-                continue;
-            }
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-        if head.version == 0 && !head.has_token("connection", "keep-alive") {
-            out.extend_from_slice(b"Connection: close\r\n");
-        }
-        out.extend_from_slice(format!("Host: {authority}\r\n\r\n").as_bytes());
-        let io = |e: std::io::Error| e.to_string();
-        upstream.io.write_all(&out).await.map_err(io)?;
-        match req_body {
-            Body::Length(n) => client.copy_n(n, &mut upstream.io).await.map_err(io)?,
-            Body::Chunked => relay_chunked(client, &mut upstream.io).await.map_err(io)?,
-            Body::None | Body::UntilClose => {}
-        }
-        upstream.io.flush().await.map_err(io)?;
-
-        // Response: informational heads are relayed until the final one.
-        let (status, resp) = loop {
-            let raw = match upstream.read_head(MAX_HEAD).await {
-                Ok(Some(h)) => h,
-                Ok(None) | Err(HeadError::Io(_)) => {
-                    respond(
-                        client,
-                        "502 Bad Gateway",
-                        "capstan egress: the host closed the connection without an answer",
-                    )
-                    .await;
-                    return Err("no response".into());
-                }
-                Err(HeadError::TooLarge) => {
-                    respond(
-                        client,
-                        "502 Bad Gateway",
-                        "capstan egress: the host's response head is too large",
-                    )
-                    .await;
-                    return Err("response head too large".into());
-                }
-            };
-            let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut resp = httparse::Response::new(&mut hs);
-            if !matches!(resp.parse(&raw), Ok(httparse::Status::Complete(_))) {
-                respond(
-                    client,
-                    "502 Bad Gateway",
-                    "capstan egress: malformed response from the host",
-                )
-                .await;
-                return Err("malformed response".into());
-            }
-            let status = resp.code.unwrap_or(0);
-            let parsed = Head {
-                headers: collect(resp.headers),
-                version: resp.version.unwrap_or(1),
-            };
-            client.write_all(&raw).await.map_err(io)?;
-            if (100..200).contains(&status) && status != 101 {
-                continue;
-            }
-            break (status, parsed);
-        };
-        if status == 101 {
-            // Protocol switch (WebSocket) with the checked host: relay as is.
-            crate::stream::relay(client, upstream).await.map_err(io)?;
-            return Ok(());
-        }
-        let body = if method.eq_ignore_ascii_case("HEAD") || status == 204 || status == 304 {
-            Body::None
-        } else {
-            match resp.framing() {
-                Ok(Some(b)) => b,
-                Ok(None) => Body::UntilClose,
-                Err(why) => {
-                    return Err(format!("the response has {why}"));
-                }
-            }
-        };
-        match body {
-            Body::None => {}
-            Body::Length(n) => upstream.copy_n(n, client).await.map_err(io)?,
-            Body::Chunked => relay_chunked(upstream, client).await.map_err(io)?,
-            Body::UntilClose => {
-                upstream.copy_to_end(client).await.map_err(io)?;
-                let _ = client.shutdown().await;
-                return Ok(());
-            }
-        }
-        client.flush().await.map_err(io)?;
-        if !head.keep_alive() || !resp.keep_alive() {
-            let _ = client.shutdown().await;
+        if !exchange(
+            client, upstream, &method, &path, &head, req_body, &authority, None,
+        )
+        .await?
+        {
             return Ok(());
         }
     }
+}
+
+/// One request and its response: sends the request (origin-form `path`,
+/// `Host: authority`, the client's headers but hop-by-hop proxy ones, and
+/// `inject` in place of any header of that name) and its body upstream, then
+/// relays the response back. `Ok(false)`: the connection is done.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn exchange<C, U>(
+    client: &mut Buffered<C>,
+    upstream: &mut Buffered<U>,
+    method: &str,
+    path: &str,
+    head: &Head,
+    req_body: Body,
+    authority: &str,
+    inject: Option<(&str, &str)>,
+) -> Result<bool, String>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut out = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+    for (name, value) in &head.headers {
+        let lower = name.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "host" | "proxy-connection" | "proxy-authorization" | "expect"
+        ) || inject.is_some_and(|(h, _)| h.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some((name, value)) = inject {
+        out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    if head.version == 0 && !head.has_token("connection", "keep-alive") {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(format!("Host: {authority}\r\n\r\n").as_bytes());
+    let io = |e: std::io::Error| e.to_string();
+    upstream.write_all(&out).await.map_err(io)?;
+    match req_body {
+        Body::Length(n) => client.copy_n(n, upstream).await.map_err(io)?,
+        Body::Chunked => relay_chunked(client, upstream).await.map_err(io)?,
+        Body::None | Body::UntilClose => {}
+    }
+    upstream.flush().await.map_err(io)?;
+
+    // Response: informational heads are relayed until the final one.
+    let (status, resp) = loop {
+        let raw = match upstream.read_head(MAX_HEAD).await {
+            Ok(Some(h)) => h,
+            Ok(None) | Err(HeadError::Io(_)) => {
+                respond(
+                    client,
+                    "502 Bad Gateway",
+                    "capstan egress: the host closed the connection without an answer",
+                )
+                .await;
+                return Err("no response".into());
+            }
+            Err(HeadError::TooLarge) => {
+                respond(
+                    client,
+                    "502 Bad Gateway",
+                    "capstan egress: the host's response head is too large",
+                )
+                .await;
+                return Err("response head too large".into());
+            }
+        };
+        let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut hs);
+        if !matches!(resp.parse(&raw), Ok(httparse::Status::Complete(_))) {
+            respond(
+                client,
+                "502 Bad Gateway",
+                "capstan egress: malformed response from the host",
+            )
+            .await;
+            return Err("malformed response".into());
+        }
+        let status = resp.code.unwrap_or(0);
+        let parsed = Head {
+            headers: collect(resp.headers),
+            version: resp.version.unwrap_or(1),
+        };
+        client.write_all(&raw).await.map_err(io)?;
+        if (100..200).contains(&status) && status != 101 {
+            continue;
+        }
+        break (status, parsed);
+    };
+    if status == 101 {
+        // Protocol switch (WebSocket) with the checked host: relay as is.
+        crate::stream::relay(client, upstream).await.map_err(io)?;
+        return Ok(false);
+    }
+    let body = if method.eq_ignore_ascii_case("HEAD") || status == 204 || status == 304 {
+        Body::None
+    } else {
+        match resp.framing() {
+            Ok(Some(b)) => b,
+            Ok(None) => Body::UntilClose,
+            Err(why) => {
+                return Err(format!("the response has {why}"));
+            }
+        }
+    };
+    match body {
+        Body::None => {}
+        Body::Length(n) => upstream.copy_n(n, client).await.map_err(io)?,
+        Body::Chunked => relay_chunked(upstream, client).await.map_err(io)?,
+        Body::UntilClose => {
+            upstream.copy_to_end(client).await.map_err(io)?;
+            let _ = client.shutdown().await;
+            return Ok(false);
+        }
+    }
+    client.flush().await.map_err(io)?;
+    if !head.keep_alive() || !resp.keep_alive() {
+        let _ = client.shutdown().await;
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// Copies one chunked body, chunk by chunk, trailers included.
@@ -432,6 +472,25 @@ where
             return Ok(());
         }
     };
+    if let Some(cred) = proxy.credential_for(&host, port) {
+        let result = match crate::broker::connect(proxy, &mut upstream, &cred).await {
+            Ok(tls) => {
+                let ok = client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await;
+                match ok {
+                    Ok(()) => crate::broker::serve(proxy, client, tls, &mut upstream, &cred).await,
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Err(why) => {
+                respond(client, "502 Bad Gateway", &format!("capstan egress: {why}")).await;
+                Err(why)
+            }
+        };
+        proxy.finish(&upstream, result.err());
+        return Ok(());
+    }
     let mut stream = upstream.take_stream().map_err(|e| e.to_string())?;
     let result = async {
         client

@@ -11,12 +11,20 @@
 //!   and connects only to the address it checked.
 //! * [`audit`]: one [`ConnectionRecord`] per connection.
 //! * [`decide`]: the [`DecisionHook`] a host implements to ask a person.
+//! * [`credential`]: brokered credentials. Only a host with a [`Credential`]
+//!   is terminated (TLS with a leaf of the workspace's [`Ca`], a verified TLS
+//!   connection to the real host, the header set on every request); every
+//!   other `CONNECT` stays a blind tunnel. The secret lives in the proxy's
+//!   memory only, never in the sandbox's environment or files, and is masked
+//!   in what the host answers.
 //!
 //! The sandbox bridges the command's private network namespace to the
 //! proxy's Unix socket (crates/sandbox, `Network::Proxy`).
 
 pub mod address;
 pub mod audit;
+mod broker;
+pub mod credential;
 pub mod decide;
 mod http;
 pub mod proxy;
@@ -26,6 +34,7 @@ mod stream;
 
 pub use address::{Resolver, StaticResolver, SystemResolver};
 pub use audit::{Audit, ConnectionRecord, DecidedBy, Protocol, Verdict};
+pub use credential::{Ca, Credential, CredentialError, Secret, certs_from_pem};
 pub use decide::{Ask, Decision, DecisionHook};
 pub use proxy::{Grant, Proxy, ProxyBuilder, Refusal, bind_unix};
 pub use rules::{Policy, Rule, RuleError, Target};

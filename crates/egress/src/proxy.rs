@@ -16,9 +16,13 @@
 //! * A `CONNECT` tunnel carries bytes to the one address it was granted: what
 //!   the command writes inside it goes to that host, never back to the proxy.
 //! * Every decided connection produces exactly one [`ConnectionRecord`].
+//! * A `CONNECT` or SOCKS5 connection to a host and port with a brokered
+//!   [`Credential`] is the one exception to blind tunnels: the proxy
+//!   terminates it (see [`crate::credential`]); nothing else is ever
+//!   decrypted.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -27,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::address::{Resolver, SystemResolver, canonical, special};
 use crate::audit::{Audit, ConnectionRecord, DecidedBy, LogOnly, Protocol, Verdict};
+use crate::credential::{Ca, Credential};
 use crate::decide::{Ask, Decision, DecisionHook};
 use crate::rules::{NameVerdict, Policy, Rule, Target};
 use crate::stream::{Buffered, Counted, Counters};
@@ -60,11 +65,22 @@ struct Inner {
     policy: RwLock<Policy>,
     /// Grants of this session ("for this session", "always").
     session: Mutex<Vec<Rule>>,
+    broker: Broker,
     resolver: Arc<dyn Resolver>,
     hook: Option<Arc<dyn DecisionHook>>,
     audit: Arc<dyn Audit>,
     /// Client connections being served.
     active: std::sync::atomic::AtomicUsize,
+}
+
+/// What credential brokering needs (see [`crate::credential`]).
+#[derive(Default)]
+pub(crate) struct Broker {
+    pub credentials: Vec<Arc<Credential>>,
+    pub ca: Option<Arc<Ca>>,
+    pub upstream_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Built on the first terminated connection.
+    pub client_config: OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
 }
 
 /// The egress proxy. Cheap to clone (one shared state).
@@ -79,9 +95,27 @@ pub struct ProxyBuilder {
     resolver: Arc<dyn Resolver>,
     hook: Option<Arc<dyn DecisionHook>>,
     audit: Arc<dyn Audit>,
+    broker: Broker,
 }
 
 impl ProxyBuilder {
+    /// Brokers `credentials`: a `CONNECT` (or SOCKS5) to a credential's host
+    /// and port is terminated with a certificate `ca` issues, and the header
+    /// is set on every request (see [`crate::credential`] for the
+    /// invariants). Other hosts stay blind tunnels.
+    pub fn credentials(mut self, ca: Arc<Ca>, credentials: Vec<Credential>) -> Self {
+        self.broker.ca = Some(ca);
+        self.broker.credentials = credentials.into_iter().map(Arc::new).collect();
+        self
+    }
+
+    /// Trusts `certs` (besides the system's roots) when verifying a
+    /// credential host's certificate: a host with a private CA, or a test.
+    pub fn upstream_ca(mut self, certs: Vec<rustls::pki_types::CertificateDer<'static>>) -> Self {
+        self.broker.upstream_roots.extend(certs);
+        self
+    }
+
     /// Resolves names with `resolver` (default: the system's).
     pub fn resolver(mut self, resolver: impl Resolver) -> Self {
         self.resolver = Arc::new(resolver);
@@ -105,6 +139,7 @@ impl ProxyBuilder {
             inner: Arc::new(Inner {
                 policy: RwLock::new(self.policy),
                 session: Mutex::new(Vec::new()),
+                broker: self.broker,
                 resolver: self.resolver,
                 hook: self.hook,
                 audit: self.audit,
@@ -121,7 +156,23 @@ impl Proxy {
             resolver: Arc::new(SystemResolver),
             hook: None,
             audit: Arc::new(LogOnly),
+            broker: Broker::default(),
         }
+    }
+
+    /// The credential for `host:port`, when one is brokered (and a CA can
+    /// terminate it).
+    pub(crate) fn credential_for(&self, host: &str, port: u16) -> Option<Arc<Credential>> {
+        let b = &self.inner.broker;
+        b.ca.as_ref()?;
+        b.credentials
+            .iter()
+            .find(|c| c.matches(host, port))
+            .cloned()
+    }
+
+    pub(crate) fn broker(&self) -> &Broker {
+        &self.inner.broker
     }
 
     /// The policy in force (without this session's grants).
@@ -345,6 +396,7 @@ impl Proxy {
                     decided_by: r.decided_by,
                     rule: r.rule.clone(),
                     reason: Some(r.reason.clone()),
+                    credential: None,
                     address: None,
                     counters: None,
                     started,
@@ -361,6 +413,8 @@ impl Proxy {
                 rule: grant.rule,
                 address,
                 counters: Arc::new(Counters::default()),
+                note: None,
+                credential: None,
                 started,
                 stream: Some(stream),
             }),
@@ -379,6 +433,7 @@ impl Proxy {
                     decided_by: r.decided_by,
                     rule: r.rule.clone(),
                     reason: Some(r.reason.clone()),
+                    credential: None,
                     address: None,
                     counters: None,
                     started,
@@ -397,7 +452,8 @@ impl Proxy {
             verdict: Verdict::Allowed,
             decided_by: up.decided_by,
             rule: up.rule.clone(),
-            reason: error,
+            reason: error.or_else(|| up.note.clone()),
+            credential: up.credential.clone(),
             address: Some(up.address),
             counters: Some(&up.counters),
             started: up.started,
@@ -419,6 +475,7 @@ impl Proxy {
             decided_by: r.decided_by,
             rule: r.rule,
             reason: r.reason,
+            credential: r.credential,
             address: r.address,
             bytes_up: up,
             bytes_down: down,
@@ -514,6 +571,7 @@ struct Record<'a> {
     decided_by: DecidedBy,
     rule: Option<String>,
     reason: Option<String>,
+    credential: Option<String>,
     address: Option<SocketAddr>,
     counters: Option<&'a Arc<Counters>>,
     started: Instant,
@@ -529,6 +587,10 @@ pub(crate) struct Upstream {
     pub address: SocketAddr,
     pub counters: Arc<Counters>,
     pub started: Instant,
+    /// Said in the record's reason when nothing failed.
+    pub note: Option<String>,
+    /// The header of the credential injected, for the record.
+    pub credential: Option<String>,
     stream: Option<TcpStream>,
 }
 

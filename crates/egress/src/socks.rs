@@ -94,6 +94,21 @@ where
             return Ok(());
         }
     };
+    if let Some(cred) = proxy.credential_for(&host, port) {
+        let result = match crate::broker::connect(proxy, &mut upstream, &cred).await {
+            Ok(tls) => match reply(client, REP_OK).await {
+                Ok(()) => crate::broker::serve(proxy, client, tls, &mut upstream, &cred).await,
+                Err(e) => Err(e.to_string()),
+            },
+            Err(why) => {
+                tracing::info!(target: "capstan_egress", "{why}");
+                reply(client, REP_HOST_UNREACHABLE).await?;
+                Err(why)
+            }
+        };
+        proxy.finish(&upstream, result.err());
+        return Ok(());
+    }
     let mut stream = upstream.take_stream()?;
     let result = async {
         reply(client, REP_OK).await?;

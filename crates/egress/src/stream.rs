@@ -266,3 +266,124 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
+
+/// A writer that replaces every occurrence of a secret with `*`s of the same
+/// length (so framing by length stays right) before the bytes go on. The
+/// last `secret.len() - 1` bytes written are held back until more arrive or
+/// the writer is flushed: an occurrence split across two writes is still
+/// found, one split across a flush is not.
+pub(crate) struct Masking<W> {
+    pub io: W,
+    secret: memchr::memmem::Finder<'static>,
+    /// Bytes checked and ready to go, from `sent` on.
+    out: Vec<u8>,
+    sent: usize,
+    /// Bytes not yet checked (shorter than the secret).
+    held: Vec<u8>,
+}
+
+impl<W: AsyncWrite + Unpin> Masking<W> {
+    pub fn new(io: W, secret: &[u8]) -> Self {
+        Masking {
+            io,
+            secret: memchr::memmem::Finder::new(secret).into_owned(),
+            out: Vec::new(),
+            sent: 0,
+            held: Vec::new(),
+        }
+    }
+
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.out.len() {
+            let n =
+                std::task::ready!(Pin::new(&mut self.io).poll_write(cx, &self.out[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.out.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Replaces every occurrence of the secret `finder` looks for in `data`
+/// with `*`s.
+pub(crate) fn mask(data: &mut [u8], finder: &memchr::memmem::Finder<'_>) {
+    let len = finder.needle().len();
+    if len == 0 {
+        return;
+    }
+    let mut i = 0;
+    while let Some(at) = finder.find(&data[i..]) {
+        let s = i + at;
+        data[s..s + len].fill(b'*');
+        i = s + len;
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Masking<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.poll_drain(cx))?;
+        let this = &mut *self;
+        let mut data = std::mem::take(&mut this.held);
+        data.extend_from_slice(buf);
+        mask(&mut data, &this.secret);
+        let keep = (this.secret.needle().len().saturating_sub(1)).min(data.len());
+        this.held = data.split_off(data.len() - keep);
+        this.out = data;
+        this.sent = 0;
+        // Start sending; what is left goes on the next write or flush.
+        if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.poll_drain(cx))?;
+        if !self.held.is_empty() {
+            let held = std::mem::take(&mut self.held);
+            self.out = held;
+            self.sent = 0;
+            std::task::ready!(self.poll_drain(cx))?;
+        }
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.as_mut().poll_flush(cx))?;
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl<W: AsyncRead + Unpin> AsyncRead for Masking<W> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn masking_finds_the_secret_across_writes() {
+        let mut w = Masking::new(Vec::new(), b"s3cret");
+        for part in [&b"a s3"[..], b"cr", b"et b s3cret", b"s3cre"] {
+            w.write_all(part).await.unwrap();
+        }
+        w.flush().await.unwrap();
+        assert_eq!(w.io, b"a ****** b ******s3cre");
+        let mut v = b"s3crets3cret".to_vec();
+        mask(&mut v, &memchr::memmem::Finder::new(b"s3cret"));
+        assert_eq!(v, b"************");
+    }
+}

@@ -167,6 +167,10 @@ pub enum Event {
         reason: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         address: Option<String>,
+        /// The header of a brokered credential the proxy set on this
+        /// connection's requests (never its value).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        credential: Option<String>,
         bytes_up: u64,
         bytes_down: u64,
         duration_ms: u64,

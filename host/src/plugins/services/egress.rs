@@ -66,6 +66,7 @@ pub fn start(
             rule: r.rule.clone(),
             reason: r.reason.clone(),
             address: r.address.map(|a| a.to_string()),
+            credential: r.credential.clone(),
             bytes_up: r.bytes_up,
             bytes_down: r.bytes_down,
             duration_ms: r.duration.as_millis() as u64,
