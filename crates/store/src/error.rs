@@ -118,6 +118,26 @@ pub enum StoreError {
     #[error("the event writer for database {path} has stopped")]
     WriterStopped { path: PathBuf },
 
+    /// `claim_run` on a run whose lease another owner holds and has not let
+    /// expire.
+    #[error(
+        "run {run_id} is leased to {owner} until {expires_at}; another replica is running it"
+    )]
+    LeaseHeld {
+        run_id: String,
+        owner: String,
+        expires_at: String,
+    },
+
+    /// `renew_lease` by an owner that no longer holds the run's lease (it
+    /// expired and was taken over, or the run ended): stop working on the run.
+    #[error("{owner} no longer holds the lease on run {run_id}; stop working on it")]
+    LeaseLost { run_id: String, owner: String },
+
+    /// A PostgreSQL failure (`url` has its password removed).
+    #[error("database {url}: {detail}")]
+    Postgres { url: String, detail: String },
+
     /// Any other SQLite failure.
     #[error("database {path}: {source}")]
     Sqlite {

@@ -53,9 +53,13 @@
 mod approvals;
 mod error;
 mod events;
+mod handle;
 mod id;
+mod lease;
 mod model;
+mod notify;
 mod owner;
+mod pg;
 mod runs;
 mod schema;
 mod sessions;
@@ -70,16 +74,20 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use error::{Result, StoreError};
 pub use events::EventWriter;
+pub use handle::{Backend, Store};
+pub use lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
 pub use id::new_id;
 pub use model::{
     Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
     Session, SessionDeletion, Turn, Usage, Workspace,
 };
 pub use runs::INTERRUPTED_REASON;
+pub use pg::PG_SCHEMA_VERSION;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use time::{format_rfc3339_millis, now_rfc3339};
 
 use error::{BUSY_TIMEOUT_MS, classify};
+use notify::Notifier;
 use owner::OwnerLock;
 
 /// Pages in the WAL before SQLite checkpoints it into the database (default
@@ -94,14 +102,17 @@ const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 /// back to this size); above the checkpoint size so it is rarely needed.
 const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
-/// The open database. See the crate documentation for durability and
-/// concurrency.
+/// The SQLite backend: one file. See the crate documentation for durability
+/// and concurrency.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
     /// `None` when the file system cannot lock (see `owner.rs`).
     owner: Option<OwnerLock>,
+    /// Woken by this store's own appends; other processes' appends are
+    /// found by polling (see [`Store::wait_events`]).
+    pub(crate) notifier: Notifier,
 }
 
 /// How hard a write transaction must hold on to its data (see crate docs).
@@ -113,7 +124,7 @@ pub(crate) enum Durability {
     Fast,
 }
 
-impl Store {
+impl SqliteStore {
     /// Opens (creating if needed) the database at `path`, a file path; its
     /// directory must exist. Switches the file to WAL mode and migrates it to
     /// [`SCHEMA_VERSION`].
@@ -122,7 +133,7 @@ impl Store {
     /// (missing directory, permissions), is not SQLite, is another program's
     /// database, or has a newer schema. SQLite creates `<path>-wal` and
     /// `<path>-shm` beside it, and the store a `<path>-owners/` directory.
-    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
         let err = |e| classify(&path, e);
         // No URI parsing: the path is a path. NO_MUTEX: our own Mutex serialises use.
@@ -160,10 +171,11 @@ impl Store {
         // Room for every statement the store prepares, so none is re-parsed.
         conn.set_prepared_statement_cache_capacity(64);
         let owner = OwnerLock::acquire(&path).ok();
-        Ok(Store {
+        Ok(SqliteStore {
             path,
             conn: Mutex::new(conn),
             owner,
+            notifier: Notifier::default(),
         })
     }
 
@@ -283,7 +295,7 @@ pub(crate) fn limit(n: usize) -> i64 {
 mod tests {
     use super::*;
 
-    fn pragma(store: &Store, name: &str) -> i64 {
+    fn pragma(store: &SqliteStore, name: &str) -> i64 {
         store
             .conn()
             .pragma_query_value(None, name, |r| r.get(0))
@@ -295,7 +307,7 @@ mod tests {
     #[test]
     fn durable_writes_restore_normal_sync() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("c.db")).unwrap();
+        let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
         assert_eq!(pragma(&store, "synchronous"), 1); // NORMAL
         assert_eq!(pragma(&store, "foreign_keys"), 1);
         assert_eq!(pragma(&store, "busy_timeout"), BUSY_TIMEOUT_MS as i64);

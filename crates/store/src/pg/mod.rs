@@ -1,0 +1,429 @@
+//! The PostgreSQL backend.
+//!
+//! # Execution model
+//!
+//! The store's API is synchronous (the host calls it from async handlers and
+//! from threads alike). The sync `postgres` crate cannot serve that: each
+//! call starts a runtime and panics inside the host's tokio runtime. So the
+//! store owns a small tokio runtime (2 threads) whose only tasks are the
+//! tokio-postgres connections (socket I/O) and the `LISTEN` loop; a call
+//! takes a connection from a small pool and waits for the client future
+//! with `futures_executor::block_on` on the caller's thread. Client futures
+//! only exchange messages with their connection task, so this works from any
+//! thread, inside a tokio runtime or not, and blocks exactly like a SQLite
+//! call does (use `spawn_blocking` from async code on hot paths).
+//!
+//! # Liveness of owners
+//!
+//! Each open store holds a dedicated connection with a session advisory
+//! lock on a random 64-bit key; runs it starts record `pgo_<key in hex>` as
+//! their owner. The server drops the lock when that connection ends, however
+//! the process died, so `mark_interrupted_runs` asks "can I take the owner's
+//! lock?" exactly as the SQLite backend does with file locks.
+//!
+//! # Migrations
+//!
+//! `migrations/postgres/NNNN_*.sql`, compiled in. Applied at open in one
+//! transaction under a transaction advisory lock (concurrent opens queue),
+//! recorded in `capstan_schema`. A database with a newer version is refused
+//! ([`StoreError::SchemaTooNew`]); one with tables but no `capstan_schema`
+//! is someone else's ([`StoreError::ForeignDatabase`]).
+
+mod queries;
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures_util::StreamExt;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+
+use crate::error::{Result, StoreError};
+use crate::notify::Notifier;
+
+/// The migrations, in order: migration `n` (1-based) takes the database from
+/// version `n - 1` to `n`.
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/postgres/0001_init.sql")];
+
+/// The PostgreSQL schema version this build reads and writes.
+pub const PG_SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Advisory lock key serialising migrations (`"Cpst"` twice).
+const MIGRATION_LOCK: i64 = 0x4370_7374_4370_7374;
+
+/// Idle connections kept for reuse; more are opened under load and closed
+/// when returned to a full pool.
+const MAX_IDLE: usize = 8;
+
+pub(crate) struct PgStore {
+    /// The URL without its password, as errors name it.
+    url: String,
+    path: PathBuf,
+    config: Config,
+    /// `Some` until drop (see `Drop`).
+    rt: Option<tokio::runtime::Runtime>,
+    idle: Mutex<Vec<Client>>,
+    owner_id: String,
+    /// Holds the owner's advisory lock for as long as the store is open.
+    _owner: Client,
+    /// Holds `LISTEN capstan_events`; its connection task bumps `notifier`.
+    _listener: Client,
+    notifier: Arc<Notifier>,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("url", &self.url)
+            .field("owner_id", &self.owner_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// A tokio-postgres error in words: the server's message and detail for
+/// database errors (whose `Display` is only "db error").
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut s = format!("{} ({})", db.message(), db.code().code());
+        if let Some(d) = db.detail() {
+            s.push_str(": ");
+            s.push_str(d);
+        }
+        return s;
+    }
+    let mut s = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// Waits for a future on this thread (see the module docs).
+pub(crate) fn wait<F: Future>(f: F) -> F::Output {
+    futures_executor::block_on(f)
+}
+
+/// A pooled connection; returned to the pool on drop unless it is closed.
+pub(crate) struct Conn<'a> {
+    store: &'a PgStore,
+    client: Option<Client>,
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client.as_ref().expect("present until drop")
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take()
+            && !c.is_closed()
+        {
+            let mut idle = self
+                .store
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if idle.len() < MAX_IDLE {
+                idle.push(c);
+            }
+        }
+    }
+}
+
+impl PgStore {
+    pub(crate) fn open(url: &str) -> Result<PgStore> {
+        let shown = redact(url);
+        let config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
+            StoreError::InvalidArgument(format!(
+                "cannot read the PostgreSQL URL {shown}: {}; expected \
+                 postgres://user:password@host:port/database",
+                describe(&e)
+            ))
+        })?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("capstan-pg")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Open {
+                path: PathBuf::from(&shown),
+                reason: format!("cannot start the PostgreSQL client runtime: {e}"),
+            })?;
+        let notifier = Arc::new(Notifier::default());
+        let first = connect(&rt, &config, &shown, None)?;
+        let listener = connect(&rt, &config, &shown, Some(notifier.clone()))?;
+        let owner = connect(&rt, &config, &shown, None)?;
+        let mut store = PgStore {
+            path: PathBuf::from(&shown),
+            url: shown,
+            config,
+            rt: Some(rt),
+            idle: Mutex::new(vec![first]),
+            owner_id: String::new(),
+            _owner: owner,
+            _listener: listener,
+            notifier,
+        };
+        store.migrate()?;
+        wait(store._listener.batch_execute("LISTEN capstan_events")).map_err(|e| store.err(e))?;
+        let key = fastrand::i64(..);
+        wait(store._owner.execute("SELECT pg_advisory_lock($1)", &[&key]))
+            .map_err(|e| store.err(e))?;
+        store.owner_id = owner_id(key);
+        Ok(store)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn owner_id(&self) -> &str {
+        &self.owner_id
+    }
+
+    pub(crate) fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    /// Maps a PostgreSQL error to a [`StoreError`] naming this database.
+    pub(crate) fn err(&self, e: tokio_postgres::Error) -> StoreError {
+        StoreError::Postgres {
+            url: self.url.clone(),
+            detail: describe(&e),
+        }
+    }
+
+    /// A connection from the pool, or a new one.
+    pub(crate) fn conn(&self) -> Result<Conn<'_>> {
+        let reused = loop {
+            let next = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            match next {
+                Some(c) if c.is_closed() => continue,
+                other => break other,
+            }
+        };
+        let client = match reused {
+            Some(c) => c,
+            None => connect(
+                self.rt.as_ref().expect("present until drop"),
+                &self.config,
+                &self.url,
+                None,
+            )?,
+        };
+        Ok(Conn {
+            store: self,
+            client: Some(client),
+        })
+    }
+
+    fn migrate(&self) -> Result<()> {
+        let mut conn = self.conn()?;
+        let fail = |e: tokio_postgres::Error, version: u32, previous: u32| StoreError::Postgres {
+            url: self.url.clone(),
+            detail: format!(
+                "cannot migrate to schema v{version}: {}; the database was left at v{previous}",
+                describe(&e)
+            ),
+        };
+        wait(async {
+            let tx = conn.transaction().await.map_err(|e| self.err(e))?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await
+                .map_err(|e| self.err(e))?;
+            let marked: bool = tx
+                .query_one("SELECT to_regclass('capstan_schema') IS NOT NULL", &[])
+                .await
+                .map_err(|e| self.err(e))?
+                .get(0);
+            let current: u32 = if marked {
+                let v: i32 = tx
+                    .query_one("SELECT COALESCE(MAX(version), 0) FROM capstan_schema", &[])
+                    .await
+                    .map_err(|e| self.err(e))?
+                    .get(0);
+                u32::try_from(v).unwrap_or(0)
+            } else {
+                let tables: i64 = tx
+                    .query_one(
+                        "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()",
+                        &[],
+                    )
+                    .await
+                    .map_err(|e| self.err(e))?
+                    .get(0);
+                if tables > 0 {
+                    return Err(StoreError::ForeignDatabase {
+                        path: self.path.clone(),
+                        detail: format!(
+                            "its schema has {tables} tables and no capstan_schema table"
+                        ),
+                    });
+                }
+                tx.batch_execute(
+                    "CREATE TABLE capstan_schema (
+                         version    INTEGER PRIMARY KEY,
+                         applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+                )
+                .await
+                .map_err(|e| fail(e, 1, 0))?;
+                0
+            };
+            if current > PG_SCHEMA_VERSION {
+                return Err(StoreError::SchemaTooNew {
+                    path: self.path.clone(),
+                    found: current,
+                    supported: PG_SCHEMA_VERSION,
+                });
+            }
+            for version in current + 1..=PG_SCHEMA_VERSION {
+                tx.batch_execute(MIGRATIONS[version as usize - 1])
+                    .await
+                    .map_err(|e| fail(e, version, current))?;
+                tx.execute(
+                    "INSERT INTO capstan_schema (version) VALUES ($1)",
+                    &[&(version as i32)],
+                )
+                .await
+                .map_err(|e| fail(e, version, current))?;
+            }
+            tx.commit().await.map_err(|e| fail(e, PG_SCHEMA_VERSION, current))
+        })
+    }
+
+    /// Whether the store that recorded `owner` is still open somewhere.
+    /// Unreadable owner ids count as dead (they cannot hold a lock); errors
+    /// count as alive (wrongly interrupting a live run is the worse mistake).
+    pub(crate) fn is_alive(&self, owner: &str) -> bool {
+        let Some(key) = owner
+            .strip_prefix("pgo_")
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        else {
+            return false;
+        };
+        let key = key as i64;
+        let Ok(conn) = self.conn() else {
+            return true;
+        };
+        wait(async {
+            match conn
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await
+            {
+                Ok(row) if row.get::<_, bool>(0) => {
+                    let _ = conn.execute("SELECT pg_advisory_unlock($1)", &[&key]).await;
+                    false
+                }
+                _ => true,
+            }
+        })
+    }
+}
+
+impl Drop for PgStore {
+    /// Dropping a runtime blocks, which panics inside an async context (the
+    /// host may drop the last `Arc<Store>` in a task): shut it down in the
+    /// background instead. Its connections close; the owner lock goes with
+    /// its connection.
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn owner_id(key: i64) -> String {
+    format!("pgo_{:016x}", key as u64)
+}
+
+/// Opens a connection whose I/O runs on `rt`. With `notify`, the connection
+/// task also forwards notifications (the `LISTEN` connection).
+fn connect(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    url: &str,
+    notify: Option<Arc<Notifier>>,
+) -> Result<Client> {
+    let config = config.clone();
+    let task = rt.spawn(async move {
+        let (client, mut connection) = config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(AsyncMessage::Notification(_)) => {
+                        if let Some(n) = &notify {
+                            n.bump();
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        Ok::<_, tokio_postgres::Error>(client)
+    });
+    match wait(task) {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(StoreError::Open {
+            path: PathBuf::from(url),
+            reason: format!(
+                "cannot connect to PostgreSQL: {}; check that the server runs there and the \
+                 URL's host, port, user, password and database",
+                describe(&e)
+            ),
+        }),
+        Err(e) => Err(StoreError::Open {
+            path: PathBuf::from(url),
+            reason: format!("the connection task failed: {e}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            super::redact("postgres://me:s3cret@db:5432/capstan"),
+            "postgres://me:***@db:5432/capstan"
+        );
+        assert_eq!(
+            super::redact("postgres://me@db/capstan"),
+            "postgres://me@db/capstan"
+        );
+        assert_eq!(super::redact("postgresql:///x?host=/tmp"), "postgresql:///x?host=/tmp");
+    }
+}
