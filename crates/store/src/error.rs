@@ -21,10 +21,11 @@ pub enum StoreError {
     )]
     NotADatabase { path: PathBuf },
 
-    /// A SQLite file that some other program owns: Capstan will not write to it.
+    /// A SQLite file (or PostgreSQL database) that some other program owns:
+    /// Capstan will not write to it.
     #[error(
-        "{path} is a SQLite database but not Capstan's ({detail}); \
-         point Capstan's data directory somewhere else"
+        "{path} is a database but not Capstan's ({detail}); \
+         point Capstan's data directory (or store URL) somewhere else"
     )]
     ForeignDatabase { path: PathBuf, detail: String },
 

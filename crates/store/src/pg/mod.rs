@@ -358,6 +358,10 @@ impl Drop for PgStore {
     /// background instead. Its connections close; the owner lock goes with
     /// its connection.
     fn drop(&mut self) {
+        // Release the owner lock before returning, so a neighbour asking
+        // right after sees this store gone (closing the connection would
+        // release it too, but the server notices that a moment later).
+        let _ = wait(self._owner.batch_execute("SELECT pg_advisory_unlock_all()"));
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
