@@ -121,9 +121,7 @@ pub enum StoreError {
 
     /// `claim_run` on a run whose lease another owner holds and has not let
     /// expire.
-    #[error(
-        "run {run_id} is leased to {owner} until {expires_at}; another replica is running it"
-    )]
+    #[error("run {run_id} is leased to {owner} until {expires_at}; another replica is running it")]
     LeaseHeld {
         run_id: String,
         owner: String,

@@ -75,14 +75,14 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 pub use error::{Result, StoreError};
 pub use events::EventWriter;
 pub use handle::{Backend, Store};
-pub use lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
 pub use id::new_id;
+pub use lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
 pub use model::{
     Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
     Session, SessionDeletion, Turn, Usage, Workspace,
 };
-pub use runs::INTERRUPTED_REASON;
 pub use pg::PG_SCHEMA_VERSION;
+pub use runs::INTERRUPTED_REASON;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use time::{format_rfc3339_millis, now_rfc3339};
 

@@ -20,7 +20,10 @@ impl Notifier {
     /// The current generation, to pass to [`Notifier::wait`] after a read
     /// that found nothing.
     pub(crate) fn generation(&self) -> u64 {
-        *self.generation.lock().unwrap_or_else(PoisonError::into_inner)
+        *self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// New events may exist: wake every waiter.

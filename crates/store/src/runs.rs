@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use rusqlite::{OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
-use crate::{Durability, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner, to_i64, to_u64};
+use crate::{
+    Durability, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner, to_i64, to_u64,
+};
 
 const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
                        cost_usd, started_at, ended_at";

@@ -39,9 +39,12 @@ fn concurrent_appenders_get_distinct_gap_free_seqs(kind: Kind) {
                 let mut mine = Vec::new();
                 for _ in 0..PER_THREAD {
                     let seq = store
-                        .append_next_event(&run_id, "2026-01-01T00:00:00.000Z", "response.delta", |seq| {
-                            envelope(&run_id, seq, &who)
-                        })
+                        .append_next_event(
+                            &run_id,
+                            "2026-01-01T00:00:00.000Z",
+                            "response.delta",
+                            |seq| envelope(&run_id, seq, &who),
+                        )
                         .unwrap();
                     mine.push(seq);
                 }
@@ -98,11 +101,16 @@ fn cursor_reads_and_wake_ups(kind: Kind) {
     let run = writer.start_run(&s.id, "m").unwrap();
     for i in 0..5u64 {
         writer
-            .append_next_event(&run.id, "t", "x", |seq| envelope(&run.id, seq, &i.to_string()))
+            .append_next_event(&run.id, "t", "x", |seq| {
+                envelope(&run.id, seq, &i.to_string())
+            })
             .unwrap();
     }
     let all = reader.events_since(&run.id, None).unwrap();
-    assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    assert_eq!(
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4]
+    );
     let after = reader.events_since(&run.id, Some(2)).unwrap();
     assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4]);
     assert_eq!(after[0].json, all[3].json);
@@ -118,10 +126,12 @@ fn cursor_reads_and_wake_ups(kind: Kind) {
         .unwrap();
     assert_eq!(got.iter().map(|e| e.seq).collect::<Vec<_>>(), [4]);
     // Nothing new: empty at the timeout.
-    assert!(reader
-        .wait_events(&run.id, Some(4), Duration::from_millis(100))
-        .unwrap()
-        .is_empty());
+    assert!(
+        reader
+            .wait_events(&run.id, Some(4), Duration::from_millis(100))
+            .unwrap()
+            .is_empty()
+    );
     // Another replica appends while we wait (generous timeout: the assertion
     // is that the event arrives, not how fast).
     let w = Arc::clone(&writer);
@@ -273,13 +283,19 @@ fn store_urls_are_parsed_with_clear_errors() {
         assert_eq!(store.path(), path);
     }
     let err = Store::open_url("mysql://u@h/db").unwrap_err();
-    assert!(err.to_string().contains("unknown store URL scheme"), "{err}");
+    assert!(
+        err.to_string().contains("unknown store URL scheme"),
+        "{err}"
+    );
     assert!(Store::open_url("  ").is_err());
     // Nothing listens on port 1; the error names the URL but not its password.
     let err = Store::open_url("postgres://me:s3cret@127.0.0.1:1/capstan").unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, StoreError::Open { .. }), "{msg}");
-    assert!(msg.contains("postgres://me:***@127.0.0.1:1/capstan"), "{msg}");
+    assert!(
+        msg.contains("postgres://me:***@127.0.0.1:1/capstan"),
+        "{msg}"
+    );
     assert!(msg.contains("cannot connect"), "{msg}");
     assert!(!msg.contains("s3cret"), "{msg}");
     let err = Store::open_url("postgres://me@127.0.0.1:notaport/x").unwrap_err();
@@ -293,10 +309,16 @@ fn postgres_schema_is_versioned_and_foreign_databases_are_refused() {
     let cluster = common::pg::Cluster::shared();
     let url = cluster.fresh_database();
     let store = Store::open_url(&url).unwrap();
-    assert_eq!(store.schema_version().unwrap(), capstan_store::PG_SCHEMA_VERSION);
+    assert_eq!(
+        store.schema_version().unwrap(),
+        capstan_store::PG_SCHEMA_VERSION
+    );
     drop(store);
     let again = Store::open_url(&url).unwrap();
-    assert_eq!(again.schema_version().unwrap(), capstan_store::PG_SCHEMA_VERSION);
+    assert_eq!(
+        again.schema_version().unwrap(),
+        capstan_store::PG_SCHEMA_VERSION
+    );
     drop(again);
 
     let name = url.rsplit('/').next().unwrap();

@@ -31,13 +31,14 @@
 
 mod queries;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::StreamExt;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
 
 use crate::error::{Result, StoreError};
 use crate::notify::Notifier;
@@ -63,7 +64,7 @@ pub(crate) struct PgStore {
     config: Config,
     /// `Some` until drop (see `Drop`).
     rt: Option<tokio::runtime::Runtime>,
-    idle: Mutex<Vec<Client>>,
+    idle: Mutex<Vec<Pooled>>,
     owner_id: String,
     /// Holds the owner's advisory lock for as long as the store is open.
     _owner: Client,
@@ -122,29 +123,53 @@ pub(crate) fn wait<F: Future>(f: F) -> F::Output {
     futures_executor::block_on(f)
 }
 
+/// A connection in the pool, with the statements prepared on it (the hot
+/// paths: one round trip per statement instead of parse-then-execute).
+pub(crate) struct Pooled {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+}
+
 /// A pooled connection; returned to the pool on drop unless it is closed.
 pub(crate) struct Conn<'a> {
     store: &'a PgStore,
-    client: Option<Client>,
+    client: Option<Pooled>,
+}
+
+impl Conn<'_> {
+    /// `sql` prepared on this connection, once per connection.
+    pub(crate) async fn statement(&mut self, sql: &'static str) -> Result<Statement> {
+        let pooled = self.client.as_mut().expect("present until drop");
+        if let Some(s) = pooled.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = pooled
+            .client
+            .prepare(sql)
+            .await
+            .map_err(|e| self.store.err(e))?;
+        pooled.statements.insert(sql, s.clone());
+        Ok(s)
+    }
 }
 
 impl std::ops::Deref for Conn<'_> {
     type Target = Client;
     fn deref(&self) -> &Client {
-        self.client.as_ref().expect("present until drop")
+        &self.client.as_ref().expect("present until drop").client
     }
 }
 
 impl std::ops::DerefMut for Conn<'_> {
     fn deref_mut(&mut self) -> &mut Client {
-        self.client.as_mut().expect("present until drop")
+        &mut self.client.as_mut().expect("present until drop").client
     }
 }
 
 impl Drop for Conn<'_> {
     fn drop(&mut self) {
         if let Some(c) = self.client.take()
-            && !c.is_closed()
+            && !c.client.is_closed()
         {
             let mut idle = self
                 .store
@@ -186,7 +211,10 @@ impl PgStore {
             url: shown,
             config,
             rt: Some(rt),
-            idle: Mutex::new(vec![first]),
+            idle: Mutex::new(vec![Pooled {
+                client: first,
+                statements: HashMap::new(),
+            }]),
             owner_id: String::new(),
             _owner: owner,
             _listener: listener,
@@ -230,18 +258,21 @@ impl PgStore {
                 .unwrap_or_else(PoisonError::into_inner)
                 .pop();
             match next {
-                Some(c) if c.is_closed() => continue,
+                Some(c) if c.client.is_closed() => continue,
                 other => break other,
             }
         };
         let client = match reused {
             Some(c) => c,
-            None => connect(
-                self.rt.as_ref().expect("present until drop"),
-                &self.config,
-                &self.url,
-                None,
-            )?,
+            None => Pooled {
+                client: connect(
+                    self.rt.as_ref().expect("present until drop"),
+                    &self.config,
+                    &self.url,
+                    None,
+                )?,
+                statements: HashMap::new(),
+            },
         };
         Ok(Conn {
             store: self,
@@ -319,7 +350,9 @@ impl PgStore {
                 .await
                 .map_err(|e| fail(e, version, current))?;
             }
-            tx.commit().await.map_err(|e| fail(e, PG_SCHEMA_VERSION, current))
+            tx.commit()
+                .await
+                .map_err(|e| fail(e, PG_SCHEMA_VERSION, current))
         })
     }
 
@@ -428,6 +461,9 @@ mod tests {
             super::redact("postgres://me@db/capstan"),
             "postgres://me@db/capstan"
         );
-        assert_eq!(super::redact("postgresql:///x?host=/tmp"), "postgresql:///x?host=/tmp");
+        assert_eq!(
+            super::redact("postgresql:///x?host=/tmp"),
+            "postgresql:///x?host=/tmp"
+        );
     }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Transaction};
 
 use super::{PgStore, wait};
@@ -15,11 +16,12 @@ use crate::error::{Result, StoreError};
 use crate::lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent, check_ttl, lease_held};
 use crate::workspaces::canonical_root;
 use crate::{
-    Approval, EventRecord, INTERRUPTED_REASON, NewApproval, Profile, Role, Run, RunStatus,
-    Session, SessionDeletion, Turn, Usage, Workspace, limit, new_id, now_rfc3339, to_i64, to_u64,
+    Approval, EventRecord, INTERRUPTED_REASON, NewApproval, Profile, Role, Run, RunStatus, Session,
+    SessionDeletion, Turn, Usage, Workspace, limit, new_id, now_rfc3339, to_i64, to_u64,
 };
 
-const WS_COLUMNS: &str = "id, root_path, name, policy_profile, profile_set, policy_json::text, created_at";
+const WS_COLUMNS: &str =
+    "id, root_path, name, policy_profile, profile_set, policy_json::text, created_at";
 const SESSION_COLUMNS: &str = "id, title, workspace_id, summary, input_tokens, output_tokens, \
                                cost_usd, created_at, updated_at";
 const TURN_COLUMNS: &str = "id, session_id, run_id, seq, role, content, created_at";
@@ -27,6 +29,12 @@ const RUN_COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, 
                            cost_usd, started_at, ended_at";
 const APPROVAL_COLUMNS: &str = "id, run_id, task_id, action, command, cwd, risk, reasons::text, \
                                 decision, decided_by, created_at, decided_at";
+const INSERT_EVENT: &str = "INSERT INTO events (run_id, seq, ts, type, json)
+                            VALUES ($1, $2, $3, $4, $5::text::json)";
+const EVENTS_SINCE: &str =
+    "SELECT seq, json::text FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq";
+const LOCK_RUN: &str = "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE";
+const NEXT_SEQ: &str = "SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id = $1";
 /// A `timestamptz` as the store's RFC 3339 text.
 const RFC3339: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'"#;
 
@@ -35,6 +43,11 @@ fn not_found(what: &'static str, id: &str) -> StoreError {
         what,
         id: id.to_owned(),
     }
+}
+
+fn seq_i64(seq: u64) -> Result<i64> {
+    i64::try_from(seq)
+        .map_err(|_| StoreError::InvalidArgument(format!("event seq {seq} is above 2^63 - 1")))
 }
 
 fn code(e: &tokio_postgres::Error) -> Option<&SqlState> {
@@ -240,7 +253,10 @@ impl PgStore {
                 .map_err(|e| self.err(e))?;
             if inserted == 0 {
                 let id: String = tx
-                    .query_one("SELECT id FROM workspaces WHERE root_path = $1", &[&root_path])
+                    .query_one(
+                        "SELECT id FROM workspaces WHERE root_path = $1",
+                        &[&root_path],
+                    )
                     .await
                     .map_err(|e| self.err(e))?
                     .get(0);
@@ -293,7 +309,11 @@ impl PgStore {
     pub(crate) fn set_profile(&self, id: &str, profile: Option<Profile>) -> Result<()> {
         self.update_workspace(
             "UPDATE workspaces SET policy_profile = $2, profile_set = $3 WHERE id = $1",
-            &[&id, &profile.unwrap_or_default().as_str(), &profile.is_some()],
+            &[
+                &id,
+                &profile.unwrap_or_default().as_str(),
+                &profile.is_some(),
+            ],
             id,
         )
     }
@@ -329,7 +349,11 @@ impl PgStore {
 
     // ---- Sessions and turns
 
-    pub(crate) fn create_session(&self, title: &str, workspace_id: Option<&str>) -> Result<Session> {
+    pub(crate) fn create_session(
+        &self,
+        title: &str,
+        workspace_id: Option<&str>,
+    ) -> Result<Session> {
         let now = now_rfc3339();
         let session = Session {
             id: new_id("ses"),
@@ -344,12 +368,18 @@ impl PgStore {
         wait(async {
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
             if let Some(ws) = workspace_id {
-                self.require(&tx, "workspaces", "workspace", ws, false).await?;
+                self.require(&tx, "workspaces", "workspace", ws, false)
+                    .await?;
             }
             tx.execute(
                 "INSERT INTO sessions (id, title, workspace_id, created_at, updated_at)
                  VALUES ($1, $2, $3, $4, $4)",
-                &[&session.id, &session.title, &workspace_id, &session.created_at],
+                &[
+                    &session.id,
+                    &session.title,
+                    &workspace_id,
+                    &session.created_at,
+                ],
             )
             .await
             .map_err(|e| self.err(e))?;
@@ -361,9 +391,7 @@ impl PgStore {
     pub(crate) fn get_session(&self, id: &str) -> Result<Option<Session>> {
         let c = self.conn()?;
         let row = wait(c.query_opt(
-            &format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1 AND deleted_at IS NULL"
-            ),
+            &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1 AND deleted_at IS NULL"),
             &[&id],
         ))
         .map_err(|e| self.err(e))?;
@@ -483,7 +511,8 @@ impl PgStore {
         wait(async {
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
             if let Some(Some(ws)) = workspace {
-                self.require(&tx, "workspaces", "workspace", ws, false).await?;
+                self.require(&tx, "workspaces", "workspace", ws, false)
+                    .await?;
             }
             self.touch_session(&tx, sql, &[&id, &value, &now_rfc3339()], id)
                 .await?;
@@ -559,7 +588,15 @@ impl PgStore {
             tx.execute(
                 "INSERT INTO turns (id, session_id, run_id, seq, role, content, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                &[&id, &session_id, &run_id, &seq, &role.as_str(), &content, &now],
+                &[
+                    &id,
+                    &session_id,
+                    &run_id,
+                    &seq,
+                    &role.as_str(),
+                    &content,
+                    &now,
+                ],
             )
             .await
             .map_err(|e| self.err(e))?;
@@ -655,7 +692,13 @@ impl PgStore {
             tx.execute(
                 "INSERT INTO runs (id, session_id, status, model, owner, started_at)
                  VALUES ($1, $2, 'running', $3, $4, $5)",
-                &[&run.id, &session_id, &model, &self.owner_id, &run.started_at],
+                &[
+                    &run.id,
+                    &session_id,
+                    &model,
+                    &self.owner_id,
+                    &run.started_at,
+                ],
             )
             .await
             .map_err(|e| self.err(e))?;
@@ -817,39 +860,24 @@ impl PgStore {
 
     // ---- Events
 
-    /// Inserts one event inside `tx`, mapping constraint failures to the
-    /// errors the SQLite backend gives.
-    async fn insert_event(
+    /// The error for a failed event insert, as the SQLite backend gives it.
+    fn event_error(
         &self,
-        tx: &Transaction<'_>,
-        e: (&str, u64, &str, &str, &str),
-    ) -> Result<()> {
-        let (run_id, seq, ts, kind, json) = e;
-        let seq_i = i64::try_from(seq).map_err(|_| {
-            StoreError::InvalidArgument(format!("event seq {seq} is above 2^63 - 1"))
-        })?;
-        let result = tx
-            .execute(
-                "INSERT INTO events (run_id, seq, ts, type, json)
-                 VALUES ($1, $2, $3, $4, $5::text::json)",
-                &[&run_id, &seq_i, &ts, &kind, &json],
-            )
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(err) => Err(match code(&err) {
-                Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::DuplicateEvent {
-                    run_id: run_id.to_owned(),
-                    seq,
-                },
-                Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => not_found("run", run_id),
-                Some(c) if *c == SqlState::INVALID_TEXT_REPRESENTATION => {
-                    StoreError::InvalidArgument(format!(
-                        "event {seq} of run {run_id} ({kind}) is not valid JSON"
-                    ))
-                }
-                _ => self.err(err),
-            }),
+        err: tokio_postgres::Error,
+        run_id: &str,
+        seq: u64,
+        kind: &str,
+    ) -> StoreError {
+        match code(&err) {
+            Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::DuplicateEvent {
+                run_id: run_id.to_owned(),
+                seq,
+            },
+            Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => not_found("run", run_id),
+            Some(c) if *c == SqlState::INVALID_TEXT_REPRESENTATION => StoreError::InvalidArgument(
+                format!("event {seq} of run {run_id} ({kind}) is not valid JSON"),
+            ),
+            _ => self.err(err),
         }
     }
 
@@ -872,11 +900,22 @@ impl PgStore {
         kind: &str,
         json: &str,
     ) -> Result<()> {
+        let seq_i = seq_i64(seq)?;
         let mut c = self.conn()?;
         wait(async {
-            let tx = self.event_tx(&mut c).await?;
-            self.insert_event(&tx, (run_id, seq, ts, kind, json)).await?;
-            tx.commit().await.map_err(|e| self.err(e))
+            let insert = c.statement(INSERT_EVENT).await?;
+            // One round trip: BEGIN, the insert and COMMIT are pipelined. A
+            // failed insert aborts the transaction, and COMMIT of an aborted
+            // transaction rolls it back.
+            let params: [&(dyn ToSql + Sync); 5] = [&run_id, &seq_i, &ts, &kind, &json];
+            let (begin, inserted, commit) = futures_util::join!(
+                c.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+                c.execute(&insert, &params),
+                c.batch_execute("COMMIT"),
+            );
+            begin.map_err(|e| self.err(e))?;
+            inserted.map_err(|e| self.event_error(e, run_id, seq, kind))?;
+            commit.map_err(|e| self.err(e))
         })
     }
 
@@ -884,12 +923,26 @@ impl PgStore {
         if batch.is_empty() {
             return Ok(());
         }
+        let seqs = batch
+            .iter()
+            .map(|e| seq_i64(e.seq))
+            .collect::<Result<Vec<_>>>()?;
+        let params: Vec<[&(dyn ToSql + Sync); 5]> = batch
+            .iter()
+            .zip(&seqs)
+            .map(|(e, s)| [&e.run_id as &(dyn ToSql + Sync), s, &e.ts, &e.kind, &e.json])
+            .collect();
         let mut c = self.conn()?;
         wait(async {
+            let insert = c.statement(INSERT_EVENT).await?;
             let tx = self.event_tx(&mut c).await?;
-            for e in batch {
-                self.insert_event(&tx, (&e.run_id, e.seq, &e.ts, &e.kind, &e.json))
-                    .await?;
+            // Pipelined: the whole batch goes out without waiting for each
+            // answer. After a failure the rest fail too (aborted
+            // transaction); the first failure in batch order is the cause.
+            let results =
+                futures_util::future::join_all(params.iter().map(|p| tx.execute(&insert, p))).await;
+            for (r, e) in results.into_iter().zip(batch) {
+                r.map_err(|err| self.event_error(err, &e.run_id, e.seq, &e.kind))?;
             }
             tx.commit().await.map_err(|e| self.err(e))
         })
@@ -911,14 +964,19 @@ impl PgStore {
             .collect())
     }
 
-    pub(crate) fn events_since(&self, run_id: &str, after: Option<u64>) -> Result<Vec<StoredEvent>> {
+    pub(crate) fn events_since(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+    ) -> Result<Vec<StoredEvent>> {
         let after = after.map_or(-1, to_i64);
-        let c = self.conn()?;
-        let rows = wait(c.query(
-            "SELECT seq, json::text FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq",
-            &[&run_id, &after],
-        ))
-        .map_err(|e| self.err(e))?;
+        let mut c = self.conn()?;
+        let rows = wait(async {
+            let select = c.statement(EVENTS_SINCE).await?;
+            c.query(&select, &[&run_id, &after])
+                .await
+                .map_err(|e| self.err(e))
+        })?;
         Ok(rows
             .iter()
             .map(|r| StoredEvent {
@@ -937,23 +995,31 @@ impl PgStore {
     ) -> Result<u64> {
         let mut c = self.conn()?;
         wait(async {
+            let lock = c.statement(LOCK_RUN).await?;
+            let next_seq = c.statement(NEXT_SEQ).await?;
+            let insert = c.statement(INSERT_EVENT).await?;
             let tx = self.event_tx(&mut c).await?;
             // The run's row lock serialises appenders of this run in every
             // process; NO KEY keeps plain inserts (which take KEY SHARE for
             // the foreign key) unblocked. Read committed: the MAX below sees
             // what the previous holder committed.
-            self.require(&tx, "runs", "run", run_id, true).await?;
+            if tx
+                .query_opt(&lock, &[&run_id])
+                .await
+                .map_err(|e| self.err(e))?
+                .is_none()
+            {
+                return Err(not_found("run", run_id));
+            }
             let next: i64 = tx
-                .query_one(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id = $1",
-                    &[&run_id],
-                )
+                .query_one(&next_seq, &[&run_id])
                 .await
                 .map_err(|e| self.err(e))?
                 .get(0);
             let seq = to_u64(next);
-            self.insert_event(&tx, (run_id, seq, ts, kind, &json(seq)))
-                .await?;
+            tx.execute(&insert, &[&run_id, &next, &ts, &kind, &json(seq)])
+                .await
+                .map_err(|e| self.event_error(e, run_id, seq, kind))?;
             tx.commit().await.map_err(|e| self.err(e))?;
             Ok(seq)
         })
@@ -1093,12 +1159,12 @@ impl PgStore {
             )
             .await
             .map_err(|e| match code(&e) {
-                Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::InvalidArgument(
-                    format!(
+                Some(c) if *c == SqlState::UNIQUE_VIOLATION => {
+                    StoreError::InvalidArgument(format!(
                         "approval {} is already recorded (an approval is decided once)",
                         a.id
-                    ),
-                ),
+                    ))
+                }
                 _ => self.err(e),
             })?;
             tx.commit().await.map_err(|e| self.err(e))

@@ -129,7 +129,15 @@ impl Cluster {
         let out = as_server_user(&user, &bin.join("initdb"))
             .arg("-D")
             .arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ])
             .stdin(Stdio::null())
             .output()
             .expect("running initdb");
@@ -191,14 +199,26 @@ impl Cluster {
     /// A new, empty database; returns its URL.
     pub fn fresh_database(&self) -> String {
         static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!("t{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "t{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         self.create_database(&name);
         self.url(&name)
     }
 
     pub fn create_database(&self, name: &str) {
         let out = Command::new(self.bin.join("createdb"))
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", name])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                name,
+            ])
             .output()
             .expect("running createdb");
         assert!(
@@ -216,7 +236,16 @@ impl Cluster {
     pub fn psql(&self, database: &str, sql: &str) {
         let out = Command::new(self.bin.join("psql"))
             .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
-            .args(["-p", &self.port.to_string(), "-U", "postgres", "-d", database, "-c", sql])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                database,
+                "-c",
+                sql,
+            ])
             .output()
             .expect("running psql");
         assert!(
