@@ -38,6 +38,9 @@ pub struct Store {
     inner: Inner,
 }
 
+// One `Store` per process, held in an `Arc`: the size difference between
+// the variants costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Inner {
     Sqlite(SqliteStore),

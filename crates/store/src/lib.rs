@@ -1,6 +1,50 @@
-//! Capstan's persistent state in one SQLite file: workspaces, sessions and
-//! their turns and rolling summaries, runs, the event log (for replay) and the
+//! Capstan's persistent state: workspaces, sessions and their turns and
+//! rolling summaries, runs (with leases), the event log (for replay) and the
 //! approval audit trail.
+//!
+//! # Backends
+//!
+//! One handle, [`Store`], two databases, chosen by [`Store::open_url`]:
+//! - **SQLite** (a path or `sqlite:PATH`; [`Store::open`]): the default, one
+//!   file, for one user or one machine. Everything below about WAL, fsyncs
+//!   and file locks is this backend.
+//! - **PostgreSQL** (`postgres://...`): for several `capstan serve` replicas
+//!   sharing state. Schema in `migrations/postgres/`, applied at open; see
+//!   `src/pg/mod.rs` for its execution model (tokio-postgres on a runtime
+//!   the store owns, callable from any thread, inside tokio or not).
+//!
+//! [`Store`] is an enum over the two, not a trait object (see `handle.rs` for
+//! why); every method has the same contract on both, and the store's test
+//! suite runs against both.
+//!
+//! # Invariants (both backends)
+//!
+//! - A run's status goes `running` → exactly one terminal status
+//!   (`completed`, `failed`, `cancelled`, `interrupted`), once; `ended_at` is
+//!   set exactly when it is terminal (a schema `CHECK`).
+//! - `(run_id, seq)` is unique (the events key): an event is stored at most
+//!   once. [`Store::append_next_event`] assigns seqs 0, 1, 2... with no gap
+//!   and no duplicate, however many writers in however many processes.
+//! - Turns of a session have seqs 1, 2, 3... in commit order, no gap.
+//! - Every write is one transaction: all of it or none of it.
+//! - A run's lease (`claim_run`, `renew_lease`) is held by at most one owner;
+//!   once it has expired another owner may take it over, and the old holder's
+//!   next renewal fails ([`StoreError::LeaseLost`]), so it learns to stop.
+//!   Expired leases turn their runs `interrupted` (reason
+//!   [`LEASE_EXPIRED_REASON`]) through [`Store::interrupt_expired_leases`].
+//!   Lease times are the database's clock on PostgreSQL (replicas' clocks
+//!   may disagree), the process's on SQLite.
+//! - Start-up recovery ([`Store::mark_interrupted_runs`]) interrupts only
+//!   runs whose starting store is gone *and* that no live lease holds.
+//! - Closed sets of words are `CHECK`ed by the database, whoever writes.
+//!
+//! # Waking readers
+//!
+//! [`Store::wait_events`] reads after a cursor and, when there is nothing
+//! yet, sleeps until new events may exist: PostgreSQL `LISTEN`/`NOTIFY` (a
+//! trigger on `events` notifies channel `capstan_events` with the run id),
+//! or on SQLite this handle's own appends plus a 50 ms poll. A wake-up
+//! carries no data, so a missed one costs latency, never an event.
 //!
 //! # Durability
 //!
@@ -26,10 +70,12 @@
 //!
 //! # Concurrency
 //!
-//! [`Store`] is `Send + Sync`: one connection behind a [`std::sync::Mutex`],
-//! shared as `Arc<Store>`. Its methods are synchronous and **block**: on the
-//! mutex, on disk I/O, and for up to the busy timeout (5 s) when another
-//! process holds the write lock. From async code call them through
+//! [`Store`] is `Send + Sync`, shared as `Arc<Store>`: on SQLite one
+//! connection behind a [`std::sync::Mutex`], on PostgreSQL a small pool of
+//! connections (calls run in parallel; row locks serialise what must be).
+//! Its methods are synchronous and **block**: on the mutex or a network round
+//! trip, on disk I/O, and for up to the busy timeout (5 s) when another
+//! process holds SQLite's write lock. From async code call them through
 //! `tokio::task::spawn_blocking`, or, for the per-token event path, push into
 //! an [`EventWriter`], which never blocks and commits in batches on its own
 //! thread. Several processes may share the file (SQLite's locking); each write
@@ -40,15 +86,18 @@
 //!
 //! Call [`Store::mark_interrupted_runs`] at start-up: runs left `running` by a
 //! process that has since died become `interrupted`. Liveness comes from an OS
-//! file lock each open store holds (see `owner.rs`), so runs of other live
-//! processes sharing the file, and of this one, are never touched.
+//! file lock each open store holds (see `owner.rs`; on PostgreSQL a session
+//! advisory lock on a connection the store keeps open), so runs of other live
+//! processes sharing the database, and of this one, are never touched.
 //!
 //! # Schema
 //!
-//! Versioned by `PRAGMA user_version`, migrated forward on open, one
+//! SQLite: versioned by `PRAGMA user_version`, migrated forward on open, one
 //! transaction per migration. A file from a newer Capstan is refused with
 //! [`StoreError::SchemaTooNew`] before anything is written to it; a SQLite
 //! file that is not Capstan's is refused with [`StoreError::ForeignDatabase`].
+//! PostgreSQL: versioned by the `capstan_schema` table, with the same
+//! refusals ([`PG_SCHEMA_VERSION`]).
 
 mod approvals;
 mod error;

@@ -25,6 +25,7 @@ pub struct Cluster {
     pub port: u16,
     bin: PathBuf,
     dir: PathBuf,
+    _watchdog: std::process::Child,
 }
 
 /// Where `initdb`, `postgres` and `createdb` are: `$PG_BIN`, else the
@@ -168,14 +169,20 @@ impl Cluster {
             dir = dir.display(),
             parent = std::process::id(),
         );
-        as_server_user(&user, Path::new("/bin/sh"))
+        // Never waited for: it outlives this process on purpose.
+        let watchdog = as_server_user(&user, Path::new("/bin/sh"))
             .args(["-c", &script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("starting postgres");
-        let cluster = Cluster { port, bin, dir };
+        let cluster = Cluster {
+            port,
+            bin,
+            dir,
+            _watchdog: watchdog,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ready = Command::new(cluster.bin.join("pg_isready"))
