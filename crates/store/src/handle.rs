@@ -48,8 +48,8 @@ enum Inner {
 }
 
 /// How often [`Store::wait_events`] re-reads when no wake-up came: SQLite
-/// sees other processes' appends only this way; on PostgreSQL it is a
-/// safety net for a `LISTEN` connection being re-established.
+/// sees other processes' appends only this way; on PostgreSQL it is the
+/// safety net while the `LISTEN` connection is being re-established.
 const SQLITE_POLL: Duration = Duration::from_millis(50);
 const POSTGRES_POLL: Duration = Duration::from_secs(1);
 
@@ -87,6 +87,10 @@ impl Store {
     ///   PostgreSQL database (which must exist; its tables are created and
     ///   migrated on open, see `migrations/postgres/`);
     /// - `sqlite:PATH`, `sqlite://PATH`, or a plain path: a SQLite file.
+    ///
+    /// PostgreSQL connections are plain TCP or a Unix socket
+    /// (`?host=/run/postgresql`): no TLS yet, so keep the database on a
+    /// private network or the same host (`sslmode=require` fails to connect).
     pub fn open_url(url: &str) -> Result<Store> {
         let url = url.trim();
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {

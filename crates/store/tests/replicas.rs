@@ -269,6 +269,49 @@ both!(
     open_url_names_the_backend,
 );
 
+/// The host calls the store from async handlers: a PostgreSQL store must
+/// work there (the sync `postgres` crate would panic, starting a runtime
+/// inside a runtime), on a current-thread runtime too (no deadlock: the
+/// connections run on the store's own runtime), and dropping the last handle
+/// inside a task must not panic either.
+#[test]
+fn postgres_store_works_inside_tokio_runtimes() {
+    let url = common::pg::Cluster::shared().fresh_database();
+    for multi in [false, true] {
+        let rt = if multi {
+            tokio::runtime::Builder::new_multi_thread().build().unwrap()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+        };
+        let url = url.clone();
+        rt.block_on(async move {
+            let store = Store::open_url(&url).unwrap();
+            let s = store.create_session("async", None).unwrap();
+            let run = store.start_run(&s.id, "m").unwrap();
+            let seq = store
+                .append_next_event(&run.id, "t", "x", |seq| envelope(&run.id, seq, "a"))
+                .unwrap();
+            assert_eq!(store.events_since(&run.id, None).unwrap()[0].seq, seq);
+            let store = Arc::new(store);
+            let handle = Arc::clone(&store);
+            let id = run.id.clone();
+            tokio::task::spawn_blocking(move || {
+                handle
+                    .wait_events(&id, None, Duration::from_secs(30))
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+            store
+                .finish_run(&run.id, RunStatus::Completed, None, None)
+                .unwrap();
+            drop(store);
+        });
+    }
+}
+
 #[test]
 fn store_urls_are_parsed_with_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

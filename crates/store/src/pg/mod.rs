@@ -36,6 +36,7 @@ use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
@@ -62,15 +63,33 @@ pub(crate) struct PgStore {
     url: String,
     path: PathBuf,
     config: Config,
-    /// `Some` until drop (see `Drop`).
-    rt: Option<tokio::runtime::Runtime>,
+    rt: RuntimeGuard,
     idle: Mutex<Vec<Pooled>>,
     owner_id: String,
     /// Holds the owner's advisory lock for as long as the store is open.
     _owner: Client,
-    /// Holds `LISTEN capstan_events`; its connection task bumps `notifier`.
-    _listener: Client,
+    /// Bumped by the `LISTEN` task (see [`listen`]).
     notifier: Arc<Notifier>,
+}
+
+/// The store's runtime. Dropping a runtime blocks, which panics inside an
+/// async context (the host may drop the last `Arc<Store>`, or fail to open
+/// one, inside a task): shut it down in the background instead. Its tasks
+/// (the connections) end with it.
+struct RuntimeGuard(Option<tokio::runtime::Runtime>);
+
+impl RuntimeGuard {
+    fn get(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for RuntimeGuard {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl fmt::Debug for PgStore {
@@ -193,35 +212,38 @@ impl PgStore {
                 describe(&e)
             ))
         })?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("capstan-pg")
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Open {
-                path: PathBuf::from(&shown),
-                reason: format!("cannot start the PostgreSQL client runtime: {e}"),
-            })?;
+        let rt = RuntimeGuard(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("capstan-pg")
+                .enable_all()
+                .build()
+                .map_err(|e| StoreError::Open {
+                    path: PathBuf::from(&shown),
+                    reason: format!("cannot start the PostgreSQL client runtime: {e}"),
+                })?,
+        ));
         let notifier = Arc::new(Notifier::default());
-        let first = connect(&rt, &config, &shown, None)?;
-        let listener = connect(&rt, &config, &shown, Some(notifier.clone()))?;
-        let owner = connect(&rt, &config, &shown, None)?;
+        let first = connect(rt.get(), &config, &shown)?;
+        let owner = connect(rt.get(), &config, &shown)?;
         let mut store = PgStore {
             path: PathBuf::from(&shown),
             url: shown,
             config,
-            rt: Some(rt),
+            rt,
             idle: Mutex::new(vec![Pooled {
                 client: first,
                 statements: HashMap::new(),
             }]),
             owner_id: String::new(),
             _owner: owner,
-            _listener: listener,
             notifier,
         };
         store.migrate()?;
-        wait(store._listener.batch_execute("LISTEN capstan_events")).map_err(|e| store.err(e))?;
+        listen(&store.rt, &store.config, &store.notifier).map_err(|detail| StoreError::Open {
+            path: store.path.clone(),
+            reason: format!("cannot LISTEN for new events: {detail}"),
+        })?;
         let key = fastrand::i64(..);
         wait(store._owner.execute("SELECT pg_advisory_lock($1)", &[&key]))
             .map_err(|e| store.err(e))?;
@@ -265,12 +287,7 @@ impl PgStore {
         let client = match reused {
             Some(c) => c,
             None => Pooled {
-                client: connect(
-                    self.rt.as_ref().expect("present until drop"),
-                    &self.config,
-                    &self.url,
-                    None,
-                )?,
+                client: connect(self.rt.get(), &self.config, &self.url)?,
                 statements: HashMap::new(),
             },
         };
@@ -386,18 +403,12 @@ impl PgStore {
 }
 
 impl Drop for PgStore {
-    /// Dropping a runtime blocks, which panics inside an async context (the
-    /// host may drop the last `Arc<Store>` in a task): shut it down in the
-    /// background instead. Its connections close; the owner lock goes with
-    /// its connection.
+    /// Releases the owner lock before returning, so a neighbour asking right
+    /// after sees this store gone (closing the connection releases it too,
+    /// but the server notices that a moment later). The runtime and the
+    /// connections go with the fields.
     fn drop(&mut self) {
-        // Release the owner lock before returning, so a neighbour asking
-        // right after sees this store gone (closing the connection would
-        // release it too, but the server notices that a moment later).
         let _ = wait(self._owner.batch_execute("SELECT pg_advisory_unlock_all()"));
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -405,30 +416,13 @@ fn owner_id(key: i64) -> String {
     format!("pgo_{:016x}", key as u64)
 }
 
-/// Opens a connection whose I/O runs on `rt`. With `notify`, the connection
-/// task also forwards notifications (the `LISTEN` connection).
-fn connect(
-    rt: &tokio::runtime::Runtime,
-    config: &Config,
-    url: &str,
-    notify: Option<Arc<Notifier>>,
-) -> Result<Client> {
+/// Opens a connection whose I/O runs as a task on `rt`.
+fn connect(rt: &tokio::runtime::Runtime, config: &Config, url: &str) -> Result<Client> {
     let config = config.clone();
     let task = rt.spawn(async move {
-        let (client, mut connection) = config.connect(NoTls).await?;
+        let (client, connection) = config.connect(NoTls).await?;
         tokio::spawn(async move {
-            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-            while let Some(message) = messages.next().await {
-                match message {
-                    Ok(AsyncMessage::Notification(_)) => {
-                        if let Some(n) = &notify {
-                            n.bump();
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
+            let _ = connection.await;
         });
         Ok::<_, tokio_postgres::Error>(client)
     });
@@ -447,6 +441,73 @@ fn connect(
             reason: format!("the connection task failed: {e}"),
         }),
     }
+}
+
+/// How long the `LISTEN` task waits before reconnecting after losing its
+/// connection (a server restart, a network cut).
+const LISTEN_RETRY: Duration = Duration::from_secs(1);
+
+/// Starts the task that holds a `LISTEN capstan_events` connection and
+/// bumps `notifier` on every notification, reconnecting (and bumping once,
+/// for what it may have missed) whenever the connection is lost. Returns
+/// once the first `LISTEN` is in place, or its error.
+fn listen(
+    rt: &RuntimeGuard,
+    config: &Config,
+    notifier: &Arc<Notifier>,
+) -> std::result::Result<(), String> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let config = config.clone();
+    let notifier = notifier.clone();
+    rt.get().spawn(async move {
+        let mut ready = Some(ready_tx);
+        loop {
+            let outcome = listen_once(&config, &notifier).await;
+            if let Some(r) = ready.take() {
+                let failed = outcome.as_ref().err().cloned();
+                let _ = r.send(failed.map_or(Ok(()), Err));
+                if outcome.is_err() {
+                    return;
+                }
+            }
+            if let Ok((client, connection_done)) = outcome {
+                notifier.bump();
+                let _ = connection_done.await;
+                drop(client);
+            }
+            tokio::time::sleep(LISTEN_RETRY).await;
+        }
+    });
+    ready_rx
+        .recv()
+        .map_err(|_| "the LISTEN task stopped".to_owned())?
+}
+
+/// Connects and listens. Returns the client (dropping it closes the
+/// connection) and the connection task, which finishes when the connection
+/// ends.
+async fn listen_once(
+    config: &Config,
+    notifier: &Arc<Notifier>,
+) -> std::result::Result<(Client, tokio::task::JoinHandle<()>), String> {
+    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| describe(&e))?;
+    let n = notifier.clone();
+    let pump = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(_)) => n.bump(),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    let listened = client.batch_execute("LISTEN capstan_events").await;
+    if let Err(e) = listened {
+        pump.abort();
+        return Err(describe(&e));
+    }
+    Ok((client, pump))
 }
 
 #[cfg(test)]
