@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::changes::{ChangeSetState, ChangedFile};
 use crate::names::names;
 use crate::risk::Risk;
 use crate::task::{FailureReason, PlanTask, SkipReason, TaskStatus};
@@ -131,6 +132,24 @@ pub enum Event {
         truncated_bytes: u64,
         timed_out: bool,
     },
+    /// What a task changed in the workspace (a captured command, a plugin
+    /// file write): one change set, its state (`pending` while held for
+    /// review, `applied`, `discarded` when a review was denied, `undone`).
+    #[serde(rename = "workspace.changes")]
+    WorkspaceChanges {
+        task_id: String,
+        /// The change set's id (`capstan changes`, `capstan undo`).
+        change_set: String,
+        state: ChangeSetState,
+        /// The command line or plugin operation that made the changes.
+        source: String,
+        /// Why the set went to review (review mode, protected paths).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        review_reasons: Vec<String>,
+        bytes_before: u64,
+        bytes_after: u64,
+        files: Vec<ChangedFile>,
+    },
     #[serde(rename = "usage")]
     Usage {
         #[serde(flatten)]
@@ -233,6 +252,7 @@ impl Event {
             Event::Activity { .. } => "activity",
             Event::Progress { .. } => "progress",
             Event::CapabilityStatus { .. } => "capability.status",
+            Event::WorkspaceChanges { .. } => "workspace.changes",
         }
     }
 }

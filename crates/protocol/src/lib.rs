@@ -15,6 +15,7 @@
 //!   [`FailureReason`], [`SkipReason`], [`TaskStatus`]...);
 //! - [`event`]: what a run tells its frontends ([`Event`] in an [`Envelope`]).
 
+pub mod changes;
 pub mod event;
 pub mod policy;
 pub mod risk;
@@ -23,6 +24,7 @@ pub mod usage;
 
 mod names;
 
+pub use changes::{ChangeKind, ChangeSetState, ChangedFile, EntryType};
 pub use event::{Citation, Envelope, Event, EventSink, NullSink, PROTOCOL_VERSION, StepDecision};
 pub use names::UnknownName;
 pub use policy::{Profile, SandboxMode};

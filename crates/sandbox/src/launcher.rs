@@ -74,6 +74,10 @@ pub(crate) struct LaunchConfig {
     pub cgroup: TaskCgroup,
     /// Mechanisms to treat as missing (a test hook that can only refuse runs).
     pub unavailable: Vec<Mechanism>,
+    /// Capture directory (canonical): stage the upper layer there instead of
+    /// copying it back.
+    #[serde(default)]
+    pub capture: Option<PathBuf>,
     /// Bench only: the whole host read-only instead of the allowlist view.
     #[cfg(feature = "bench-whole-host")]
     #[serde(default)]
@@ -337,6 +341,7 @@ fn view_spec<'a>(
         owner,
         write_quota: config.limits.workspace_write_quota,
         user_ns,
+        capture: config.capture.as_deref(),
     }
 }
 

@@ -72,6 +72,7 @@
 
 mod bridge;
 mod cgroup;
+pub mod changes;
 mod check;
 mod identity;
 mod landlock;
@@ -301,6 +302,13 @@ pub struct ExecSpec {
     /// its view at the same path. Each must exist; `/` is refused. Secrets of
     /// `/etc` stay masked even when listed.
     pub read: Vec<PathBuf>,
+    /// Capture (sandbox required only): an existing, empty directory the
+    /// command's writes are staged into instead of reaching the workspace
+    /// (see [`changes`]). The workspace is then always the quota overlay
+    /// ([`Limits::workspace_write_quota`], or [`DEFAULT_WRITE_QUOTA`] when
+    /// unset) and [`ExecOutcome::changes`] says what the command changed;
+    /// nothing lands until the caller lands it.
+    pub capture: Option<PathBuf>,
     /// Bench only: the whole host read-only instead of the allowlist view.
     #[cfg(feature = "bench-whole-host")]
     pub whole_host_view: bool,
@@ -323,6 +331,7 @@ impl ExecSpec {
             mode: SandboxMode::Required,
             limits: Limits::default(),
             read: Vec::new(),
+            capture: None,
             #[cfg(feature = "bench-whole-host")]
             whole_host_view: false,
         }
@@ -443,6 +452,8 @@ pub struct ExecOutcome {
     pub warnings: Vec<String>,
     /// A resource limit the command ran into, if any.
     pub limit_hit: Option<LimitHit>,
+    /// Capture on: what the command changed (staged, not landed).
+    pub changes: Option<changes::ChangeSet>,
 }
 
 impl ExecOutcome {
@@ -592,7 +603,19 @@ pub async fn run(spec: ExecSpec, cancel: CancellationToken) -> Result<ExecOutcom
         source: std::io::Error::new(e.kind(), e.to_string()),
     })?;
     let launcher = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-    let result = supervise(&spec, &prepared, &launcher, &exe.shown, cancel).await;
+    let mut result = supervise(&spec, &prepared, &launcher, &exe.shown, cancel).await;
+    if let (Ok(outcome), Some(staging)) = (&mut result, &prepared.config.capture) {
+        let (ws, staging) = (prepared.config.workspace.clone(), staging.clone());
+        match tokio::task::spawn_blocking(move || changes::classify(&ws, &staging)).await {
+            Ok(Ok(set)) => outcome.changes = Some(set),
+            Ok(Err(e)) => outcome
+                .warnings
+                .push(format!("the command's changes could not be read: {e}")),
+            Err(e) => outcome
+                .warnings
+                .push(format!("the command's changes could not be read: {e}")),
+        }
+    }
     // Only now, with every process of the task gone, remove what it could write
     // (off the async threads: the per-task directory may be large).
     let mut leftovers = prepared.leftovers;
@@ -788,6 +811,15 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         }
     }
     let cgroup = cgroup::TaskCgroup::create(spec.limits.max_processes, spec.limits.max_memory);
+    let capture = match (&spec.capture, confine) {
+        (Some(dir), true) => Some(std::fs::canonicalize(dir).map_err(SandboxError::TaskDir)?),
+        _ => None,
+    };
+    let mut limits = spec.limits.clone();
+    if capture.is_some() {
+        limits.workspace_write_quota =
+            Some(limits.workspace_write_quota.unwrap_or(DEFAULT_WRITE_QUOTA));
+    }
     let config = launcher::LaunchConfig {
         argv,
         env,
@@ -797,7 +829,8 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         network: spec.network && proxy.is_none(),
         proxy,
         confine,
-        limits: spec.limits.clone(),
+        limits,
+        capture,
         grace_ms: KILL_GRACE.as_millis() as u64,
         cgroup: cgroup.clone(),
         read,
@@ -1029,6 +1062,7 @@ async fn supervise(
         cancelled: stop == Stop::Cancelled,
         warnings: Vec::new(),
         limit_hit: None,
+        changes: None,
     };
     let mut failure = None;
     for report in reports {

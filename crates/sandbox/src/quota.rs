@@ -48,6 +48,9 @@ pub(crate) struct Quota {
     workspace: OwnedFd,
     /// `trusted.` for a root mount, `user.` inside a user namespace.
     xattr_prefix: &'static str,
+    /// Capture on: the host directory the upper layer is staged into
+    /// (see [`crate::changes`]) instead of being copied back.
+    staging: Option<OwnedFd>,
 }
 
 /// What a copy-back did.
@@ -70,8 +73,10 @@ pub(crate) fn mount(
     target: &Path,
     bytes: u64,
     user_ns: bool,
+    capture: Option<&Path>,
 ) -> Result<Quota, String> {
     let real = open_dir_path(workspace)?;
+    let staging = capture.map(open_dir_path).transpose()?;
     std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
     crate::view::mount(
         Some("tmpfs"),
@@ -128,6 +133,7 @@ pub(crate) fn mount(
         upper: open_dir_path(&upper)?,
         workspace: real,
         xattr_prefix: if user_ns { "user." } else { "trusted." },
+        staging,
     })
 }
 
@@ -154,6 +160,9 @@ impl Quota {
     /// Replays the upper layer onto the real workspace. Call only when no
     /// process of the task is left.
     pub(crate) fn copy_back(&self) -> CopyBack {
+        if let Some(staging) = &self.staging {
+            return crate::changes::stage(self.upper.as_fd(), staging.as_fd(), self.xattr_prefix);
+        }
         let mut report = CopyBack::default();
         self.copy_dir(
             self.upper.as_fd(),
@@ -283,27 +292,36 @@ impl Quota {
     }
 
     fn opaque(&self, dir: &OwnedFd) -> bool {
-        let Ok(attr) = CString::new(format!("{}overlay.opaque", self.xattr_prefix)) else {
-            return false;
-        };
-        let mut buf = [0u8; 4];
-        // SAFETY: fgetxattr into a buffer of the given size on an fd we own.
-        let n = unsafe {
-            libc::fgetxattr(
-                dir.as_raw_fd(),
-                attr.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        n > 0 && buf[0] == b'y'
+        opaque(dir, self.xattr_prefix)
     }
+}
+
+/// Whether an upper-layer directory is opaque (it replaced the lower one).
+pub(crate) fn opaque(dir: &OwnedFd, xattr_prefix: &str) -> bool {
+    let Ok(attr) = CString::new(format!("{xattr_prefix}overlay.opaque")) else {
+        return false;
+    };
+    let mut buf = [0u8; 4];
+    // SAFETY: fgetxattr into a buffer of the given size on an fd we own.
+    let n = unsafe {
+        libc::fgetxattr(
+            dir.as_raw_fd(),
+            attr.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    n > 0 && buf[0] == b'y'
 }
 
 /// Copies the data of `src` into `dst` and leaves the holes as holes: a
 /// sparse file takes almost nothing of the quota's tmpfs, and must not turn
 /// into its full apparent size on the host's disk.
-fn copy_sparse(src: &std::fs::File, dst: &std::fs::File, len: u64) -> std::io::Result<()> {
+pub(crate) fn copy_sparse(
+    src: &std::fs::File,
+    dst: &std::fs::File,
+    len: u64,
+) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 1 << 20];
     let mut offset = 0i64;
@@ -357,7 +375,7 @@ fn remove_entry(dir: BorrowedFd, name: &CStr) -> nix::Result<()> {
 }
 
 /// The entry names of a directory, without `.` and `..`.
-fn list(dir: BorrowedFd) -> nix::Result<Vec<CString>> {
+pub(crate) fn list(dir: BorrowedFd) -> nix::Result<Vec<CString>> {
     let dup = dir
         .try_clone_to_owned()
         .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EMFILE)))?;
@@ -375,7 +393,7 @@ fn list(dir: BorrowedFd) -> nix::Result<Vec<CString>> {
     Ok(names)
 }
 
-fn open_dir_at(dir: BorrowedFd, name: &CStr) -> nix::Result<OwnedFd> {
+pub(crate) fn open_dir_at(dir: BorrowedFd, name: &CStr) -> nix::Result<OwnedFd> {
     nix::fcntl::openat(
         dir,
         name,
@@ -404,7 +422,7 @@ fn temp_name() -> CString {
     CString::new(name).unwrap_or_default()
 }
 
-fn shown(p: &Path) -> String {
+pub(crate) fn shown(p: &Path) -> String {
     if p.as_os_str().is_empty() {
         ".".into()
     } else {

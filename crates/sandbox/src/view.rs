@@ -93,6 +93,8 @@ pub(crate) struct ViewSpec<'a> {
     pub write_quota: Option<u64>,
     /// Building inside a user namespace (Capstan not run as root).
     pub user_ns: bool,
+    /// Capture directory: the upper layer is staged there, not copied back.
+    pub capture: Option<&'a Path>,
 }
 
 /// Builds the view and makes it this process's root. See the module docs.
@@ -210,6 +212,7 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
                 &ws,
                 bytes,
                 spec.user_ns,
+                spec.capture,
             )?)
         }
     };

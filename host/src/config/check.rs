@@ -28,6 +28,7 @@ pub const USER_KEYS: &[&str] = &[
     "index",
     "sandbox",
     "server",
+    "changes",
     "plugin",
     "mcp_server",
 ];

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+pub mod changes;
 pub mod check;
 mod mcp_server;
 
@@ -34,6 +35,8 @@ pub struct Config {
     /// `[sandbox]`: limits and extra read paths of sandboxed commands.
     pub sandbox: SandboxSection,
     pub server: ServerSection,
+    /// `[changes]`: capture, review and undo of workspace changes.
+    pub changes: changes::ChangesSection,
 }
 
 /// `[sandbox]`: what every sandboxed command gets (docs/ARCHITECTURE.md,

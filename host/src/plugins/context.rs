@@ -66,6 +66,16 @@ impl RunContext {
     }
 }
 
+/// One workspace's change capture: the store that keeps previous versions
+/// and how changes land there (settled by `services::changes`).
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub store: capstan_changes::Store,
+    pub apply: crate::config::changes::ApplyMode,
+    /// Workspace-relative paths always reviewed (a trailing `/` covers a tree).
+    pub protected: Vec<String>,
+}
+
 #[async_trait]
 pub trait ExecService: Send + Sync {
     async fn run(
@@ -73,6 +83,12 @@ pub trait ExecService: Send + Sync {
         scope: &TaskScope,
         req: wit::exec::ExecRequest,
     ) -> Result<wit::exec::ExecOutput, wit::exec::ExecError>;
+
+    /// The workspace's change capture, when on (plugin file writes are
+    /// snapshotted through it too: `services::changes`).
+    fn changes(&self) -> Option<Arc<Capture>> {
+        None
+    }
 }
 
 #[async_trait]

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::dirs::Dirs;
+use crate::plugins::context::Capture;
 use crate::plugins::registry::{ManifestSources, Registry};
 use crate::plugins::runtime::Runtime;
 use crate::plugins::services::approval::{ApprovalBroker, ApproveMode};
@@ -237,6 +238,9 @@ impl App {
             .map(|w| self.policy_for(w))
             .unwrap_or_else(|| self.config.policy.clone());
         let sandbox = self.sandbox_for(workspace.as_deref());
+        let changes = workspace
+            .as_deref()
+            .and_then(|w| Capture::for_workspace(&self.dirs.data, &self.config.changes, w));
         RunBuilder::new(
             workspace,
             policy,
@@ -244,6 +248,7 @@ impl App {
             self.broker.clone(),
             self.indexes.clone(),
         )
+        .changes(changes)
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile

@@ -12,7 +12,7 @@ use capstan_policy::Policy;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SandboxSettings;
-use crate::plugins::context::{HostServices, RunContext};
+use crate::plugins::context::{Capture, HostServices, RunContext};
 use crate::plugins::services::approval::ApprovalBroker;
 use crate::plugins::services::exec::Exec;
 use crate::plugins::services::index::Indexes;
@@ -37,6 +37,7 @@ pub struct RunBuilder {
     broker: Arc<ApprovalBroker>,
     indexes: Arc<Indexes>,
     offer: Offer,
+    changes: Option<Capture>,
     run_id: String,
     session_id: Option<String>,
     cancel: CancellationToken,
@@ -59,6 +60,7 @@ impl RunBuilder {
             broker,
             indexes,
             offer: Offer::Everything,
+            changes: None,
             run_id: String::new(),
             session_id: None,
             cancel: CancellationToken::new(),
@@ -68,6 +70,13 @@ impl RunBuilder {
     /// Offer only these services.
     pub fn offer(mut self, offer: Offer) -> Self {
         self.offer = offer;
+        self
+    }
+
+    /// Capture the changes commands make to the workspace (`None`: they land
+    /// directly).
+    pub fn changes(mut self, capture: Option<Capture>) -> Self {
+        self.changes = capture;
         self
     }
 
@@ -90,7 +99,9 @@ impl RunBuilder {
         let services = match self.offer {
             Offer::Everything => HostServices {
                 exec: Some(Arc::new(
-                    Exec::new(self.policy, self.broker.clone()).with_sandbox(self.sandbox),
+                    Exec::new(self.policy, self.broker.clone())
+                        .with_sandbox(self.sandbox)
+                        .with_changes(self.changes),
                 )),
                 index: Some(self.indexes),
                 approval: Some(self.broker),

@@ -241,6 +241,37 @@ impl Feed {
                     errln!("    │ {line}");
                 }
             }
+            Event::WorkspaceChanges {
+                change_set,
+                state,
+                files,
+                ..
+            } => {
+                let verb = match state.as_str() {
+                    "pending" => "held for review",
+                    "discarded" => "discarded",
+                    "undone" => "undone",
+                    _ => "applied",
+                };
+                errln!(
+                    "  changes {verb}: {} path(s) (undo: capstan undo {change_set})",
+                    files.len()
+                );
+                for f in files.iter().take(10) {
+                    let from = f
+                        .from
+                        .as_ref()
+                        .map(|p| format!(" (from {p})"))
+                        .unwrap_or_default();
+                    errln!("    {} {}{from}", f.kind, f.path);
+                }
+                if files.len() > 10 {
+                    errln!(
+                        "    ... and {} more (capstan changes {change_set})",
+                        files.len() - 10
+                    );
+                }
+            }
             Event::ApprovalDecided { decision, by, .. } => {
                 errln!("  approval: {decision} ({})", self.decided_by(by))
             }

@@ -2,6 +2,7 @@
 
 mod agent;
 mod ask;
+mod changes;
 mod chat;
 mod feed;
 mod invoke;
@@ -100,6 +101,10 @@ pub enum Command {
     Init(setup::InitArgs),
     /// Check the toolchain, sandbox, config, model, plugins and MCP servers, each with its fix.
     Doctor(setup::DoctorArgs),
+    /// List the change sets runs made to workspaces, with diffs (`--diff`).
+    Changes(changes::ChangesArgs),
+    /// Take back a run's, task's or change set's workspace changes (refuses files changed since).
+    Undo(changes::UndoArgs),
     /// Print a shell completion script: `capstan completions bash > /etc/bash_completion.d/capstan`.
     Completions(setup::CompletionsArgs),
 }
@@ -185,6 +190,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Init(args) => setup::init(&cli.global, args).await,
         Command::Doctor(args) => setup::doctor(&cli.global, args).await,
         Command::Completions(args) => setup::completions(args),
+        Command::Changes(args) => changes::changes(&cli.global, args).await,
+        Command::Undo(args) => changes::undo(&cli.global, args).await,
     }
 }
 

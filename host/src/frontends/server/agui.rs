@@ -581,6 +581,15 @@ impl Mapper {
                         "value": {"messageId": self.message_id(), "citations": citations}}));
                 }
             }
+            Event::WorkspaceChanges { .. } => {
+                // The change set with its diffs; undo is
+                // `POST /v1/changes/{changeSet}/undo`.
+                let mut value = serde_json::to_value(&env.event).unwrap_or_default();
+                if let Some(o) = value.as_object_mut() {
+                    o.remove("type");
+                }
+                out.push(json!({"type": "CUSTOM", "name": "capstan.changes", "value": value}));
+            }
             Event::RunCompleted { usage } => {
                 self.close_all(&mut out);
                 out.push(json!({

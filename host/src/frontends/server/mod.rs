@@ -10,6 +10,7 @@
 //! Event streams are capped per run and per server. Request bodies are capped.
 
 pub mod agui;
+pub mod changes;
 pub mod error;
 pub mod files;
 pub mod guard;
@@ -55,6 +56,8 @@ pub fn router(state: AppState, extra: Vec<Router>) -> Router {
         .route("/v1/runs/{id}", get(http::get_run))
         .route("/v1/runs/{id}/events", get(http::run_events))
         .route("/v1/runs/{id}/cancel", post(http::cancel_run))
+        .route("/v1/runs/{id}/changes", get(changes::run_changes))
+        .route("/v1/changes/{id}/undo", post(changes::undo))
         .route("/v1/approvals/{id}", post(http::decide_approval))
         .route("/v1/sessions", get(http::list_sessions))
         .route(

@@ -452,6 +452,13 @@ impl Runtime {
             ));
         }
         let (mut store, instance) = self.instantiate(plugin, &task.id, run, access).await?;
+        // Plugin file writes: the files the operation declares are
+        // snapshotted, so its change set can be shown and undone.
+        let snapshot = if access == WorkspaceAccess::ReadWrite && op.risk != Risk::ReadOnly {
+            crate::plugins::services::changes::snapshot_plugin(run, &task.input).await
+        } else {
+            None
+        };
         let wit_task = bindings::types::Task {
             id: task.id.clone(),
             kind: task.kind.clone(),
@@ -471,6 +478,11 @@ impl Runtime {
                 .map(v0_1::task_result),
         };
         log_output(&store, plugin);
+        if let Some(snap) = snapshot {
+            let source = format!("{} {}", task.kind, task.operation);
+            crate::plugins::services::changes::record_plugin(&store.data().scope, snap, source)
+                .await;
+        }
         if store.data().interrupted.is_none()
             && let Some(limit) = store.data().scope.resource_limit.get()
         {

@@ -33,6 +33,8 @@ pub struct Exec {
     pub output_limit: usize,
     /// `[sandbox]` limits and read paths for this workspace.
     pub sandbox: crate::config::SandboxSettings,
+    /// `[changes]`: capture this workspace's changes (None: writes land directly).
+    pub changes: Option<Arc<crate::plugins::context::Capture>>,
 }
 
 impl Exec {
@@ -43,7 +45,14 @@ impl Exec {
             default_timeout: Duration::from_secs(120),
             output_limit: 64 * 1024,
             sandbox: crate::config::SandboxSection::default().settings_for(None, None),
+            changes: None,
         }
+    }
+
+    /// With change capture (see `services::changes`).
+    pub fn with_changes(mut self, changes: Option<crate::plugins::context::Capture>) -> Self {
+        self.changes = changes.map(Arc::new);
+        self
     }
 
     /// With the workspace's `[sandbox]` settings.
@@ -195,6 +204,10 @@ fn tail(s: &str, max: usize) -> String {
 
 #[async_trait]
 impl ExecService for Exec {
+    fn changes(&self) -> Option<Arc<crate::plugins::context::Capture>> {
+        self.changes.clone()
+    }
+
     async fn run(
         &self,
         scope: &TaskScope,
@@ -311,10 +324,23 @@ impl ExecService for Exec {
             .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
             .collect();
         spec.env.extend(git_safety_env(&workspace));
+        let capture = match (&self.changes, spec.mode) {
+            (Some(c), capstan_sandbox::SandboxMode::Required) => Some((
+                c.clone(),
+                c.store
+                    .new_staging()
+                    .map_err(|e| wit::ExecError::Failed(format!("cannot capture changes: {e}")))?,
+            )),
+            _ => None,
+        };
+        spec.capture = capture.as_ref().map(|(_, (_, dir))| dir.clone());
         let outcome = capstan_sandbox::run(spec, scope.run.cancel.child_token()).await;
-        let outcome = match outcome {
+        let mut outcome = match outcome {
             Ok(o) => o,
             Err(e) => {
+                if let Some((_, (_, dir))) = &capture {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
                 return Err(wit::ExecError::Failed(e.to_string()));
             }
         };
@@ -322,7 +348,7 @@ impl ExecService for Exec {
         scope.run.events.emit(Event::TerminalStep {
             task_id: scope.task_id.clone(),
             command: text.clone(),
-            cwd: cwd_rel,
+            cwd: cwd_rel.clone(),
             risk: risk.to_string(),
             exit_code: outcome.exit_code,
             signal: outcome.signal,
@@ -331,6 +357,27 @@ impl ExecService for Exec {
             truncated_bytes: outcome.truncated_bytes,
             timed_out: outcome.timed_out,
         });
+        if let Some((capture, (id, dir))) = capture {
+            match outcome.changes.take() {
+                Some(set) => {
+                    let settled = capture
+                        .settle(scope, &self.broker, id, set, &text, &cwd_rel)
+                        .await;
+                    match settled {
+                        Err(e) => outcome.stderr.push_str(&format!("\ncapstan: {e}\n")),
+                        Ok(Some(r)) if r.state == capstan_changes::ChangeSetState::Discarded => {
+                            outcome.stderr.push_str(
+                                "\ncapstan: the command's changes to the workspace were not approved and were discarded\n",
+                            )
+                        }
+                        Ok(_) => {}
+                    }
+                }
+                None => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+            }
+        }
         if outcome.cancelled {
             return Err(wit::ExecError::Cancelled);
         }

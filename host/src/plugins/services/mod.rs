@@ -8,6 +8,7 @@
 //! answers `denied` with a sentence saying so.
 
 pub mod approval;
+pub mod changes;
 pub mod exec;
 pub mod index;
 

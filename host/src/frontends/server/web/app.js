@@ -609,6 +609,58 @@ function endFeed(view, word) {
   view.feedSummary.title = `${word}; open to see every step`;
 }
 
+// Workspace changes: one card per change set (the latest state replaces
+// the pending one), the files with their diffs, and Undo while applied.
+const KIND_WORDS = { created: "created", modified: "modified", deleted: "deleted", renamed: "renamed", mode_changed: "mode changed" };
+
+function showChanges(view, ev) {
+  const old = view.approvals.querySelector(`[data-change-set="${CSS.escape(ev.change_set)}"]`);
+  const n = ev.files.length;
+  const title = {
+    pending: "Changes waiting for your review",
+    applied: "Changes applied",
+    discarded: "Changes discarded",
+    undone: "Changes undone",
+  }[ev.state] || "Changes";
+  const status = el("p", { class: "decision", role: "status" });
+  const list = el("ul", { class: "change-files" }, ...ev.files.map((f) => {
+    const label = `${KIND_WORDS[f.kind] || f.kind} ${f.path}${f.from ? ` (from ${f.from})` : ""}`;
+    if (!f.diff && !f.summary) return el("li", { text: label });
+    return el("li", {}, el("details", {},
+      el("summary", { text: label }),
+      el("pre", { class: "diff", text: f.diff || f.summary })));
+  }));
+  const buttons = el("div", { class: "buttons" });
+  const card = el("div", { class: "approval changes", "data-change-set": ev.change_set, role: "group" },
+    el("p", { class: "approval-title" }, el("strong", { text: `${title}: ${n} path${n === 1 ? "" : "s"}` })),
+    el("p", { class: "muted small-text", text: `from \`${ev.source}\` · change set ${ev.change_set}` }),
+    list, buttons, status);
+  const undo = async (body) => {
+    for (const x of buttons.querySelectorAll("button")) x.disabled = true;
+    try {
+      const resp = await api(`/v1/changes/${encodeURIComponent(ev.change_set)}/undo`, { method: "POST", body });
+      const report = await resp.json();
+      status.textContent = `undone: ${report.restored.length} path(s) restored` +
+        (report.refused.length ? `; left as they are: ${report.refused.map((r) => r.path).join(", ")}` : "");
+      buttons.replaceChildren();
+    } catch (e) {
+      status.textContent = e.message;
+      for (const x of buttons.querySelectorAll("button")) x.disabled = false;
+      if (!body.keep_changed && !buttons.querySelector(".keep")) {
+        const keep = el("button", { type: "button", class: "keep", text: "Undo the others" });
+        keep.addEventListener("click", () => undo({ keep_changed: true }));
+        buttons.append(keep);
+      }
+    }
+  };
+  if (ev.state === "applied") {
+    const b = el("button", { type: "button", class: "danger", text: "Undo" });
+    b.addEventListener("click", () => undo({}));
+    buttons.append(b);
+  }
+  if (old) old.replaceWith(card); else view.approvals.append(card);
+}
+
 // A run.
 
 function usageText(u) {
@@ -654,6 +706,9 @@ function handle(view, ev) {
       break;
     case "terminal.step":
       addTerminalStep(ev);
+      break;
+    case "workspace.changes":
+      showChanges(view, ev);
       break;
     case "approval.requested":
       if (!ev.approval_id) break;

@@ -1,0 +1,168 @@
+//! What capture costs: the same command written straight to the workspace
+//! (no overlay), through the write-quota overlay copied back by init (the
+//! default before capture), and captured (staged, classified, previous
+//! versions kept, landed through the journal by `capstan-changes`); then
+//! undo of 1,000 files. Median wall time of each, one Markdown table.
+//!
+//! Reproduce: `cargo bench -p capstan-sandbox --bench capture`
+//! (`CAPSTAN_BENCH_N` runs per cell, default 5; the 200 MB and 10,000-file
+//! rows use at most 3).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use capstan_changes::{Conflicts, Origin, Retention, Store};
+use capstan_sandbox::{Command, ExecSpec, run, set_launcher};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Direct,
+    CopyBack,
+    Capture,
+}
+
+struct Case {
+    name: &'static str,
+    /// Prepares the workspace (outside the timing).
+    setup: fn(&Path),
+    command: &'static str,
+    heavy: bool,
+}
+
+fn none(_: &Path) {}
+
+fn many(ws: &Path) {
+    std::fs::create_dir_all(ws.join("d")).unwrap();
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "`true`",
+        setup: none,
+        command: "true",
+        heavy: false,
+    },
+    Case {
+        name: "write 1 file",
+        setup: none,
+        command: "echo hello > one.txt",
+        heavy: false,
+    },
+    Case {
+        name: "write 10,000 small files",
+        setup: many,
+        command: "cd d && for i in $(seq 1 10000); do echo $i > f$i; done",
+        heavy: true,
+    },
+    Case {
+        name: "write a 200 MB file",
+        setup: none,
+        command: "head -c 209715200 /dev/urandom > big.bin",
+        heavy: true,
+    },
+];
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1000.0)
+}
+
+async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
+    let ws = base.join("ws");
+    let _ = std::fs::remove_dir_all(&ws);
+    std::fs::create_dir_all(&ws).unwrap();
+    (case.setup)(&ws);
+    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
+    let mut spec = ExecSpec::new(Command::Shell(case.command.into()), &ws);
+    spec.timeout = Duration::from_secs(600);
+    spec.limits.workspace_write_quota = match mode {
+        Mode::Direct => None,
+        _ => Some(1 << 30),
+    };
+    let staged = (mode == Mode::Capture).then(|| store.new_staging().unwrap());
+    spec.capture = staged.as_ref().map(|(_, d)| d.clone());
+    let started = Instant::now();
+    let out = run(spec, CancellationToken::new()).await.unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    if let Some((id, _)) = staged {
+        let set = out.changes.unwrap();
+        if !set.is_empty() {
+            store.prepare(&id, &set, Origin::default()).unwrap();
+            store.land(&id).unwrap();
+        }
+    }
+    started.elapsed()
+}
+
+async fn undo_1000(base: &Path) -> Duration {
+    let ws = base.join("ws");
+    let _ = std::fs::remove_dir_all(&ws);
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    for i in 0..1000 {
+        std::fs::write(
+            ws.join(format!("src/f{i}.rs")),
+            format!("// {i}\n").repeat(20),
+        )
+        .unwrap();
+    }
+    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
+    let (id, dir) = store.new_staging().unwrap();
+    let mut spec = ExecSpec::new(Command::Shell("rm -rf src".into()), &ws);
+    spec.capture = Some(dir);
+    let out = run(spec, CancellationToken::new()).await.unwrap();
+    store
+        .prepare(&id, &out.changes.unwrap(), Origin::default())
+        .unwrap();
+    store.land(&id).unwrap();
+    let started = Instant::now();
+    let r = store.undo(&id, Conflicts::Refuse).unwrap();
+    assert!(r.done);
+    started.elapsed()
+}
+
+fn main() {
+    set_launcher(env!("CARGO_BIN_EXE_capstan-sandbox-launcher"));
+    let n: usize = std::env::var("CAPSTAN_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(base.path()).unwrap();
+    println!(
+        "| case | direct (no overlay) ms | quota overlay, copy-back ms | captured + landed ms | capture vs direct | capture vs copy-back |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for case in CASES {
+        let runs = if case.heavy { n.min(3) } else { n };
+        let mut cells = Vec::new();
+        for mode in [Mode::Direct, Mode::CopyBack, Mode::Capture] {
+            let times: Vec<Duration> = (0..runs)
+                .map(|_| rt.block_on(once(mode, case, &base)))
+                .collect();
+            cells.push(median(times));
+        }
+        println!(
+            "| {} | {} | {} | {} | {:.2}x | {:.2}x |",
+            case.name,
+            ms(cells[0]),
+            ms(cells[1]),
+            ms(cells[2]),
+            cells[2].as_secs_f64() / cells[0].as_secs_f64(),
+            cells[2].as_secs_f64() / cells[1].as_secs_f64(),
+        );
+    }
+    let undo: Vec<Duration> = (0..n).map(|_| rt.block_on(undo_1000(&base))).collect();
+    println!();
+    println!(
+        "undo of 1,000 files (rm -rf src undone): median {} ms over {n} runs",
+        ms(median(undo))
+    );
+    println!();
+    println!("reproduce: cargo bench -p capstan-sandbox --bench capture (CAPSTAN_BENCH_N={n})");
+}

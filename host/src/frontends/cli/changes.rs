@@ -1,0 +1,173 @@
+//! `capstan changes [RUN]` and `capstan undo [RUN|TASK|SET]`: the change
+//! sets runs made to workspaces, their diffs, and taking them back.
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use capstan_changes::{ChangeSetState, Conflicts, Record, Store};
+
+use super::GlobalArgs;
+use crate::config::Config;
+use crate::outln;
+use crate::plugins::services::changes::open_store;
+
+#[derive(clap::Args, Debug)]
+pub struct ChangesArgs {
+    /// A run id, task id or change set id (default: every change set, newest last).
+    pub target: Option<String>,
+    /// Print the unified diffs too.
+    #[arg(long)]
+    pub diff: bool,
+    /// Print JSON (one object per change set, diffs included).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UndoArgs {
+    /// A run id, task id or change set id (default: the newest applied change set).
+    pub target: Option<String>,
+    /// Put the previous versions back even over files changed since.
+    #[arg(long, conflicts_with = "keep_changed")]
+    pub force: bool,
+    /// Undo the other files and leave the ones changed since as they are.
+    #[arg(long)]
+    pub keep_changed: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn store(global: &GlobalArgs) -> Result<Store> {
+    let dirs = global.dirs()?;
+    let config = Config::load(&dirs.user_config_file())?;
+    open_store(&dirs.data, &config.changes)
+}
+
+/// The sets a target names: a set id, or every set of a run or task.
+fn select(store: &Store, target: Option<&str>) -> Result<Vec<Record>> {
+    let all = store.list()?;
+    let Some(t) = target else {
+        return Ok(all);
+    };
+    let picked: Vec<Record> = all
+        .into_iter()
+        .filter(|r| r.id == t || r.origin.run_id == t || r.origin.task_id == t)
+        .collect();
+    if picked.is_empty() {
+        bail!(
+            "no change set belongs to {t:?}; `capstan changes` lists every change set with its run and task"
+        );
+    }
+    Ok(picked)
+}
+
+pub async fn changes(global: &GlobalArgs, args: ChangesArgs) -> Result<ExitCode> {
+    let store = store(global)?;
+    let sets = select(&store, args.target.as_deref())?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&sets)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if sets.is_empty() {
+        outln!("no change sets yet");
+    }
+    for r in &sets {
+        let (before, after) = r.sizes();
+        outln!(
+            "{}  {}  run {}  task {}  {} file(s), {} -> {} bytes",
+            r.id,
+            r.state.as_str(),
+            r.origin.run_id,
+            r.origin.task_id,
+            r.changes.len(),
+            before,
+            after
+        );
+        outln!("  from `{}` in {}", r.origin.source, r.workspace.display());
+        for c in &r.changes {
+            let from = c
+                .from
+                .as_ref()
+                .map(|f| format!(" (from {f})"))
+                .unwrap_or_default();
+            outln!("  {:<12} {}{}", c.kind.as_str(), c.path, from);
+            if args.diff
+                && let Some(d) = &c.diff
+            {
+                for line in d.lines() {
+                    outln!("    {line}");
+                }
+            }
+        }
+        for k in &r.kept {
+            outln!("  kept by undo: {} ({})", k.path, k.why);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn undo(global: &GlobalArgs, args: UndoArgs) -> Result<ExitCode> {
+    let store = store(global)?;
+    let mut sets: Vec<Record> = select(&store, args.target.as_deref())?
+        .into_iter()
+        .filter(|r| r.state == ChangeSetState::Applied)
+        .collect();
+    if args.target.is_none() {
+        // Only the newest.
+        sets = sets.pop().into_iter().collect();
+    }
+    if sets.is_empty() {
+        bail!("nothing to undo: no applied change set matches (see `capstan changes`)");
+    }
+    let conflicts = if args.force {
+        Conflicts::Force
+    } else if args.keep_changed {
+        Conflicts::Skip
+    } else {
+        Conflicts::Refuse
+    };
+    // Newest first: a later set may have changed what an earlier one wrote.
+    sets.reverse();
+    let mut reports = Vec::new();
+    let mut refused_any = false;
+    for r in &sets {
+        let s = store.clone();
+        let id = r.id.clone();
+        let report = tokio::task::spawn_blocking(move || s.undo(&id, conflicts)).await??;
+        refused_any |= !report.done;
+        reports.push(report);
+        if refused_any {
+            break;
+        }
+    }
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        for rep in &reports {
+            if rep.done {
+                outln!("undid {}: {} path(s) restored", rep.id, rep.restored.len());
+                for k in &rep.refused {
+                    outln!("  left as it is (changed since): {} ({})", k.path, k.why);
+                }
+            } else {
+                outln!(
+                    "refused to undo {}: {} file(s) changed since it landed, nothing was undone:",
+                    rep.id,
+                    rep.refused.len()
+                );
+                for k in &rep.refused {
+                    outln!("  {}: {}", k.path, k.why);
+                }
+                outln!(
+                    "run again with --keep-changed to undo the other files, or --force to overwrite these too"
+                );
+            }
+        }
+    }
+    Ok(if refused_any {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,455 @@
+//! Workspace changes through the real binary: every command's writes are
+//! captured, shown as `workspace.changes`, landed atomically (also across a
+//! kill -9), reviewed when asked or when protected paths change, and undone
+//! byte for byte by `capstan undo`, which refuses files changed since.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::{Home, sha256_file};
+use serde_json::{Value, json};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A workspace folder (canonical) in its own temp dir.
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(d.path()).unwrap().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    (d, ws)
+}
+
+fn invoke(home: &Home, ws: &Path, kind: &str, op: &str, approve: &str, input: Value) -> Output {
+    home.capstan()
+        .args([
+            "invoke",
+            kind,
+            "--json",
+            "--approve",
+            approve,
+            "--operation",
+            op,
+            "--workspace",
+        ])
+        .arg(ws)
+        .args(["--input", &input.to_string()])
+        .output()
+        .unwrap()
+}
+
+fn exec(home: &Home, ws: &Path, approve: &str, command: &str) -> Output {
+    invoke(
+        home,
+        ws,
+        "terminal_exec",
+        "run",
+        approve,
+        json!({ "command": command }),
+    )
+}
+
+/// The JSON lines of an `--json` invoke whose `type` is `ty`.
+fn events(out: &Output, ty: &str) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| {
+            let e = v.get("event").cloned().unwrap_or(v);
+            (e["type"] == ty).then_some(e)
+        })
+        .collect()
+}
+
+/// Every entry under `dir`: path -> (kind, mode, sha256 or link target).
+fn tree(dir: &Path) -> BTreeMap<String, (char, u32, String)> {
+    fn walk(base: &Path, at: &Path, out: &mut BTreeMap<String, (char, u32, String)>) {
+        for e in std::fs::read_dir(at).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let mode = m.permissions().mode() & 0o777;
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.insert(rel, ('l', 0, t.to_string_lossy().into_owned()));
+            } else if m.is_dir() {
+                out.insert(rel, ('d', mode, String::new()));
+                walk(base, &p, out);
+            } else {
+                out.insert(rel, ('f', mode, sha256_file(&p)));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn changes_json(home: &Home) -> Vec<Value> {
+    let out = home.capstan().args(["changes", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn undo(home: &Home, args: &[&str]) -> Output {
+    home.capstan().arg("undo").args(args).output().unwrap()
+}
+
+#[test]
+fn an_approved_rm_rf_of_a_thousand_files_is_undone_byte_for_byte() {
+    let home = Home::new("");
+    let (_d, ws) = workspace();
+    for d in 0..10 {
+        let dir = ws.join(format!("src/m{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..100 {
+            let body: Vec<u8> = (0..(i * 53 + d)).map(|k| (k * 7 + i) as u8).collect();
+            std::fs::write(dir.join(format!("f{i}.bin")), body).unwrap();
+        }
+    }
+    let before = tree(&ws);
+    let out = exec(&home, &ws, "all", "rm -rf src");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!ws.join("src").exists());
+    let ev = events(&out, "workspace.changes");
+    assert_eq!(ev.len(), 1, "{}", text(&out.stdout));
+    assert_eq!(ev[0]["state"], "applied");
+    let deleted = ev[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "deleted" && f["entry"] == "file")
+        .count();
+    assert_eq!(deleted, 1000);
+
+    let out = undo(&home, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("restored"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        tree(&ws),
+        before,
+        "undo did not restore the tree byte for byte"
+    );
+    assert_eq!(changes_json(&home)[0]["state"], "undone");
+}
+
+#[test]
+fn sed_a_build_a_rename_a_chmod_and_a_symlink_are_captured_and_undone() {
+    let home = Home::new("");
+    let (_d, ws) = workspace();
+    for i in 0..40 {
+        std::fs::write(ws.join(format!("f{i}.txt")), format!("colour {i}\nkeep\n")).unwrap();
+    }
+    std::fs::write(ws.join("old-name.md"), "# moved\n").unwrap();
+    std::fs::write(ws.join("run.sh"), "echo run\n").unwrap();
+    let before = tree(&ws);
+    let out = exec(
+        &home,
+        &ws,
+        "all",
+        "sed -i 's/colour/color/' f*.txt && mkdir -p target/release && \
+         for i in 1 2 3; do echo obj$i > target/release/o$i.o; done && \
+         mv old-name.md new-name.md && chmod 755 run.sh && ln -s f1.txt latest",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ev = &events(&out, "workspace.changes")[0];
+    let by_path: BTreeMap<String, Value> = ev["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap().to_owned(), f.clone()))
+        .collect();
+    assert_eq!(by_path["f7.txt"]["kind"], "modified");
+    assert!(
+        by_path["f7.txt"]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("-colour 7\n+color 7"),
+        "{}",
+        by_path["f7.txt"]
+    );
+    assert_eq!(by_path["target/release/o2.o"]["kind"], "created");
+    assert_eq!(by_path["new-name.md"]["kind"], "renamed");
+    assert_eq!(by_path["new-name.md"]["from"], "old-name.md");
+    assert_eq!(by_path["run.sh"]["kind"], "mode_changed");
+    assert_eq!(by_path["run.sh"]["new_mode"], "755");
+    assert_eq!(by_path["latest"]["kind"], "created");
+    assert_eq!(by_path["latest"]["entry"], "symlink");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("f3.txt")).unwrap(),
+        "color 3\nkeep\n"
+    );
+    // `capstan changes RUN --diff` lists and diffs it.
+    let run_id = ev["task_id"].as_str().unwrap();
+    let listed = home
+        .capstan()
+        .args(["changes", run_id, "--diff"])
+        .output()
+        .unwrap();
+    let listed_out = text(&listed.stdout);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert!(
+        listed_out.contains("renamed      new-name.md (from old-name.md)"),
+        "{listed_out}"
+    );
+    assert!(listed_out.contains("+color 7"), "{listed_out}");
+
+    let set = ev["change_set"].as_str().unwrap();
+    let out = undo(&home, &[set]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(tree(&ws), before);
+}
+
+#[test]
+fn undo_refuses_a_file_a_person_changed_and_says_which() {
+    let home = Home::new("");
+    let (_d, ws) = workspace();
+    for i in 0..3 {
+        std::fs::write(ws.join(format!("n{i}.txt")), format!("v1 {i}\n")).unwrap();
+    }
+    let out = exec(&home, &ws, "all", "sed -i 's/v1/v2/' n0.txt n1.txt n2.txt");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(ws.join("n1.txt"), "my own edit\n").unwrap();
+    let out = undo(&home, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stdout);
+    assert!(said.contains("refused to undo"), "{said}");
+    assert!(said.contains("n1.txt: its content changed since"), "{said}");
+    assert!(said.contains("--keep-changed"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("n0.txt")).unwrap(),
+        "v2 0\n"
+    );
+    // An explicit choice: undo the others.
+    let out = undo(&home, &["--keep-changed"]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("n0.txt")).unwrap(),
+        "v1 0\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("n2.txt")).unwrap(),
+        "v1 2\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("n1.txt")).unwrap(),
+        "my own edit\n"
+    );
+}
+
+fn trusted(home: &Home, ws: &Path) {
+    let out = home
+        .capstan()
+        .args(["workspace", "add"])
+        .arg(ws)
+        .args(["--profile", "trusted"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn review_mode_holds_the_diff_deny_discards_and_approve_lands() {
+    let (_d, ws) = workspace();
+    let home = Home::new(&format!(
+        "[changes.workspace.{:?}]\napply = \"review\"\n",
+        ws.display().to_string()
+    ));
+    trusted(&home, &ws);
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let before = tree(&ws);
+    let out = exec(&home, &ws, "none", "echo b > b.txt && echo more >> a.txt");
+    let asked = events(&out, "approval.requested");
+    assert_eq!(asked.len(), 1, "{}", text(&out.stdout));
+    assert_eq!(asked[0]["action"], "workspace.changes");
+    let states: Vec<Value> = events(&out, "workspace.changes")
+        .iter()
+        .map(|e| e["state"].clone())
+        .collect();
+    assert_eq!(states, vec![json!("pending"), json!("discarded")]);
+    assert_eq!(tree(&ws), before, "a denied review changed the workspace");
+
+    let out = exec(&home, &ws, "all", "echo b > b.txt && echo more >> a.txt");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "b\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "a\nmore\n"
+    );
+}
+
+/// A command that names no protected path (the classifier asks for those
+/// already) but writes one: a template copied over the workspace. Its
+/// change set is reviewed even under `trusted`.
+#[test]
+fn protected_paths_are_reviewed_even_under_trusted() {
+    let home = Home::new("");
+    let (_d, ws) = workspace();
+    trusted(&home, &ws);
+    for (tpl, file) in [
+        ("t1", ".envrc"),
+        ("t2", ".git/hooks/pre-commit"),
+        ("t3", "capstan.toml"),
+        ("t4", ".git/config"),
+    ] {
+        let p = ws.join(tpl).join(file);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "planted\n").unwrap();
+    }
+    let before = tree(&ws);
+    for tpl in ["t1", "t2", "t3", "t4"] {
+        let cmd = format!("cp -r {tpl}/. .");
+        let out = exec(&home, &ws, "none", &cmd);
+        let asked = events(&out, "approval.requested");
+        assert_eq!(asked.len(), 1, "{cmd}: {}", text(&out.stdout));
+        assert_eq!(asked[0]["action"], "workspace.changes", "{}", asked[0]);
+        assert!(
+            asked[0]["reasons"][0]
+                .as_str()
+                .unwrap()
+                .contains("protected paths"),
+            "{}",
+            asked[0]
+        );
+        assert_eq!(tree(&ws), before, "{cmd} landed without review");
+    }
+    // An ordinary file under trusted: no question, it lands.
+    let out = exec(&home, &ws, "none", "echo ok > notes.txt");
+    assert!(events(&out, "approval.requested").is_empty());
+    assert!(ws.join("notes.txt").exists());
+}
+
+#[test]
+fn a_docx_replace_is_undone() {
+    let home = Home::new("");
+    let (_d, ws) = workspace();
+    let out = invoke(
+        &home,
+        &ws,
+        "docx",
+        "create",
+        "all",
+        json!({"path": "r.docx", "markdown": "# Report\n\nRevenue grew.\n"}),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let created = sha256_file(&ws.join("r.docx"));
+    let out = invoke(
+        &home,
+        &ws,
+        "docx",
+        "replace",
+        "all",
+        json!({"path": "r.docx", "find": "grew", "replace": "fell"}),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ev = events(&out, "workspace.changes");
+    assert_eq!(ev.len(), 1, "{}", text(&out.stdout));
+    assert_eq!(ev[0]["files"][0]["kind"], "modified");
+    assert!(
+        ev[0]["files"][0]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("office document"),
+        "{}",
+        ev[0]
+    );
+    assert_ne!(sha256_file(&ws.join("r.docx")), created);
+    let out = undo(&home, &[ev[0]["change_set"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_eq!(sha256_file(&ws.join("r.docx")), created);
+}
+
+/// kill -9 at random points of a landing (20 runs): every file is wholly
+/// old or wholly new, none is lost, and the next start finishes the landing.
+#[test]
+fn kill_9_during_landing_never_mixes_or_loses_a_file() {
+    let home = Home::new("");
+    for run in 0..20u64 {
+        let (_d, ws) = workspace();
+        let n = 60;
+        for i in 0..n {
+            std::fs::write(
+                ws.join(format!("k{i}.txt")),
+                format!("old {i}\n").repeat(200),
+            )
+            .unwrap();
+        }
+        let mut child = home
+            .capstan()
+            .args(["invoke", "terminal_exec", "--approve", "all", "--workspace"])
+            .arg(&ws)
+            .args([
+                "--input",
+                r#"{"command":"sed -i 's/old/new/' k*.txt && rm k0.txt && echo x > created.txt"}"#,
+            ])
+            // Slows each landing operation down so the kill lands inside it.
+            .env("CAPSTAN_LANDING_PAUSE_US", "3000")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let journal = home.path().join("data/changes/journal");
+        // Wait for the landing to start, then a pseudo-random delay.
+        let mut started = false;
+        for _ in 0..2000 {
+            if std::fs::read_dir(&journal)
+                .map(|d| {
+                    d.flatten()
+                        .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+                })
+                .unwrap_or(false)
+            {
+                started = true;
+                break;
+            }
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(started, "run {run}: the landing never started");
+        let delay = (run * 7919) % 180;
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        let check = |after_recovery: bool| {
+            for i in 1..n {
+                let s = std::fs::read_to_string(ws.join(format!("k{i}.txt")))
+                    .unwrap_or_else(|e| panic!("run {run}: k{i}.txt lost: {e}"));
+                let old = format!("old {i}\n").repeat(200);
+                let new = format!("new {i}\n").repeat(200);
+                if after_recovery {
+                    assert_eq!(s, new, "run {run}: k{i}.txt not finished");
+                } else {
+                    assert!(s == old || s == new, "run {run}: k{i}.txt is mixed");
+                }
+            }
+        };
+        check(false);
+        // The next start finishes it.
+        let out = home.capstan().args(["changes", "--json"]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        check(true);
+        assert!(!ws.join("k0.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(ws.join("created.txt")).unwrap(),
+            "x\n"
+        );
+        let leftovers: Vec<String> = std::fs::read_dir(&ws)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".capstan"))
+            .collect();
+        assert!(leftovers.is_empty(), "run {run}: {leftovers:?}");
+    }
+}
