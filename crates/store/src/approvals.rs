@@ -3,7 +3,7 @@
 use rusqlite::{Row, ffi, params};
 
 use crate::error::{Result, StoreError};
-use crate::{Approval, Durability, NewApproval, Store, constraint_code, now_rfc3339};
+use crate::{Approval, Durability, NewApproval, SqliteStore, constraint_code, now_rfc3339};
 
 const COLUMNS: &str = "id, run_id, task_id, action, command, cwd, risk, reasons, decision, \
                        decided_by, created_at, decided_at";
@@ -29,7 +29,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     })
 }
 
-impl Store {
+impl SqliteStore {
     /// Records a decision, durably (it is an audit record). `decided_at` is
     /// now. The run must exist ([`StoreError::NotFound`]); an approval id is
     /// recorded once ([`StoreError::InvalidArgument`] on a second record).

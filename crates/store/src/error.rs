@@ -21,10 +21,11 @@ pub enum StoreError {
     )]
     NotADatabase { path: PathBuf },
 
-    /// A SQLite file that some other program owns: Capstan will not write to it.
+    /// A SQLite file (or PostgreSQL database) that some other program owns:
+    /// Capstan will not write to it.
     #[error(
-        "{path} is a SQLite database but not Capstan's ({detail}); \
-         point Capstan's data directory somewhere else"
+        "{path} is a database but not Capstan's ({detail}); \
+         point Capstan's data directory (or store URL) somewhere else"
     )]
     ForeignDatabase { path: PathBuf, detail: String },
 
@@ -117,6 +118,24 @@ pub enum StoreError {
     /// The background event writer has stopped (its thread panicked).
     #[error("the event writer for database {path} has stopped")]
     WriterStopped { path: PathBuf },
+
+    /// `claim_run` on a run whose lease another owner holds and has not let
+    /// expire.
+    #[error("run {run_id} is leased to {owner} until {expires_at}; another replica is running it")]
+    LeaseHeld {
+        run_id: String,
+        owner: String,
+        expires_at: String,
+    },
+
+    /// `renew_lease` by an owner that no longer holds the run's lease (it
+    /// expired and was taken over, or the run ended): stop working on the run.
+    #[error("{owner} no longer holds the lease on run {run_id}; stop working on it")]
+    LeaseLost { run_id: String, owner: String },
+
+    /// A PostgreSQL failure (`url` has its password removed).
+    #[error("database {url}: {detail}")]
+    Postgres { url: String, detail: String },
 
     /// Any other SQLite failure.
     #[error("database {path}: {source}")]

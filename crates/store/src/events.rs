@@ -14,11 +14,11 @@ use std::thread::JoinHandle;
 use rusqlite::{Connection, ffi, params};
 
 use crate::error::{Result, StoreError};
-use crate::{Durability, EventRecord, Store, constraint_code};
+use crate::{Durability, EventRecord, SqliteStore, Store, constraint_code};
 
 const INSERT: &str = "INSERT INTO events (run_id, seq, ts, type, json) VALUES (?1, ?2, ?3, ?4, ?5)";
 
-impl Store {
+impl SqliteStore {
     /// Appends one event. `(run_id, seq)` must be new
     /// ([`StoreError::DuplicateEvent`]), the run must exist
     /// ([`StoreError::NotFound`]) and `json` must be valid JSON
@@ -38,7 +38,9 @@ impl Store {
         let seq_i = seq_to_i64(seq)?;
         // Autocommit: one statement is its own transaction, without the cost
         // of separate BEGIN and COMMIT statements.
-        self.with_conn(|c| self.insert_event(c, run_id, seq, seq_i, ts, kind, json))
+        self.with_conn(|c| self.insert_event(c, run_id, seq, seq_i, ts, kind, json))?;
+        self.notifier.bump();
+        Ok(())
     }
 
     /// Appends a batch in one transaction: all of it is stored or, on any
@@ -57,7 +59,9 @@ impl Store {
                 self.insert_event(c, &e.run_id, e.seq, seq_i, &e.ts, &e.kind, &e.json)?;
             }
             Ok(())
-        })
+        })?;
+        self.notifier.bump();
+        Ok(())
     }
 
     /// A run's events (the stored envelopes, verbatim) in `seq` order.
@@ -85,6 +89,20 @@ impl Store {
             rows.collect::<rusqlite::Result<_>>()
                 .map_err(|e| self.sql(e))
         })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn insert_event_pub(
+        &self,
+        c: &Connection,
+        run_id: &str,
+        seq: u64,
+        seq_i: i64,
+        ts: &str,
+        kind: &str,
+        json: &str,
+    ) -> Result<()> {
+        self.insert_event(c, run_id, seq, seq_i, ts, kind, json)
     }
 
     #[allow(clippy::too_many_arguments)]

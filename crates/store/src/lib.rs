@@ -1,6 +1,50 @@
-//! Capstan's persistent state in one SQLite file: workspaces, sessions and
-//! their turns and rolling summaries, runs, the event log (for replay) and the
+//! Capstan's persistent state: workspaces, sessions and their turns and
+//! rolling summaries, runs (with leases), the event log (for replay) and the
 //! approval audit trail.
+//!
+//! # Backends
+//!
+//! One handle, [`Store`], two databases, chosen by [`Store::open_url`]:
+//! - **SQLite** (a path or `sqlite:PATH`; [`Store::open`]): the default, one
+//!   file, for one user or one machine. Everything below about WAL, fsyncs
+//!   and file locks is this backend.
+//! - **PostgreSQL** (`postgres://...`): for several `capstan serve` replicas
+//!   sharing state. Schema in `migrations/postgres/`, applied at open; see
+//!   `src/pg/mod.rs` for its execution model (tokio-postgres on a runtime
+//!   the store owns, callable from any thread, inside tokio or not).
+//!
+//! [`Store`] is an enum over the two, not a trait object (see `handle.rs` for
+//! why); every method has the same contract on both, and the store's test
+//! suite runs against both.
+//!
+//! # Invariants (both backends)
+//!
+//! - A run's status goes `running` → exactly one terminal status
+//!   (`completed`, `failed`, `cancelled`, `interrupted`), once; `ended_at` is
+//!   set exactly when it is terminal (a schema `CHECK`).
+//! - `(run_id, seq)` is unique (the events key): an event is stored at most
+//!   once. [`Store::append_next_event`] assigns seqs 0, 1, 2... with no gap
+//!   and no duplicate, however many writers in however many processes.
+//! - Turns of a session have seqs 1, 2, 3... in commit order, no gap.
+//! - Every write is one transaction: all of it or none of it.
+//! - A run's lease (`claim_run`, `renew_lease`) is held by at most one owner;
+//!   once it has expired another owner may take it over, and the old holder's
+//!   next renewal fails ([`StoreError::LeaseLost`]), so it learns to stop.
+//!   Expired leases turn their runs `interrupted` (reason
+//!   [`LEASE_EXPIRED_REASON`]) through [`Store::interrupt_expired_leases`].
+//!   Lease times are the database's clock on PostgreSQL (replicas' clocks
+//!   may disagree), the process's on SQLite.
+//! - Start-up recovery ([`Store::mark_interrupted_runs`]) interrupts only
+//!   runs whose starting store is gone *and* that no live lease holds.
+//! - Closed sets of words are `CHECK`ed by the database, whoever writes.
+//!
+//! # Waking readers
+//!
+//! [`Store::wait_events`] reads after a cursor and, when there is nothing
+//! yet, sleeps until new events may exist: PostgreSQL `LISTEN`/`NOTIFY` (a
+//! trigger on `events` notifies channel `capstan_events` with the run id),
+//! or on SQLite this handle's own appends plus a 50 ms poll. A wake-up
+//! carries no data, so a missed one costs latency, never an event.
 //!
 //! # Durability
 //!
@@ -26,10 +70,12 @@
 //!
 //! # Concurrency
 //!
-//! [`Store`] is `Send + Sync`: one connection behind a [`std::sync::Mutex`],
-//! shared as `Arc<Store>`. Its methods are synchronous and **block**: on the
-//! mutex, on disk I/O, and for up to the busy timeout (5 s) when another
-//! process holds the write lock. From async code call them through
+//! [`Store`] is `Send + Sync`, shared as `Arc<Store>`: on SQLite one
+//! connection behind a [`std::sync::Mutex`], on PostgreSQL a small pool of
+//! connections (calls run in parallel; row locks serialise what must be).
+//! Its methods are synchronous and **block**: on the mutex or a network round
+//! trip, on disk I/O, and for up to the busy timeout (5 s) when another
+//! process holds SQLite's write lock. From async code call them through
 //! `tokio::task::spawn_blocking`, or, for the per-token event path, push into
 //! an [`EventWriter`], which never blocks and commits in batches on its own
 //! thread. Several processes may share the file (SQLite's locking); each write
@@ -40,22 +86,29 @@
 //!
 //! Call [`Store::mark_interrupted_runs`] at start-up: runs left `running` by a
 //! process that has since died become `interrupted`. Liveness comes from an OS
-//! file lock each open store holds (see `owner.rs`), so runs of other live
-//! processes sharing the file, and of this one, are never touched.
+//! file lock each open store holds (see `owner.rs`; on PostgreSQL a session
+//! advisory lock on a connection the store keeps open), so runs of other live
+//! processes sharing the database, and of this one, are never touched.
 //!
 //! # Schema
 //!
-//! Versioned by `PRAGMA user_version`, migrated forward on open, one
+//! SQLite: versioned by `PRAGMA user_version`, migrated forward on open, one
 //! transaction per migration. A file from a newer Capstan is refused with
 //! [`StoreError::SchemaTooNew`] before anything is written to it; a SQLite
 //! file that is not Capstan's is refused with [`StoreError::ForeignDatabase`].
+//! PostgreSQL: versioned by the `capstan_schema` table, with the same
+//! refusals ([`PG_SCHEMA_VERSION`]).
 
 mod approvals;
 mod error;
 mod events;
+mod handle;
 mod id;
+mod lease;
 mod model;
+mod notify;
 mod owner;
+mod pg;
 mod runs;
 mod schema;
 mod sessions;
@@ -70,16 +123,20 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use error::{Result, StoreError};
 pub use events::EventWriter;
+pub use handle::{Backend, Store};
 pub use id::new_id;
+pub use lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
 pub use model::{
     Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
     Session, SessionDeletion, Turn, Usage, Workspace,
 };
+pub use pg::PG_SCHEMA_VERSION;
 pub use runs::INTERRUPTED_REASON;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use time::{format_rfc3339_millis, now_rfc3339};
 
 use error::{BUSY_TIMEOUT_MS, classify};
+use notify::Notifier;
 use owner::OwnerLock;
 
 /// Pages in the WAL before SQLite checkpoints it into the database (default
@@ -94,14 +151,17 @@ const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 /// back to this size); above the checkpoint size so it is rarely needed.
 const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
-/// The open database. See the crate documentation for durability and
-/// concurrency.
+/// The SQLite backend: one file. See the crate documentation for durability
+/// and concurrency.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
     /// `None` when the file system cannot lock (see `owner.rs`).
     owner: Option<OwnerLock>,
+    /// Woken by this store's own appends; other processes' appends are
+    /// found by polling (see [`Store::wait_events`]).
+    pub(crate) notifier: Notifier,
 }
 
 /// How hard a write transaction must hold on to its data (see crate docs).
@@ -113,7 +173,7 @@ pub(crate) enum Durability {
     Fast,
 }
 
-impl Store {
+impl SqliteStore {
     /// Opens (creating if needed) the database at `path`, a file path; its
     /// directory must exist. Switches the file to WAL mode and migrates it to
     /// [`SCHEMA_VERSION`].
@@ -122,7 +182,7 @@ impl Store {
     /// (missing directory, permissions), is not SQLite, is another program's
     /// database, or has a newer schema. SQLite creates `<path>-wal` and
     /// `<path>-shm` beside it, and the store a `<path>-owners/` directory.
-    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
         let err = |e| classify(&path, e);
         // No URI parsing: the path is a path. NO_MUTEX: our own Mutex serialises use.
@@ -160,10 +220,11 @@ impl Store {
         // Room for every statement the store prepares, so none is re-parsed.
         conn.set_prepared_statement_cache_capacity(64);
         let owner = OwnerLock::acquire(&path).ok();
-        Ok(Store {
+        Ok(SqliteStore {
             path,
             conn: Mutex::new(conn),
             owner,
+            notifier: Notifier::default(),
         })
     }
 
@@ -283,7 +344,7 @@ pub(crate) fn limit(n: usize) -> i64 {
 mod tests {
     use super::*;
 
-    fn pragma(store: &Store, name: &str) -> i64 {
+    fn pragma(store: &SqliteStore, name: &str) -> i64 {
         store
             .conn()
             .pragma_query_value(None, name, |r| r.get(0))
@@ -295,7 +356,7 @@ mod tests {
     #[test]
     fn durable_writes_restore_normal_sync() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("c.db")).unwrap();
+        let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
         assert_eq!(pragma(&store, "synchronous"), 1); // NORMAL
         assert_eq!(pragma(&store, "foreign_keys"), 1);
         assert_eq!(pragma(&store, "busy_timeout"), BUSY_TIMEOUT_MS as i64);

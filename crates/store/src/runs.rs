@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use rusqlite::{OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
-use crate::{Durability, Run, RunStatus, Store, Usage, new_id, now_rfc3339, owner, to_i64, to_u64};
+use crate::{
+    Durability, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner, to_i64, to_u64,
+};
 
 const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
                        cost_usd, started_at, ended_at";
@@ -31,7 +33,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Run> {
     })
 }
 
-impl Store {
+impl SqliteStore {
     /// Starts a run of a session (which must exist) with status `running`.
     /// The run records this store's owner lock, so other processes know it
     /// is alive (see [`Store::mark_interrupted_runs`]).
@@ -134,7 +136,7 @@ impl Store {
             };
             c.prepare_cached(
                 "UPDATE runs SET status = ?2, reason = ?3, ended_at = ?4,
-                     input_tokens = ?5, output_tokens = ?6, cost_usd = ?7
+                     lease_owner = NULL, lease_expires_at = NULL, input_tokens = ?5, output_tokens = ?6, cost_usd = ?7
                  WHERE id = ?1",
             )
             .and_then(|mut s| {
@@ -222,8 +224,10 @@ impl Store {
             for o in &dead {
                 let mut stmt = c
                     .prepare_cached(
-                        "UPDATE runs SET status = 'interrupted', reason = ?2, ended_at = ?3
+                        "UPDATE runs SET status = 'interrupted', reason = ?2, ended_at = ?3,
+                             lease_owner = NULL, lease_expires_at = NULL
                          WHERE status = 'running' AND owner IS ?1
+                             AND (lease_expires_at IS NULL OR lease_expires_at < ?3)
                          RETURNING id, started_at",
                     )
                     .map_err(|e| self.sql(e))?;

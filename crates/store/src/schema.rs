@@ -131,6 +131,14 @@ UPDATE workspaces SET profile_set = 1 WHERE policy_profile <> 'cautious';
     r#"
 ALTER TABLE sessions ADD COLUMN deleted_at TEXT;
 "#,
+    // v4: run leases (see lease.rs). A run claimed by a replica records who
+    // holds it and until when; both NULL when nobody does.
+    r#"
+ALTER TABLE runs ADD COLUMN lease_owner TEXT;
+ALTER TABLE runs ADD COLUMN lease_expires_at TEXT
+    CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL));
+CREATE INDEX runs_lease ON runs(lease_expires_at) WHERE status = 'running';
+"#,
 ];
 
 /// Reads the header and refuses files this build must not touch. Writes

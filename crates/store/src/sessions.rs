@@ -4,8 +4,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
 use crate::{
-    Durability, Role, Session, SessionDeletion, Store, Turn, Usage, limit, new_id, now_rfc3339,
-    to_i64, to_u64,
+    Durability, Role, Session, SessionDeletion, SqliteStore, Turn, Usage, limit, new_id,
+    now_rfc3339, to_i64, to_u64,
 };
 
 const SESSION_COLUMNS: &str = "id, title, workspace_id, summary, input_tokens, output_tokens, \
@@ -48,7 +48,7 @@ fn not_found(what: &'static str, id: &str) -> StoreError {
     }
 }
 
-impl Store {
+impl SqliteStore {
     /// Creates an empty session, optionally bound to a workspace (which must
     /// exist: [`StoreError::NotFound`] otherwise).
     pub fn create_session(&self, title: &str, workspace_id: Option<&str>) -> Result<Session> {

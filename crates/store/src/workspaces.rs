@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
-use crate::{Durability, Profile, Store, Workspace, new_id, now_rfc3339};
+use crate::{Durability, Profile, SqliteStore, Workspace, new_id, now_rfc3339};
 
 const COLUMNS: &str = "id, root_path, name, policy_profile, profile_set, policy_json, created_at";
 
@@ -29,7 +29,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Workspace> {
 
 /// The canonical form of a workspace root as stored: absolute, symlinks and
 /// `..` resolved, UTF-8 (the column is text and the path is shown to people).
-fn canonical_root(root: &Path) -> Result<String> {
+pub(crate) fn canonical_root(root: &Path) -> Result<String> {
     let fail = |source| StoreError::WorkspaceRoot {
         root: root.to_path_buf(),
         source,
@@ -46,7 +46,7 @@ fn canonical_root(root: &Path) -> Result<String> {
     })
 }
 
-impl Store {
+impl SqliteStore {
     /// Registers a workspace folder. `root` must be an existing directory; it
     /// is stored canonical, so `./proj`, `/home/me/proj/` and a symlink to it
     /// are one workspace.

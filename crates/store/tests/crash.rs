@@ -2,15 +2,20 @@
 //! leaves a sound file, and start-up finds the orphaned run.
 //!
 //! The child is this test binary itself, re-run on the ignored `crash_child`
-//! test with the database path in an environment variable: no extra binary.
+//! test with the store URL in an environment variable: no extra binary.
+//! Runs on both backends: a SQLite file, and a database on the PostgreSQL
+//! cluster this binary starts (the child connects to it like a replica).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capstan_store::{EventRecord, Role, RunStatus, Store};
+
+mod common;
+
+use common::{Db, Kind};
 
 const CHILD_ENV: &str = "CAPSTAN_STORE_CRASH_CHILD";
 const ROUNDS: usize = 3;
@@ -23,7 +28,7 @@ fn crash_child() {
     let Ok(db) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let store = Store::open(&db).unwrap();
+    let store = Store::open_url(&db).unwrap();
     let session = store.create_session("crash", None).unwrap();
     let run = store.start_run(&session.id, "m").unwrap();
     let turn = store
@@ -63,16 +68,15 @@ fn crash_child() {
     }
 }
 
-#[test]
-fn kill_9_loses_no_committed_turn() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("capstan.db");
+fn kill_9_loses_no_committed_turn(kind: Kind) {
+    let fixture = Db::new(kind);
+    let db = fixture.url();
     let mut committed = Vec::new();
     for round in 0..ROUNDS {
-        let (session, run, turn) = run_child_and_kill(&db, round);
+        let (session, run, turn) = run_child_and_kill(db, round);
         committed.push((session.clone(), turn));
 
-        let store = Store::open(&db).unwrap();
+        let store = Store::open_url(db).unwrap();
         assert_eq!(store.integrity_check().unwrap(), Vec::<String>::new());
         // Every turn committed by every killed child is there.
         for (session, turn) in &committed {
@@ -86,7 +90,17 @@ fn kill_9_loses_no_committed_turn() {
             store.get_run(&run).unwrap().unwrap().status,
             RunStatus::Running
         );
-        assert_eq!(store.mark_interrupted_runs().unwrap(), vec![run.clone()]);
+        // PostgreSQL releases the dead child's owner lock when it notices
+        // the closed connection, a moment after the kill: wait for that.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let interrupted = loop {
+            let ids = store.mark_interrupted_runs().unwrap();
+            if !ids.is_empty() || Instant::now() > deadline {
+                break ids;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(interrupted, vec![run.clone()]);
         assert_eq!(
             store.get_run(&run).unwrap().unwrap().status,
             RunStatus::Interrupted
@@ -112,7 +126,7 @@ fn kill_9_loses_no_committed_turn() {
 
 /// Starts the child, waits until it is streaming events, kills it with
 /// SIGKILL (`Child::kill`) and returns (session, run, turn) ids.
-fn run_child_and_kill(db: &Path, round: usize) -> (String, String, String) {
+fn run_child_and_kill(db: &str, round: usize) -> (String, String, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -148,3 +162,5 @@ fn run_child_and_kill(db: &Path, round: usize) -> (String, String, String) {
     assert!(!status.success());
     ids.expect("child printed READY")
 }
+
+both!(kill_9_loses_no_committed_turn);

@@ -1,4 +1,7 @@
-//! Round trips through real SQLite files in temporary directories.
+//! Round trips through real databases: every test that is not about the
+//! SQLite file format runs twice, against a SQLite file in a temporary
+//! directory and against a fresh database on a PostgreSQL cluster the test
+//! binary starts (see common/pg.rs): `both!` below lists them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -10,13 +13,18 @@ use capstan_store::{
 };
 use tempfile::TempDir;
 
-fn fresh() -> (TempDir, Store) {
+mod common;
+
+use common::{Db, Kind, fresh, reopen};
+
+/// SQLite-only tests (file format, raw rows) open a file directly.
+fn fresh_file() -> (TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("capstan.db")).unwrap();
     (dir, store)
 }
 
-fn reopen(dir: &TempDir) -> Store {
+fn reopen_file(dir: &TempDir) -> Store {
     Store::open(dir.path().join("capstan.db")).unwrap()
 }
 
@@ -40,9 +48,8 @@ fn event(run: &str, seq: u64) -> EventRecord {
 
 // ---- workspaces ----
 
-#[test]
-fn workspace_round_trip_and_canonical_root() {
-    let (dir, store) = fresh();
+fn workspace_round_trip_and_canonical_root(kind: Kind) {
+    let (dir, store) = fresh(kind);
     let proj = dir.path().join("proj");
     std::fs::create_dir_all(proj.join("sub")).unwrap();
     // A non-canonical spelling is stored canonical.
@@ -140,9 +147,8 @@ fn workspace_round_trip_and_canonical_root() {
     ));
 }
 
-#[test]
-fn workspace_root_must_be_an_existing_directory() {
-    let (dir, store) = fresh();
+fn workspace_root_must_be_an_existing_directory(kind: Kind) {
+    let (dir, store) = fresh(kind);
     let missing = dir.path().join("missing");
     let err = store.add_workspace(&missing, "m", None).unwrap_err();
     assert!(matches!(err, StoreError::WorkspaceRoot { .. }), "{err}");
@@ -156,9 +162,8 @@ fn workspace_root_must_be_an_existing_directory() {
 
 // ---- sessions and turns ----
 
-#[test]
-fn session_round_trip_summary_and_workspace() {
-    let (dir, store) = fresh();
+fn session_round_trip_summary_and_workspace(kind: Kind) {
+    let (dir, store) = fresh(kind);
     let ws = store
         .add_workspace(dir.path(), "root", Some(Profile::Cautious))
         .unwrap();
@@ -209,9 +214,8 @@ fn session_round_trip_summary_and_workspace() {
     );
 }
 
-#[test]
-fn list_sessions_newest_first_and_bounded() {
-    let (_dir, store) = fresh();
+fn list_sessions_newest_first_and_bounded(kind: Kind) {
+    let (_dir, store) = fresh(kind);
     let ids: Vec<String> = (0..5)
         .map(|i| {
             let s = store.create_session(&format!("s{i}"), None).unwrap();
@@ -233,9 +237,8 @@ fn list_sessions_newest_first_and_bounded() {
     assert_eq!(store.list_sessions(usize::MAX).unwrap().len(), 5);
 }
 
-#[test]
-fn turns_keep_order_and_recent_turns_is_bounded() {
-    let (dir, store) = fresh();
+fn turns_keep_order_and_recent_turns_is_bounded(kind: Kind) {
+    let (dir, store) = fresh(kind);
     let s = store.create_session("chat", None).unwrap();
     let other = store.create_session("other", None).unwrap();
     let run = store.start_run(&s.id, "offline").unwrap();
@@ -294,12 +297,10 @@ fn turns_keep_order_and_recent_turns_is_bounded() {
 
 /// Two stores on one file (as two processes would be) add turns at the same
 /// time: the write lock serialises them, every seq is taken once.
-#[test]
-fn concurrent_writers_share_one_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("capstan.db");
-    let a = Arc::new(Store::open(&path).unwrap());
-    let b = Arc::new(Store::open(&path).unwrap());
+fn concurrent_writers_share_one_file(kind: Kind) {
+    let db = Db::new(kind);
+    let a = Arc::new(db.open());
+    let b = Arc::new(db.open());
     let s = a.create_session("shared", None).unwrap();
     let threads: Vec<_> = [a.clone(), b.clone()]
         .into_iter()
@@ -324,9 +325,8 @@ fn concurrent_writers_share_one_file() {
 
 // ---- runs and usage ----
 
-#[test]
-fn run_round_trip_and_usage_accounting() {
-    let (dir, store) = fresh();
+fn run_round_trip_and_usage_accounting(kind: Kind) {
+    let (dir, store) = fresh(kind);
     let s = store.create_session("s", None).unwrap();
     let r1 = store.start_run(&s.id, "gpt-x").unwrap();
     assert_eq!(r1.status, RunStatus::Running);
@@ -448,16 +448,14 @@ fn run_round_trip_and_usage_accounting() {
     assert_eq!(store.list_runs(None, 2).unwrap().len(), 2);
 }
 
-#[test]
-fn mark_interrupted_runs_spares_live_owners() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("capstan.db");
-    let mine = Store::open(&path).unwrap();
+fn mark_interrupted_runs_spares_live_owners(kind: Kind) {
+    let db = Db::new(kind);
+    let mine = db.open();
     let s = mine.create_session("s", None).unwrap();
     let own_run = mine.start_run(&s.id, "m").unwrap();
 
     // Another live store (another process, as far as the locks know).
-    let neighbour = Store::open(&path).unwrap();
+    let neighbour = db.open();
     let their_run = neighbour.start_run(&s.id, "m").unwrap();
     let finished = neighbour.start_run(&s.id, "m").unwrap();
     neighbour
@@ -498,7 +496,7 @@ fn mark_interrupted_runs_spares_live_owners() {
 
 #[test]
 fn runs_without_owner_count_as_interrupted() {
-    let (dir, store) = fresh();
+    let (dir, store) = fresh_file();
     let s = store.create_session("s", None).unwrap();
     drop(store);
     // A row written by something with no owner lock (e.g. a file system
@@ -510,15 +508,14 @@ fn runs_without_owner_count_as_interrupted() {
     )
     .unwrap();
     drop(raw);
-    let store = reopen(&dir);
+    let store = reopen_file(&dir);
     assert_eq!(store.mark_interrupted_runs().unwrap(), ["run_old"]);
 }
 
 // ---- events ----
 
-#[test]
-fn events_replay_in_seq_order() {
-    let (dir, store) = fresh();
+fn events_replay_in_seq_order(kind: Kind) {
+    let (dir, store) = fresh(kind);
     let s = store.create_session("s", None).unwrap();
     let run = store.start_run(&s.id, "m").unwrap();
     let other = store.start_run(&s.id, "m").unwrap();
@@ -559,9 +556,8 @@ fn events_replay_in_seq_order() {
     assert!(store.events("run_nope").unwrap().is_empty());
 }
 
-#[test]
-fn event_seq_is_unique_and_batches_are_atomic() {
-    let (_dir, store) = fresh();
+fn event_seq_is_unique_and_batches_are_atomic(kind: Kind) {
+    let (_dir, store) = fresh(kind);
     let s = store.create_session("s", None).unwrap();
     let run = store.start_run(&s.id, "m").unwrap();
     let e0 = event(&run.id, 0);
@@ -607,9 +603,8 @@ fn event_seq_is_unique_and_batches_are_atomic() {
     store.append_events(&[]).unwrap();
 }
 
-#[test]
-fn event_writer_batches_and_reports_errors_at_flush() {
-    let (_dir, store) = fresh();
+fn event_writer_batches_and_reports_errors_at_flush(kind: Kind) {
+    let (_dir, store) = fresh(kind);
     let store = Arc::new(store);
     let s = store.create_session("s", None).unwrap();
     let run = store.start_run(&s.id, "m").unwrap();
@@ -642,9 +637,8 @@ fn event_writer_batches_and_reports_errors_at_flush() {
 
 // ---- approvals ----
 
-#[test]
-fn approvals_round_trip() {
-    let (dir, store) = fresh();
+fn approvals_round_trip(kind: Kind) {
+    let (dir, store) = fresh(kind);
     let s = store.create_session("s", None).unwrap();
     let run = store.start_run(&s.id, "m").unwrap();
     let other = store.start_run(&s.id, "m").unwrap();
@@ -768,7 +762,7 @@ fn rusqlite_open(path: &Path) -> rusqlite::Connection {
 
 #[test]
 fn fresh_file_is_wal_versioned_and_marked() {
-    let (dir, store) = fresh();
+    let (dir, store) = fresh_file();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     assert!(store.integrity_check().unwrap().is_empty());
     drop(store);
@@ -783,21 +777,24 @@ fn fresh_file_is_wal_versioned_and_marked() {
     assert_eq!(app, capstan_store::APPLICATION_ID);
     // Reopening an up-to-date file migrates nothing and keeps the version.
     drop(raw);
-    assert_eq!(reopen(&dir).schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(reopen_file(&dir).schema_version().unwrap(), SCHEMA_VERSION);
 }
 
 #[test]
 fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() {
-    let (dir, store) = fresh();
+    let (dir, store) = fresh_file();
     drop(store);
     let path = dir.path().join("capstan.db");
     // Turn the fresh file back into what version 1 wrote: no `profile_set`
-    // (nor v3's `sessions.deleted_at`), and 'cautious' for every folder
-    // registered without a choice.
+    // (nor v3's `sessions.deleted_at`, nor v4's leases), and 'cautious' for
+    // every folder registered without a choice.
     let raw = rusqlite_open(&path);
     raw.execute_batch(
         "ALTER TABLE workspaces DROP COLUMN profile_set;
          ALTER TABLE sessions DROP COLUMN deleted_at;
+         DROP INDEX runs_lease;
+         ALTER TABLE runs DROP COLUMN lease_expires_at;
+         ALTER TABLE runs DROP COLUMN lease_owner;
          INSERT INTO workspaces (id, root_path, name, policy_profile, created_at) VALUES
            ('ws_auto', '/a', 'a', 'cautious', '2026-01-01T00:00:00Z'),
            ('ws_chosen', '/b', 'b', 'trusted', '2026-01-01T00:00:00Z');
@@ -805,7 +802,7 @@ fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() 
     )
     .unwrap();
     drop(raw);
-    let store = reopen(&dir);
+    let store = reopen_file(&dir);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     let profile = |id: &str| {
         store
@@ -822,7 +819,7 @@ fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() 
 
 #[test]
 fn newer_schema_is_refused_with_a_clear_error() {
-    let (dir, store) = fresh();
+    let (dir, store) = fresh_file();
     let s = store.create_session("keep me", None).unwrap();
     drop(store);
     let path = dir.path().join("capstan.db");
@@ -925,9 +922,8 @@ fn approve(store: &Store, run_id: &str) {
         .unwrap();
 }
 
-#[test]
-fn deleting_a_session_erases_the_conversation_and_keeps_the_audit() {
-    let (dir, store) = fresh();
+fn deleting_a_session_erases_the_conversation_and_keeps_the_audit(kind: Kind) {
+    let (dir, store) = fresh(kind);
     // A session without approvals disappears whole.
     let plain = store.create_session("plain chat", None).unwrap();
     let run = store.start_run(&plain.id, "m").unwrap();
@@ -1013,9 +1009,8 @@ fn deleting_a_session_erases_the_conversation_and_keeps_the_audit() {
     assert!(store.get_run(&kept.id).unwrap().is_some());
 }
 
-#[test]
-fn sessions_are_found_by_title_or_by_what_was_said() {
-    let (_dir, store) = fresh();
+fn sessions_are_found_by_title_or_by_what_was_said(kind: Kind) {
+    let (_dir, store) = fresh(kind);
     let a = store
         .create_session("Rotate the signing keys", None)
         .unwrap();
@@ -1038,3 +1033,20 @@ fn sessions_are_found_by_title_or_by_what_was_said() {
     // `%` and `_` are literal, not wildcards.
     assert!(ids("quota%x").is_empty() && ids("o_her").is_empty());
 }
+
+both!(
+    workspace_round_trip_and_canonical_root,
+    workspace_root_must_be_an_existing_directory,
+    session_round_trip_summary_and_workspace,
+    list_sessions_newest_first_and_bounded,
+    turns_keep_order_and_recent_turns_is_bounded,
+    concurrent_writers_share_one_file,
+    run_round_trip_and_usage_accounting,
+    mark_interrupted_runs_spares_live_owners,
+    events_replay_in_seq_order,
+    event_seq_is_unique_and_batches_are_atomic,
+    event_writer_batches_and_reports_errors_at_flush,
+    approvals_round_trip,
+    deleting_a_session_erases_the_conversation_and_keeps_the_audit,
+    sessions_are_found_by_title_or_by_what_was_said,
+);

@@ -1,0 +1,279 @@
+//! [`Store`]: the one handle the host holds, dispatching to a backend.
+//!
+//! # Why an enum, not a trait object
+//!
+//! The host holds `Arc<Store>` in many places and calls its inherent methods.
+//! A `dyn StoreBackend` would change every one of those types and force every
+//! method to be object-safe (no `impl FnOnce` arguments, no generic paths).
+//! A closed enum of two backends keeps the host's code unchanged, costs one
+//! `match` per call, and the exhaustive `match` in every method makes the
+//! compiler refuse a backend that lacks one. Both backends are inherent
+//! `impl`s with the same method names and signatures; the `delegate!` table
+//! below is the whole public contract, and the store's test suite runs it
+//! against both.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::{Result, StoreError};
+use crate::pg::PgStore;
+use crate::{
+    Approval, EventRecord, LeaseClaim, NewApproval, Profile, Role, Run, RunStatus, Session,
+    SessionDeletion, SqliteStore, StoredEvent, Turn, Usage, Workspace,
+};
+
+/// Which database a [`Store`] is backed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// One SQLite file: the default, for one user or one machine.
+    Sqlite,
+    /// A PostgreSQL database, shareable by several replicas.
+    Postgres,
+}
+
+/// The open store. See the crate documentation for durability, concurrency
+/// and the invariants both backends keep.
+#[derive(Debug)]
+pub struct Store {
+    inner: Inner,
+}
+
+// One `Store` per process, held in an `Arc`: the size difference between
+// the variants costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Inner {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+/// How often [`Store::wait_events`] re-reads when no wake-up came: SQLite
+/// sees other processes' appends only this way; on PostgreSQL it is the
+/// safety net while the `LISTEN` connection is being re-established.
+const SQLITE_POLL: Duration = Duration::from_millis(50);
+const POSTGRES_POLL: Duration = Duration::from_secs(1);
+
+macro_rules! delegate {
+    ($( $(#[$m:meta])* fn $name:ident(&self $(, $arg:ident : $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+        impl Store {
+            $(
+                $(#[$m])*
+                pub fn $name(&self $(, $arg: $ty)*) -> $ret {
+                    match &self.inner {
+                        Inner::Sqlite(s) => s.$name($($arg),*),
+                        Inner::Postgres(p) => p.$name($($arg),*),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+impl Store {
+    /// Opens (creating if needed) the SQLite database at `path`, a file path
+    /// whose directory must exist; migrates it to [`crate::SCHEMA_VERSION`].
+    /// SQLite creates `<path>-wal` and `<path>-shm` beside it, and the store
+    /// a `<path>-owners/` directory. Fails with a [`StoreError`] naming the
+    /// file when it cannot be opened, is not SQLite, is another program's
+    /// database, or has a newer schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Ok(Store {
+            inner: Inner::Sqlite(SqliteStore::open(path)?),
+        })
+    }
+
+    /// Opens the store a URL names (`[store] url` / `--store`):
+    /// - `postgres://user:pass@host:port/db?...` or `postgresql://...`: a
+    ///   PostgreSQL database (which must exist; its tables are created and
+    ///   migrated on open, see `migrations/postgres/`);
+    /// - `sqlite:PATH`, `sqlite://PATH`, or a plain path: a SQLite file.
+    ///
+    /// PostgreSQL connections are plain TCP or a Unix socket
+    /// (`?host=/run/postgresql`): no TLS yet, so keep the database on a
+    /// private network or the same host (`sslmode=require` fails to connect).
+    pub fn open_url(url: &str) -> Result<Store> {
+        let url = url.trim();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Store {
+                inner: Inner::Postgres(PgStore::open(url)?),
+            });
+        }
+        if url.is_empty() {
+            return Err(StoreError::InvalidArgument(
+                "the store URL is empty; give a file path, sqlite:PATH or postgres://...".into(),
+            ));
+        }
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        if let Some((scheme, _)) = path.split_once("://") {
+            return Err(StoreError::InvalidArgument(format!(
+                "unknown store URL scheme {scheme:?}; use a file path, sqlite:PATH or \
+                 postgres://user:password@host:port/database"
+            )));
+        }
+        Store::open(PathBuf::from(path))
+    }
+
+    /// Which database this store uses.
+    pub fn backend(&self) -> Backend {
+        match &self.inner {
+            Inner::Sqlite(_) => Backend::Sqlite,
+            Inner::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// The SQLite file, or for PostgreSQL the URL without its password (as
+    /// a path, which is what error messages name).
+    pub fn path(&self) -> &Path {
+        match &self.inner {
+            Inner::Sqlite(s) => s.path(),
+            Inner::Postgres(p) => p.path(),
+        }
+    }
+
+    /// The id runs started by this store record as their owner: alive as
+    /// long as this store is open (a file lock on SQLite, a session advisory
+    /// lock on PostgreSQL). `None` when the SQLite file system cannot lock.
+    pub fn owner_id(&self) -> Option<&str> {
+        match &self.inner {
+            Inner::Sqlite(s) => s.owner_id(),
+            Inner::Postgres(p) => Some(p.owner_id()),
+        }
+    }
+
+    /// A run's events with `seq > after` (all of them for `None`), waiting
+    /// up to `timeout` for at least one if there is none yet: the read side
+    /// of live streaming and `Last-Event-ID` replay. Returns an empty list
+    /// at the timeout. Wakes on appends by any process: at once on
+    /// PostgreSQL (`LISTEN`/`NOTIFY`) and for this store's own appends on
+    /// SQLite, otherwise by polling every 50 ms. Blocks: call it from
+    /// `spawn_blocking` or a thread.
+    pub fn wait_events(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        timeout: Duration,
+    ) -> Result<Vec<StoredEvent>> {
+        let deadline = Instant::now() + timeout;
+        let (notifier, poll) = match &self.inner {
+            Inner::Sqlite(s) => (&s.notifier, SQLITE_POLL),
+            Inner::Postgres(p) => (p.notifier(), POSTGRES_POLL),
+        };
+        loop {
+            let seen = notifier.generation();
+            let events = self.events_since(run_id, after)?;
+            if !events.is_empty() || Instant::now() >= deadline {
+                return Ok(events);
+            }
+            notifier.wait(seen, deadline, poll);
+        }
+    }
+}
+
+delegate! {
+    /// The schema version (equal to [`crate::SCHEMA_VERSION`] on SQLite, to
+    /// [`crate::PG_SCHEMA_VERSION`] on PostgreSQL, once open).
+    fn schema_version(&self) -> Result<u32>;
+    /// `Ok(vec![])` when the database is sound, otherwise SQLite's list of
+    /// problems (`PRAGMA integrity_check`, reads the whole file). PostgreSQL
+    /// keeps its own consistency: there it checks only that the server
+    /// answers. Diagnostics and tests.
+    fn integrity_check(&self) -> Result<Vec<String>>;
+
+    // Workspaces.
+    /// Registers a workspace folder, stored canonical. See the crate docs.
+    fn add_workspace(&self, root: &Path, name: &str, profile: Option<Profile>) -> Result<Workspace>;
+    /// Every workspace, by name then id.
+    fn list_workspaces(&self) -> Result<Vec<Workspace>>;
+    fn get_workspace_by_id(&self, id: &str) -> Result<Option<Workspace>>;
+    /// Looks a workspace up by its folder (canonicalised when it exists).
+    fn get_workspace_by_root(&self, root: &Path) -> Result<Option<Workspace>>;
+    /// Forgets a workspace; sessions that used it lose the link.
+    fn remove_workspace(&self, id: &str) -> Result<()>;
+    /// Sets a workspace's own profile, or `None` to follow the configuration.
+    fn set_profile(&self, id: &str, profile: Option<Profile>) -> Result<()>;
+    /// Sets or clears a workspace's extra policy rules (valid JSON).
+    fn set_policy_json(&self, id: &str, policy_json: Option<&str>) -> Result<()>;
+
+    // Sessions and turns.
+    /// Creates an empty session, optionally bound to an existing workspace.
+    fn create_session(&self, title: &str, workspace_id: Option<&str>) -> Result<Session>;
+    fn get_session(&self, id: &str) -> Result<Option<Session>>;
+    /// The `limit` most recently updated sessions, newest first.
+    fn list_sessions(&self, limit: usize) -> Result<Vec<Session>>;
+    /// Sessions whose title or any turn contains `query` (case-insensitive).
+    fn search_sessions(&self, query: &str, limit: usize) -> Result<Vec<Session>>;
+    /// Deletes a session's conversation and events; runs holding approvals
+    /// stay under a tombstone (the audit never loses a decision). Refused
+    /// while one of its runs is `running`.
+    fn delete_session(&self, id: &str) -> Result<SessionDeletion>;
+    fn set_session_workspace(&self, id: &str, workspace_id: Option<&str>) -> Result<()>;
+    fn set_session_title(&self, id: &str, title: &str) -> Result<()>;
+    /// Replaces the session's rolling summary.
+    fn update_summary(&self, id: &str, summary: &str) -> Result<()>;
+    /// Appends a turn (seq = the session's last + 1), durably.
+    fn add_turn(&self, session_id: &str, run_id: Option<&str>, role: Role, content: &str) -> Result<Turn>;
+    /// The last `n` turns of a session, oldest first.
+    fn recent_turns(&self, session_id: &str, n: usize) -> Result<Vec<Turn>>;
+    fn session_usage(&self, session_id: &str) -> Result<Usage>;
+    /// Adds one model call's usage to the session (and run) totals, durably.
+    fn add_usage(&self, session_id: &str, run_id: Option<&str>, usage: &Usage) -> Result<()>;
+
+    // Runs.
+    /// Starts a `running` run of a session, owned by this store.
+    fn start_run(&self, session_id: &str, model: &str) -> Result<Run>;
+    /// Ends a run once (terminal status, reason, final usage totals) and
+    /// drops its lease.
+    fn finish_run(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>) -> Result<()>;
+    fn get_run(&self, id: &str) -> Result<Option<Run>>;
+    /// The `limit` most recent runs, newest first.
+    fn list_runs(&self, session_id: Option<&str>, limit: usize) -> Result<Vec<Run>>;
+    /// Marks `interrupted` (reason `process-exited`) the `running` runs
+    /// whose owning store is gone; never touches live owners' runs.
+    fn mark_interrupted_runs(&self) -> Result<Vec<String>>;
+
+    // Events.
+    /// Appends one event with a caller-chosen seq, unique per run.
+    fn append_event(&self, run_id: &str, seq: u64, ts: &str, kind: &str, json: &str) -> Result<()>;
+    /// Appends a batch atomically (all or nothing).
+    fn append_events(&self, batch: &[EventRecord]) -> Result<()>;
+    /// A run's events, verbatim, in seq order.
+    fn events(&self, run_id: &str) -> Result<Vec<String>>;
+    /// A run's events with `seq > after`, in seq order.
+    fn events_after(&self, run_id: &str, after: u64) -> Result<Vec<String>>;
+    /// Appends an event at the run's next seq (0 for its first) and returns
+    /// that seq. `json` builds the envelope from the seq it will carry.
+    /// Concurrent appenders to one run, in any process, get distinct,
+    /// gap-free seqs: the read of the last seq and the insert are one
+    /// transaction serialised per run (SQLite's write lock; a row lock on
+    /// the run on PostgreSQL), and `(run_id, seq)` is the primary key.
+    fn append_next_event(&self, run_id: &str, ts: &str, kind: &str, json: impl FnOnce(u64) -> String + Send) -> Result<u64>;
+    /// A run's events with `seq > after` (all for `None`) with their seqs:
+    /// the cursor read for `Last-Event-ID` replay. See [`Store::wait_events`].
+    fn events_since(&self, run_id: &str, after: Option<u64>) -> Result<Vec<StoredEvent>>;
+
+    // Leases (see the crate docs).
+    /// Claims a `running` run for `owner` until `ttl` from now: granted when
+    /// nobody holds it, when `owner` already does (a renewal), or when the
+    /// holder's lease has expired (a take-over, reported in
+    /// [`LeaseClaim::took_over_from`]). Otherwise [`StoreError::LeaseHeld`];
+    /// [`StoreError::RunNotRunning`] for an ended run.
+    fn claim_run(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<LeaseClaim>;
+    /// The heartbeat: extends `owner`'s lease to `ttl` from now and returns
+    /// the new expiry. [`StoreError::LeaseLost`] when `owner` no longer holds
+    /// it (taken over after expiring, or the run ended): stop working on it.
+    /// An expired lease nobody took over is renewed.
+    fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<String>;
+    /// Marks `interrupted` (reason [`crate::LEASE_EXPIRED_REASON`]) every
+    /// `running` run whose lease has expired, and returns their ids, oldest
+    /// first. Runs never leased are left to [`Store::mark_interrupted_runs`].
+    fn interrupt_expired_leases(&self) -> Result<Vec<String>>;
+
+    // Approvals.
+    /// Records an approval decision durably (once per id).
+    fn record_approval(&self, a: &NewApproval<'_>) -> Result<Approval>;
+    /// The `limit` most recent approvals, oldest first.
+    fn list_approvals(&self, run_id: Option<&str>, limit: usize) -> Result<Vec<Approval>>;
+}
