@@ -15,9 +15,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::credential::{Credential, client_config};
-use crate::http::{Body, Head, MAX_HEAD, MAX_HEADERS, collect, exchange, respond};
+use crate::http::{Body, Request, exchange, next_request, respond};
 use crate::proxy::{CONNECT_TIMEOUT, Proxy, Upstream};
-use crate::stream::{Buffered, Counted, HeadError, Masking};
+use crate::stream::{Buffered, Counted, Masking};
 
 pub(crate) type UpstreamTls = tokio_rustls::client::TlsStream<Counted<TcpStream>>;
 
@@ -120,35 +120,17 @@ where
 {
     let inject = Some((cred.header.as_str(), cred.value().expose()));
     loop {
-        let raw = match client.read_head(MAX_HEAD).await {
-            Ok(Some(h)) => h,
-            Ok(None) | Err(HeadError::Io(_)) => return Ok(()),
-            Err(HeadError::TooLarge) => {
-                respond(
-                    client,
-                    "431 Request Header Fields Too Large",
-                    "capstan egress: request head too large",
-                )
-                .await;
-                return Ok(());
-            }
-        };
-        let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut hs);
-        if !matches!(req.parse(&raw), Ok(httparse::Status::Complete(_))) {
-            respond(
-                client,
-                "400 Bad Request",
-                "capstan egress: malformed request (HTTP/1.1 only on a brokered host)",
-            )
-            .await;
+        let Some(Request {
+            method,
+            target,
+            head,
+        }) = next_request(
+            client,
+            "capstan egress: malformed request (HTTP/1.1 only on a brokered host)",
+        )
+        .await
+        else {
             return Ok(());
-        }
-        let method = req.method.unwrap_or("").to_owned();
-        let target = req.path.unwrap_or("").to_owned();
-        let head = Head {
-            headers: collect(req.headers),
-            version: req.version.unwrap_or(1),
         };
         let Some(path) = origin_form(&target, host) else {
             respond(

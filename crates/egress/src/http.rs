@@ -100,6 +100,49 @@ pub(crate) fn collect(headers: &[httparse::Header<'_>]) -> Vec<(String, Vec<u8>)
         .collect()
 }
 
+/// One request head read from a client.
+pub(crate) struct Request {
+    pub method: String,
+    pub target: String,
+    pub head: Head,
+}
+
+/// The client's next request head, or `None` when the conversation is over:
+/// the client went away, or its head was too large or malformed and it got
+/// the error (`malformed` is the text of a 400).
+pub(crate) async fn next_request<S>(client: &mut Buffered<S>, malformed: &str) -> Option<Request>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let raw = match client.read_head(MAX_HEAD).await {
+        Ok(Some(h)) => h,
+        Ok(None) | Err(HeadError::Io(_)) => return None,
+        Err(HeadError::TooLarge) => {
+            respond(
+                client,
+                "431 Request Header Fields Too Large",
+                "capstan egress: request head too large",
+            )
+            .await;
+            return None;
+        }
+    };
+    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut hs);
+    if !matches!(req.parse(&raw), Ok(httparse::Status::Complete(_))) {
+        respond(client, "400 Bad Request", malformed).await;
+        return None;
+    }
+    Some(Request {
+        method: req.method.unwrap_or("").to_owned(),
+        target: req.path.unwrap_or("").to_owned(),
+        head: Head {
+            headers: collect(req.headers),
+            version: req.version.unwrap_or(1),
+        },
+    })
+}
+
 pub(crate) async fn respond<S: AsyncWrite + Unpin>(client: &mut S, status: &str, text: &str) {
     let body = format!("{text}\n");
     let msg = format!(
@@ -185,36 +228,13 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     loop {
-        let raw = match client.read_head(MAX_HEAD).await {
-            Ok(Some(h)) => h,
-            Ok(None) => return Ok(()),
-            Err(HeadError::TooLarge) => {
-                respond(
-                    client,
-                    "431 Request Header Fields Too Large",
-                    "capstan egress: request head too large",
-                )
-                .await;
-                return Ok(());
-            }
-            Err(HeadError::Io(_)) => return Ok(()),
-        };
-        let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut hs);
-        if !matches!(req.parse(&raw), Ok(httparse::Status::Complete(_))) {
-            respond(
-                client,
-                "400 Bad Request",
-                "capstan egress: malformed request",
-            )
-            .await;
+        let Some(Request {
+            method,
+            target,
+            head,
+        }) = next_request(client, "capstan egress: malformed request").await
+        else {
             return Ok(());
-        }
-        let method = req.method.unwrap_or("").to_owned();
-        let target = req.path.unwrap_or("").to_owned();
-        let head = Head {
-            headers: collect(req.headers),
-            version: req.version.unwrap_or(1),
         };
 
         if method.eq_ignore_ascii_case("CONNECT") {
