@@ -1051,7 +1051,9 @@ fn new_id() -> String {
     format!("cs-{}-{:08x}", now_ms(), fastrand::u32(..))
 }
 
-fn check_id(id: &str) -> Result<()> {
+/// Refuses a string that cannot be a change set id (before any path is
+/// built from it).
+pub fn check_id(id: &str) -> Result<()> {
     if id.is_empty()
         || id.len() > 64
         || !id

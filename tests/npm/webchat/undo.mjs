@@ -94,10 +94,13 @@ try {
   await mobile.waitForSelector("#sidebar li.session", { state: "visible" });
   await mobile.click("#sidebar li.session .session-open");
   await mobile.waitForSelector("#messages .changes");
+  await mobile.waitForFunction(() => [...document.querySelectorAll("#messages .changes")].every((c) => c.dataset.state !== "applied")).catch(() => {});
   await mobile.waitForFunction(() => !document.body.classList.contains("drawer-open"));
   await mobile.$eval("#messages .changes", (c) => c.scrollIntoView());
   summary.phone = {
     cards: await mobile.$$eval("#messages .changes", (cs) => cs.length),
+    undoButtons: await mobile.$$eval("#messages .changes button", (bs) => bs.length),
+    undoneTitles: await mobile.$$eval("#messages .changes .approval-title", (ts) => ts.filter((t) => t.textContent.startsWith("Changes undone")).length),
     overflow: await overflow(mobile),
   };
   await shot("390-dark", mobile, false);

@@ -69,6 +69,7 @@ pub async fn undo(
     } else {
         capstan_changes::Conflicts::Refuse
     };
+    capstan_changes::check_id(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let store = store(&state)?;
     let id2 = id.clone();
     let report = tokio::task::spawn_blocking(move || store.undo(&id2, conflicts))

@@ -296,6 +296,17 @@ async function replay(view, runId) {
   const resp = await api(`/v1/runs/${encodeURIComponent(runId)}/events`);
   await readEvents(resp, (e) => handle(view, e));
   view.replaying = false;
+  if (view.approvals.querySelector(".changes")) await refreshChanges(view, runId);
+}
+
+// The stored events end where the run ended; a change set undone since then
+// shows its state now, so no Undo is offered twice.
+async function refreshChanges(view, runId) {
+  const resp = await api(`/v1/runs/${encodeURIComponent(runId)}/changes`);
+  for (const set of (await resp.json()).change_sets) {
+    const card = view.approvals.querySelector(`[data-change-set="${CSS.escape(set.change_set)}"]`);
+    if (card && card.dataset.state !== set.state) showChanges(view, set);
+  }
 }
 
 function newChat() {
@@ -631,7 +642,7 @@ function showChanges(view, ev) {
       el("pre", { class: "diff", text: f.diff || f.summary })));
   }));
   const buttons = el("div", { class: "buttons" });
-  const card = el("div", { class: "approval changes", "data-change-set": ev.change_set, role: "group" },
+  const card = el("div", { class: "approval changes", "data-change-set": ev.change_set, "data-state": ev.state, role: "group" },
     el("p", { class: "approval-title" }, el("strong", { text: `${title}: ${n} path${n === 1 ? "" : "s"}` })),
     el("p", { class: "muted small-text", text: `from \`${ev.source}\` · change set ${ev.change_set}` }),
     list, buttons, status);
@@ -641,11 +652,15 @@ function showChanges(view, ev) {
       const resp = await api(`/v1/changes/${encodeURIComponent(ev.change_set)}/undo`, { method: "POST", body });
       const report = await resp.json();
       card.querySelector(".approval-title strong").textContent = `Changes undone: ${n} path${n === 1 ? "" : "s"}`;
+      card.dataset.state = "undone";
       status.textContent = `undone: ${report.restored.length} path(s) restored` +
         (report.refused.length ? `; left as they are: ${report.refused.map((r) => r.path).join(", ")}` : "");
       buttons.replaceChildren();
     } catch (e) {
-      status.textContent = e.message;
+      // The API's hint names request fields; here the buttons are the way on.
+      status.textContent = e.message.startsWith("nothing undone")
+        ? `${e.message.split("; send")[0]}. “Undo the others” restores the rest and leaves ${e.message.includes(", ") ? "those files as they are" : "that file as it is"} now.`
+        : e.message;
       for (const x of buttons.querySelectorAll("button")) x.disabled = false;
       if (!body.keep_changed && !buttons.querySelector(".keep")) {
         const keep = el("button", { type: "button", class: "keep", text: "Undo the others" });
