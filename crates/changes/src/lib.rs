@@ -295,8 +295,8 @@ impl Store {
         Ok((store, recovery))
     }
 
-    #[cfg(test)]
-    pub(crate) fn root(&self) -> &Path {
+    /// The store's directory (`sets/`, `objects/`, `staging/`, `journal/`).
+    pub fn root(&self) -> &Path {
         &self.root
     }
 
