@@ -13,11 +13,15 @@ use crate::result::TokenUsage;
 /// The question a [`BudgetGate`] answers.
 #[derive(Debug, Clone, Serialize)]
 pub struct BudgetWarning {
+    /// US dollars spent so far in the execution.
     pub spent_usd: f64,
     /// Projected cost of the step about to start.
     pub next_step_usd: f64,
+    /// The execution's budget, in US dollars.
     pub budget_usd: f64,
+    /// The task of the step about to start.
     pub task: String,
+    /// The agent of the step about to start.
     pub agent: String,
 }
 
@@ -68,6 +72,7 @@ pub enum Check {
 }
 
 impl Budget {
+    /// A budget of `limit_usd` (`None`: no limit, never asks), pricing with `prices`.
     pub fn new(limit_usd: Option<f64>, prices: PriceTable) -> Self {
         Self {
             limit_usd,
@@ -77,10 +82,12 @@ impl Budget {
         }
     }
 
+    /// The limit in US dollars; `None` for none.
     pub fn limit_usd(&self) -> Option<f64> {
         self.limit_usd
     }
 
+    /// The price table steps are priced with.
     pub fn prices(&self) -> &PriceTable {
         &self.prices
     }
@@ -104,10 +111,12 @@ impl Budget {
         }
     }
 
+    /// US dollars recorded so far (priced steps only).
     pub fn spent_usd(&self) -> f64 {
         self.spent.lock().usd
     }
 
+    /// Tokens recorded so far, priced or not.
     pub fn tokens(&self) -> TokenUsage {
         self.spent.lock().tokens
     }

@@ -22,7 +22,9 @@ pub struct AgentsConfig {
     pub expected_output_tokens: u64,
     /// Default skills directory, relative to the workspace.
     pub skills_dir: PathBuf,
+    /// `[agents.claude]`: how Claude Code is run.
     pub claude: ClaudeConfig,
+    /// `[agents.opencode]`: how the OpenCode server is reached.
     pub opencode: OpenCodeConfig,
 }
 
@@ -53,6 +55,7 @@ pub enum ContextMode {
     Summarise,
 }
 
+/// `[agents.claude]`: the Claude Code runtime, run headless as a child process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClaudeConfig {
@@ -87,6 +90,7 @@ impl Default for ClaudeConfig {
     }
 }
 
+/// `[agents.opencode]`: the OpenCode runtime, an `opencode serve` reached over HTTP.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OpenCodeConfig {
@@ -95,12 +99,14 @@ pub struct OpenCodeConfig {
     /// Env var holding the server password (`OPENCODE_SERVER_PASSWORD` on the server
     /// side): sent as HTTP basic auth with `username`.
     pub password_env: Option<String>,
+    /// Basic-auth user name sent with the password (default `opencode`).
     pub username: String,
     /// Env var holding a bearer token, for a server behind an authenticating proxy.
     pub api_key_env: Option<String>,
     /// OpenCode provider id (e.g. `zhipuai`, `moonshotai`, or one defined in
     /// opencode.json) and model id, passed with every prompt. Unset: the server's default.
     pub provider: Option<String>,
+    /// Model id within `provider`; unset: the server's default.
     pub model: Option<String>,
     /// OpenCode agent (`build`, `plan`, ...). Unset: the server's default.
     pub agent: Option<String>,

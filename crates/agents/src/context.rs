@@ -43,29 +43,37 @@ const LAYOUT: &str = "{{ role_prompt }}
 ===== END FILE {{ f.path }} =====
 {% endfor %}";
 
+/// A skill file injected into the prompt.
 #[derive(Debug, Clone, Serialize)]
 pub struct Skill {
+    /// The skill's name (its file stem in the skills directory).
     pub name: String,
+    /// The file's Markdown content.
     pub body: String,
 }
 
 /// Output of an earlier agent or task, shown to the next one.
 #[derive(Debug, Clone, Serialize)]
 pub struct ContextItem {
+    /// What it is, for the prompt and events (e.g. the task or agent it came from).
     pub label: String,
+    /// The earlier output, as produced.
     pub text: String,
 }
 
+/// A workspace file whose content goes into the prompt.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileItem {
     /// As the task gave it, relative to the workspace.
     pub path: String,
+    /// The file's text (lossy UTF-8).
     pub content: String,
 }
 
 /// A prompt ready for a runtime.
 #[derive(Debug, Clone)]
 pub struct Prompt {
+    /// The rendered prompt.
     pub text: String,
     /// `(original tokens, sections cut)` when the prompt was cut to fit.
     pub truncated: Option<(u64, Vec<String>)>,
@@ -171,14 +179,18 @@ pub fn load_files(workspace: &Path, task: &TaskSpec) -> Result<Vec<FileItem>, Ag
 /// A section of a prompt, by its place in the lists given to [`render`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
+    /// The file at this index of the files list.
     File(usize),
+    /// The skill at this index of the skills list.
     Skill(usize),
+    /// The context item at this index of the context list.
     Context(usize),
 }
 
 /// A section that must shrink for the prompt to fit, and how much of it may stay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Overflow {
+    /// Which section.
     pub section: Section,
     /// How events name it: `file big.log`, `skill rust`, `context <label>`.
     pub label: String,

@@ -13,7 +13,12 @@ pub enum AgentError {
     Runtime(String),
     /// A prompt template does not render.
     #[error("prompt template of role `{role}`: {message}")]
-    Template { role: String, message: String },
+    Template {
+        /// The role whose template failed.
+        role: String,
+        /// minijinja's message.
+        message: String,
+    },
     /// A file or skill the task references cannot be used.
     #[error("{0}")]
     Context(String),

@@ -23,19 +23,27 @@ use crate::{AgentError, ExecutionResult, ExecutionStatus, RuntimeKind, Strategy,
 /// How to run a task file. Command-line choices override the file's, which override
 /// the config's.
 pub struct ExecuteOptions {
+    /// How to run the tasks; `None`: the file's, else chosen from the tasks.
     pub strategy: Option<Strategy>,
     /// Default runtime for tasks that name none (over the file's `runtime`).
     pub runtime: Option<RuntimeKind>,
+    /// Spending limit in US dollars (over the file's); `None`: the file's, else none.
     pub budget_usd: Option<f64>,
+    /// Wall-clock limit of the whole execution; `None`: the file's, else none.
     pub timeout: Option<Duration>,
+    /// Most tasks at once under `parallel` (over the file's and the config's).
     pub max_parallel: Option<usize>,
     /// Runtime to retry a failed step on, for tasks without their own `retry_runtime`.
     pub retry_runtime: Option<RuntimeKind>,
+    /// Prices of the models, for the budget and the reported cost.
     pub prices: PriceTable,
+    /// Answers when the next step would pass the budget.
     pub gate: Arc<dyn BudgetGate>,
+    /// Receives every event of the execution.
     pub events: EventSink,
     /// Cancels the whole execution (Ctrl-C); partial results are still returned.
     pub cancel: CancellationToken,
+    /// What the runners need from the host (config, model, workspace).
     pub deps: RunnerDeps,
 }
 

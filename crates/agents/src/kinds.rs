@@ -21,6 +21,7 @@ pub enum RuntimeKind {
 }
 
 impl RuntimeKind {
+    /// The name in task files and config: `claude`, `opencode`, `cli`.
     pub fn as_str(self) -> &'static str {
         match self {
             RuntimeKind::Claude => "claude",
@@ -64,6 +65,7 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// The name in task files and on the command line: `single`, `multi`, `parallel`.
     pub fn as_str(self) -> &'static str {
         match self {
             Strategy::Single => "single",

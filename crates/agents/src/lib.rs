@@ -14,6 +14,8 @@
 //! runtime, the path of its own binary for Claude Code's `--mcp-config`, an event sink
 //! and a budget gate (how "continue over budget?" is asked).
 
+#![warn(missing_docs)]
+
 pub mod budget;
 pub mod config;
 pub mod context;

@@ -32,6 +32,7 @@ pub struct TaskFile {
     /// Extra roles or overrides of the built-in ones (`architect`, `dev`).
     #[serde(default)]
     pub roles: BTreeMap<String, RoleSpec>,
+    /// The tasks, in file order (run in dependency order).
     pub tasks: Vec<TaskSpec>,
 }
 
@@ -50,25 +51,33 @@ pub struct RoleSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Complexity {
+    /// Needs no design step.
     Simple,
+    /// Needs design first: a lone complex task is auto-run with `multi`.
     Complex,
 }
 
+/// One task of a task file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
+    /// Unique within the file; `depends_on` and events name the task by it.
     pub id: String,
+    /// What to do, in words: the heart of the agents' prompts.
     pub description: String,
     /// Role of the agent under `single` / `parallel` (default `dev`).
     #[serde(default)]
     pub role: Option<String>,
+    /// Runtime of its steps; `None`: the options', the file's, else the default.
     #[serde(default)]
     pub runtime: Option<RuntimeKind>,
     /// Where a step is tried again when its runtime fails.
     #[serde(default)]
     pub retry_runtime: Option<RuntimeKind>,
+    /// Model for its steps (over the role's); `None`: the runtime's default.
     #[serde(default)]
     pub model: Option<String>,
+    /// Ids of tasks that must complete first; if one does not, this one is skipped.
     #[serde(default)]
     pub depends_on: Vec<String>,
     /// Workspace files whose contents go into the prompt.
@@ -77,6 +86,7 @@ pub struct TaskSpec {
     /// Skill names (file stems in the skills directory) to inject.
     #[serde(default)]
     pub skills: Vec<String>,
+    /// How much design it needs; unset: judged from its size ([`COMPLEX_WORDS`], [`COMPLEX_FILES`]).
     #[serde(default)]
     pub complexity: Option<Complexity>,
 }

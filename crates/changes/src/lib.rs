@@ -29,6 +29,8 @@
 //! [`Retention::max_bytes`] of kept versions, the oldest sets go first
 //! ([`Store::gc`]).
 
+#![warn(missing_docs)]
+
 mod fsops;
 
 use std::collections::HashSet;
@@ -48,19 +50,27 @@ const SET_DIFF_CAP: usize = 256 << 10;
 /// Largest file diffed as text.
 const TEXT_CAP: u64 = 1 << 20;
 
+/// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Reading or writing a file of the store or the workspace failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file or directory at fault.
         path: PathBuf,
+        /// The filesystem's error.
         source: std::io::Error,
     },
+    /// No set with this id is kept (never made, or forgotten by retention).
     #[error("no change set {0:?} (see `capstan changes`)")]
     NotFound(String),
+    /// The operation does not fit the set's state or contents (e.g. applying a
+    /// set that is not pending); the message says which.
     #[error("{0}")]
     Invalid(String),
 }
 
+/// Results of the change store, failing with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -92,12 +102,17 @@ impl Default for Retention {
 /// plus the hashes undo checks and restores.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileChange {
+    /// Workspace-relative, `/`-separated path (the new one, for a rename).
     pub path: String,
+    /// What happened to it.
     pub kind: ChangeKind,
+    /// Renamed: the old path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// The entry before; absent when created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old: Option<Side>,
+    /// The entry after; absent when deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new: Option<Side>,
     /// SHA-256 of the previous content (files), kept in the store.
@@ -117,7 +132,9 @@ pub struct FileChange {
 /// What started a set: who, where.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Origin {
+    /// The run whose task made the changes.
     pub run_id: String,
+    /// The task within that run.
     pub task_id: String,
     /// The command line or plugin operation.
     pub source: String,
@@ -126,13 +143,18 @@ pub struct Origin {
 /// A change set as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
+    /// The set's id, as `capstan changes` and `capstan undo` take it.
     pub id: String,
+    /// Who made it (flattened: `run_id`, `task_id`, `source`).
     #[serde(flatten)]
     pub origin: Origin,
+    /// The workspace root the paths are relative to.
     pub workspace: PathBuf,
     /// Milliseconds since the Unix epoch.
     pub created_ms: u64,
+    /// Where the set is in its life.
     pub state: ChangeSetState,
+    /// One entry per changed path.
     pub changes: Vec<FileChange>,
     /// Operations that land the set (kept until it is applied or discarded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -160,7 +182,9 @@ impl Record {
 /// A file undo did not restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
+    /// Workspace-relative path of the file.
     pub path: String,
+    /// Why it was not restored (e.g. changed since the set landed).
     pub why: String,
 }
 
@@ -178,6 +202,7 @@ pub enum Conflicts {
 /// What an undo did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct UndoReport {
+    /// The set undone.
     pub id: String,
     /// Paths put back as they were.
     pub restored: Vec<String>,
@@ -270,6 +295,7 @@ impl Store {
         Ok((store, recovery))
     }
 
+    /// The store's directory (`sets/`, `objects/`, `staging/`, `journal/`).
     pub fn root(&self) -> &Path {
         &self.root
     }

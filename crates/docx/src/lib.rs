@@ -23,6 +23,8 @@
 //! ([`opc::MAX_TOTAL_BYTES`] in all), any `<!DOCTYPE`/`<!ENTITY` is refused, nesting is
 //! bounded. Every failure is an [`Error`] naming the part, never a panic.
 
+#![warn(missing_docs)]
+
 mod edit;
 mod model;
 pub mod opc;
@@ -87,7 +89,9 @@ pub fn append(bytes: &[u8], markdown: &str) -> Result<Vec<u8>> {
 /// A heading of the document: level 0 is the `Title` style.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heading {
+    /// 0 for `Title`, 1 to 9 for `Heading1`..`Heading9` (or the outline level).
     pub level: u8,
+    /// The heading's plain text.
     pub text: String,
 }
 
@@ -102,6 +106,7 @@ pub struct Info {
     pub tables: usize,
     /// Whitespace-separated words in all the text, tables included.
     pub words: usize,
+    /// The title and headings outside tables, in document order.
     pub headings: Vec<Heading>,
 }
 

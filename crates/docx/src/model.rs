@@ -5,25 +5,34 @@
 pub struct Document {
     /// `dc:title` from `docProps/core.xml`, if set.
     pub title: Option<String>,
+    /// The body's top-level paragraphs and tables, in reading order.
     pub blocks: Vec<Block>,
 }
 
+/// One top-level element of the body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
+    /// A paragraph (`w:p`).
     Paragraph(Paragraph),
+    /// A table (`w:tbl`).
     Table(Table),
 }
 
+/// A paragraph: its role and its formatted text runs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Paragraph {
+    /// What the paragraph is, from its style and numbering.
     pub kind: ParagraphKind,
     /// The style id (`w:pStyle`), if any.
     pub style_id: Option<String>,
+    /// The text runs, in order.
     pub runs: Vec<Run>,
 }
 
+/// The role of a paragraph, which decides how it renders in Markdown.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ParagraphKind {
+    /// Body text (any style not recognised below).
     #[default]
     Normal,
     /// The `Title` style.
@@ -32,7 +41,9 @@ pub enum ParagraphKind {
     Heading(u8),
     /// A numbered or bulleted paragraph; `level` is 0-based (`w:ilvl`).
     ListItem {
+        /// Nesting depth, 0 for the outermost list.
         level: u8,
+        /// Numbered (`1.`) rather than bulleted.
         ordered: bool,
         /// The item's number for ordered lists (as Word would count it).
         number: Option<u32>,
@@ -43,28 +54,38 @@ pub enum ParagraphKind {
     Code,
 }
 
+/// A stretch of text with one formatting (`w:r`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Run {
+    /// The text (tabs and breaks as `\t` and `\n`).
     pub text: String,
+    /// Bold (`w:b`), directly or through the run's style.
     pub bold: bool,
+    /// Italic (`w:i`), directly or through the run's style.
     pub italic: bool,
 }
 
+/// A table; rows may have different lengths (merged cells are not expanded).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Table {
+    /// The rows, top to bottom, each its cells left to right.
     pub rows: Vec<Vec<Cell>>,
 }
 
+/// One table cell.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Cell {
+    /// The cell's paragraphs (nested tables are flattened into them).
     pub paragraphs: Vec<Paragraph>,
 }
 
 impl Paragraph {
+    /// The runs' text joined, without formatting.
     pub fn text(&self) -> String {
         self.runs.iter().map(|r| r.text.as_str()).collect()
     }
 
+    /// The heading level (1 to 9) when the paragraph is a heading; `None` otherwise (also for `Title`).
     pub fn heading_level(&self) -> Option<u8> {
         match self.kind {
             ParagraphKind::Heading(l) => Some(l),
@@ -80,6 +101,7 @@ impl Paragraph {
 }
 
 impl Cell {
+    /// The paragraphs' text, one per line, trimmed.
     pub fn text(&self) -> String {
         let parts: Vec<String> = self.paragraphs.iter().map(Paragraph::text).collect();
         parts.join("\n").trim().to_owned()
@@ -87,6 +109,7 @@ impl Cell {
 }
 
 impl Table {
+    /// The length of the longest row.
     pub fn columns(&self) -> usize {
         self.rows.iter().map(Vec::len).max().unwrap_or(0)
     }
@@ -119,6 +142,7 @@ impl Document {
         })
     }
 
+    /// Top-level tables (not those nested in cells).
     pub fn tables(&self) -> impl Iterator<Item = &Table> {
         self.blocks.iter().filter_map(|b| match b {
             Block::Table(t) => Some(t),

@@ -40,11 +40,14 @@ const OLE_SIGNATURE: [u8; 8] = [0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1];
 /// Which kind of package is expected: it only changes the wording of errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A Word document.
     Docx,
+    /// An Excel workbook.
     Xlsx,
 }
 
 impl Kind {
+    /// The file extension, with its dot (`.docx`), for messages.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Docx => ".docx",
@@ -76,38 +79,77 @@ impl Kind {
 /// Everything that can go wrong; each message names the part or the limit involved.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// An OLE compound file (a legacy `.doc`/`.xls`, or any password-protected
+    /// OOXML file), or an encrypted zip entry.
     #[error(
         "encrypted or legacy {legacy} files are not supported (this is an OLE compound file, not an Office Open XML zip; save it as {kind} without a password)"
     )]
     Encrypted {
+        /// The legacy extension (`.doc`, `.xls`).
         legacy: &'static str,
+        /// The expected extension (`.docx`, `.xlsx`).
         kind: &'static str,
     },
+    /// Not a readable zip: empty, no zip signature, a corrupt archive or too many entries.
     #[error("not a {kind} file: {detail}")]
-    NotAPackage { kind: &'static str, detail: String },
+    NotAPackage {
+        /// The expected extension.
+        kind: &'static str,
+        /// Which check failed.
+        detail: String,
+    },
+    /// A part the format requires is absent.
     #[error("missing part {part}{hint}")]
-    MissingPart { part: String, hint: String },
+    MissingPart {
+        /// The part name, without a leading `/`.
+        part: String,
+        /// A parenthesised guess at the cause (prefixed with a space), or empty.
+        hint: String,
+    },
+    /// A part decompresses past [`MAX_PART_BYTES`], or the package past [`MAX_TOTAL_BYTES`].
     #[error("part {part} is too large: {detail} (limit {limit} bytes)")]
     TooLarge {
+        /// The part being read.
         part: String,
+        /// How far it got and, for the package total, how much was read before.
         detail: String,
+        /// The limit passed, in bytes.
         limit: u64,
     },
+    /// A part declares a DOCTYPE or ENTITY: refused (a possible entity bomb).
     #[error(
         "part {part}: DOCTYPE and ENTITY declarations are not allowed (Office Open XML never uses them; refused as a possible XML entity bomb)"
     )]
-    Doctype { part: String },
+    Doctype {
+        /// The part holding the declaration.
+        part: String,
+    },
+    /// A part is not well-formed XML.
     #[error("part {part}: invalid XML: {detail}")]
-    Xml { part: String, detail: String },
+    Xml {
+        /// The part.
+        part: String,
+        /// The parser's message, with the byte offset.
+        detail: String,
+    },
+    /// A zip entry that cannot be decompressed, or a part whose content makes no sense.
     #[error("part {part}: {detail}")]
-    Corrupt { part: String, detail: String },
+    Corrupt {
+        /// The part.
+        part: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A caller's argument was refused (e.g. an empty text to find); the message says which.
     #[error("{0}")]
     InvalidInput(String),
 }
 
+/// Results of package reading and editing, failing with [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// An [`Error::Xml`] for `part`, with the reader's byte position of the failure.
     pub fn xml(part: &str, reader: &Reader<&[u8]>, e: impl std::fmt::Display) -> Error {
         Error::Xml {
             part: part.to_owned(),
@@ -119,10 +161,13 @@ impl Error {
 /// A relationship from a `.rels` part, its target resolved to a part name.
 #[derive(Debug, Clone)]
 pub struct Rel {
+    /// The relationship id (`rId1`...), unique within its `.rels` part.
     pub id: String,
+    /// The relationship type URI.
     pub rel_type: String,
     /// Part name without a leading `/` (or the raw target if external).
     pub target: String,
+    /// `TargetMode="External"`: the target is a URL, not a part.
     pub external: bool,
 }
 
@@ -134,6 +179,9 @@ pub struct Package<'a> {
 }
 
 impl<'a> Package<'a> {
+    /// Opens a package held in memory. Fails with [`Error::Encrypted`] for an OLE
+    /// file and [`Error::NotAPackage`] for anything that is not a zip of at most
+    /// [`MAX_ENTRIES`] entries.
     pub fn open(bytes: &'a [u8], kind: Kind) -> Result<Self> {
         if bytes.starts_with(&OLE_SIGNATURE[..4]) {
             return Err(Error::Encrypted {
@@ -170,6 +218,7 @@ impl<'a> Package<'a> {
         })
     }
 
+    /// The kind the package was opened as.
     pub fn kind(&self) -> Kind {
         self.kind
     }
@@ -194,6 +243,7 @@ impl<'a> Package<'a> {
         })
     }
 
+    /// Whether the part exists (names compared as in [`Package::index_of`]).
     pub fn has(&self, name: &str) -> bool {
         self.index_of(name).is_some()
     }
@@ -250,6 +300,7 @@ impl<'a> Package<'a> {
         xml_text(name, bytes).map(Some)
     }
 
+    /// An XML part that must exist ([`Error::MissingPart`] otherwise).
     pub fn require_xml(&mut self, name: &str) -> Result<String> {
         let kind = self.kind;
         self.read_xml(name)?.ok_or_else(|| missing(name, kind))

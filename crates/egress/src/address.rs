@@ -12,14 +12,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 /// Why an address is not an ordinary public one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Special {
+    /// `0.0.0.0/8`, `::`.
     Unspecified,
+    /// `127.0.0.0/8`, `::1`.
     Loopback,
+    /// RFC 1918 ranges, IPv6 unique-local `fc00::/7` and the local-use NAT64 prefix.
     Private,
     /// 100.64.0.0/10, carrier-grade NAT.
     SharedAddressSpace,
     /// 169.254.169.254 and the IPv6 equivalents clouds use.
     Metadata,
+    /// `169.254.0.0/16`, `fe80::/10`.
     LinkLocal,
+    /// `224.0.0.0/4`, `ff00::/8`.
     Multicast,
     /// Broadcast, reserved, benchmarking and protocol-assignment ranges.
     Reserved,
@@ -167,6 +172,7 @@ pub struct StaticResolver {
 }
 
 impl StaticResolver {
+    /// A resolver that knows no name yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -12,9 +12,13 @@ pub use capstan_protocol::{ConnectProtocol as Protocol, ConnectVerdict as Verdic
 pub struct ConnectionRecord {
     /// The host as the command named it (a name, or an IP literal).
     pub host: String,
+    /// The destination port.
     pub port: u16,
+    /// How the command spoke to the proxy.
     pub protocol: Protocol,
+    /// Whether the checks let it through.
     pub verdict: Verdict,
+    /// What settled the verdict (policy, session grant, person, default).
     pub decided_by: DecidedBy,
     /// The rule that decided, when one did.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -45,6 +49,7 @@ fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 
 /// Where records go (an event log, a database, a test's vector).
 pub trait Audit: Send + Sync + 'static {
+    /// Takes one record, sent when its connection ends; must not block.
     fn record(&self, record: ConnectionRecord);
 }
 

@@ -194,9 +194,11 @@ pub fn certs_from_pem(pem: &str) -> Result<Vec<CertificateDer<'static>>, Credent
     Ok(certs)
 }
 
-/// The file names in a CA directory.
+/// The file names in a CA directory: the CA certificate (PEM).
 pub const CA_CERT_FILE: &str = "ca.pem";
+/// The CA's private key (PEM, mode 0600); never shown to the sandbox.
 pub const CA_KEY_FILE: &str = "ca-key.pem";
+/// The system trust store plus the CA, written by [`Ca::write_bundle`].
 pub const CA_BUNDLE_FILE: &str = "ca-bundle.pem";
 
 /// Where the system's root certificates usually are (Debian, Fedora,
@@ -390,6 +392,7 @@ impl Ca {
         self.dir.join(CA_CERT_FILE)
     }
 
+    /// The CA certificate as PEM text (the content of [`CA_CERT_FILE`]).
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
     }

@@ -9,6 +9,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
+    /// Refuse this connection (the next one asks again).
     Deny,
     /// This connection only.
     Once,
@@ -22,7 +23,9 @@ pub enum Decision {
 /// The question: a command wants `host:port`, which no rule names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Ask {
+    /// The host as the command named it (a name or an IP literal).
     pub host: String,
+    /// The destination port.
     pub port: u16,
     /// The allow rule that would cover it (what "always" writes).
     pub rule: String,
@@ -31,6 +34,7 @@ pub struct Ask {
 /// The host's way to ask a person (the approval broker). Called only when the
 /// policy has `ask = true`; without a hook an unlisted host is denied.
 pub trait DecisionHook: Send + Sync + 'static {
+    /// Asks and resolves to the answer; the connection waits meanwhile.
     fn decide(&self, ask: Ask) -> Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
 }
 

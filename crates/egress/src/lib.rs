@@ -21,6 +21,8 @@
 //! The sandbox bridges the command's private network namespace to the
 //! proxy's Unix socket (crates/sandbox, `Network::Proxy`).
 
+#![warn(missing_docs)]
+
 pub mod address;
 pub mod audit;
 mod broker;

@@ -44,7 +44,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Grant {
     /// The checked addresses, in the resolver's order.
     pub addrs: Vec<SocketAddr>,
+    /// What allowed it.
     pub decided_by: DecidedBy,
+    /// The rule that allowed it (policy, session grant or a person's "session"/"always"); absent for "once".
     pub rule: Option<String>,
 }
 
@@ -54,7 +56,9 @@ pub struct Refusal {
     /// `Denied` by the checks, or `Allowed` but failed (the name does not
     /// resolve, the host does not answer).
     pub verdict: Verdict,
+    /// What settled the verdict.
     pub decided_by: DecidedBy,
+    /// The rule that matched, when one did.
     pub rule: Option<String>,
     /// A sentence for the command's user: what happened and, for a denial,
     /// the rule that would allow it.
@@ -134,6 +138,7 @@ impl ProxyBuilder {
         self
     }
 
+    /// The proxy, ready to serve connections.
     pub fn build(self) -> Proxy {
         Proxy {
             inner: Arc::new(Inner {
@@ -150,6 +155,8 @@ impl ProxyBuilder {
 }
 
 impl Proxy {
+    /// A proxy enforcing `policy`, with no credential broker, no decision hook
+    /// (unlisted hosts are denied), the system resolver and a log-only audit.
     pub fn builder(policy: Policy) -> ProxyBuilder {
         ProxyBuilder {
             policy,

@@ -322,7 +322,9 @@ pub(crate) fn numeric_ipv4(s: &str) -> Option<Ipv4Addr> {
 /// resolved by the proxy) or an IP literal (checked against address rules only).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {
+    /// A host name, lower-cased, without a trailing dot.
     Name(String),
+    /// An IP literal (numeric IPv4 forms such as `0x7f.1` read as addresses).
     Ip(IpAddr),
 }
 
@@ -409,9 +411,15 @@ pub fn preset(name: &str) -> Result<&'static [&'static str], RuleError> {
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum NameVerdict {
     /// An allow rule names it (and no deny rule does).
-    Allowed { rule: String },
+    Allowed {
+        /// The allow rule, as written in the policy.
+        rule: String,
+    },
     /// A deny rule names it.
-    Denied { rule: String },
+    Denied {
+        /// The deny rule, as written in the policy.
+        rule: String,
+    },
     /// No rule names it: ask, or deny.
     Unlisted,
 }

@@ -18,6 +18,8 @@
 //! - every node is reported exactly once, through [`Handler::ended`] or
 //!   [`Handler::not_run`].
 
+#![warn(missing_docs)]
+
 use std::collections::{HashMap, HashSet};
 
 use futures::stream::{FuturesUnordered, StreamExt};

@@ -49,6 +49,8 @@
 //! time), searches run concurrently on the reader, reloaded explicitly after each commit
 //! and before each search (`ReloadPolicy::Manual`: no file watcher thread).
 
+#![warn(missing_docs)]
+
 mod analysis;
 mod fusion;
 
@@ -76,7 +78,9 @@ pub use fusion::{drop_overlapping, rrf};
 pub struct FileMeta {
     /// Workspace-relative, `/`-separated path: the identity of the file in the index.
     pub path: String,
+    /// Modification time, milliseconds since the Unix epoch (as the caller read it).
     pub mtime_ms: u64,
+    /// Size in bytes.
     pub size: u64,
     /// Hex sha256 of the file's bytes.
     pub hash: String,
@@ -87,18 +91,26 @@ pub struct FileMeta {
 pub struct Passage {
     /// Heading path, e.g. `"Guide > Keys > Rotation"`.
     pub heading: String,
+    /// The passage's text, as indexed and returned in hits.
     pub text: String,
+    /// First source line, 1-based.
     pub line_start: u32,
+    /// Last source line, 1-based and inclusive.
     pub line_end: u32,
 }
 
 /// A search result (the WIT `hit` record).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
+    /// Workspace-relative, `/`-separated path of the file the passage is from.
     pub path: String,
+    /// The passage's heading path.
     pub heading: String,
+    /// The passage's full text.
     pub text: String,
+    /// First source line, 1-based.
     pub line_start: u32,
+    /// Last source line, 1-based and inclusive.
     pub line_end: u32,
     /// BM25 score from [`WorkspaceIndex::search`] (heading matches boosted), or the fused
     /// score from [`rrf`]. Only comparable within one result list.
@@ -112,7 +124,9 @@ pub struct Hit {
 /// Counts after a commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IndexStats {
+    /// Files in the committed index.
     pub files: u64,
+    /// Passages in the committed index, over all files.
     pub passages: u64,
 }
 
@@ -144,6 +158,7 @@ impl Analyzer {
 /// Options of [`WorkspaceIndex::open`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexOptions {
+    /// The analyzer a new index is created with; must match an existing one's.
     pub analyzer: Analyzer,
     /// Total indexing memory of the writer, split between its threads; raised to tantivy's
     /// minimum of 15 MB per thread if lower.
@@ -188,15 +203,20 @@ pub enum IndexError {
     /// workspace), corrupt files.
     #[error("index: {0}")]
     Tantivy(#[from] TantivyError),
+    /// The index directory could not be created or removed.
     #[error("index directory {path}: {source}")]
     Io {
+        /// The directory.
         path: String,
+        /// The filesystem's error.
         source: std::io::Error,
     },
     /// The directory holds an index with another schema (another analyzer, or an older
     /// Capstan). The index is a cache: [`WorkspaceIndex::open_or_rebuild`] recreates it.
     #[error("index schema mismatch: the directory holds a different index ({0})")]
     SchemaMismatch(String),
+    /// A caller's argument was refused (an empty path, a passage whose lines run
+    /// backwards), or the commit payload could not be encoded.
     #[error("invalid argument: {0}")]
     Invalid(String),
     /// Another process is writing this index (it holds the writer lock) and did not finish
@@ -205,9 +225,13 @@ pub enum IndexError {
         "another Capstan process is updating this workspace's index (waited {:.1} s)",
         waited.as_secs_f64()
     )]
-    WriterBusy { waited: Duration },
+    WriterBusy {
+        /// How long this call waited for the lock.
+        waited: Duration,
+    },
 }
 
+/// Results of this crate, failing with [`IndexError`].
 pub type Result<T, E = IndexError> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, Copy)]

@@ -50,6 +50,7 @@ fn components(path: &str) -> Vec<&str> {
 }
 
 impl IgnoreRules {
+    /// Rules that ignore nothing; add patterns to them.
     pub fn new() -> Self {
         Self::default()
     }

@@ -27,6 +27,8 @@
 //! ([`ParseError::Unsupported`]) and broken containers ([`ParseError::Malformed`]). Invalid
 //! UTF-8 is decoded lossily and reported in [`Parsed::warnings`].
 
+#![warn(missing_docs)]
+
 mod chunk;
 mod docx;
 mod html;
@@ -81,6 +83,7 @@ pub struct Passage {
 /// The result of [`parse`]: passages in file order, plus non-fatal problems.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Parsed {
+    /// The passages, in the order they appear in the file.
     pub passages: Vec<Passage>,
     /// Problems that did not stop parsing, e.g. invalid UTF-8 replaced by U+FFFD.
     pub warnings: Vec<String>,
@@ -92,17 +95,27 @@ pub struct Parsed {
 pub enum ParseError {
     /// The path's extension (or name) is not one this crate parses.
     #[error("unsupported file type: {path}")]
-    Unsupported { path: String },
+    Unsupported {
+        /// The path as given to [`parse`].
+        path: String,
+    },
     /// A NUL byte in the first 8 KiB: binary content (also UTF-16 text, which is not decoded).
     #[error("binary file (NUL byte in the first 8 KiB)")]
     Binary,
     /// The file (or, for `.docx`, a decompressed part of it) is over the size cap.
     #[error("file too large: {size} bytes (limit {limit})")]
-    TooLarge { size: u64, limit: u64 },
+    TooLarge {
+        /// The size found, in bytes.
+        size: u64,
+        /// The cap it passed, in bytes.
+        limit: u64,
+    },
     /// A container format (`.docx`) that cannot be read; `detail` names the problem.
     #[error("malformed {format}: {detail}")]
     Malformed {
+        /// The format's name (e.g. `docx`).
         format: &'static str,
+        /// What is wrong with it.
         detail: String,
     },
 }

@@ -50,6 +50,7 @@ impl Anthropic {
         Self::with_version(settings, ANTHROPIC_VERSION)
     }
 
+    /// Like [`Anthropic::new`], sending `version` as the `anthropic-version` header.
     pub fn with_version(settings: ProviderSettings, version: &str) -> Result<Self, ModelError> {
         let id = settings
             .id

@@ -18,12 +18,14 @@ pub enum ProviderKind {
     /// OpenAI Chat Completions: OpenAI, Ollama, vLLM, llama.cpp, GLM, Kimi, ...
     #[serde(rename = "openai")]
     OpenAi,
+    /// Anthropic's Messages API.
     Anthropic,
     /// The host's embedded offline model. Not built by this crate (see [`build`]).
     Offline,
 }
 
 impl ProviderKind {
+    /// The spelling in configuration: `openai`, `anthropic`, `offline`.
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "openai",
@@ -48,6 +50,7 @@ impl ProviderKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
+    /// Which wire protocol the provider speaks.
     pub kind: ProviderKind,
     /// Defaults: `https://api.openai.com/v1`, `https://api.anthropic.com`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +86,8 @@ fn default_idle_timeout_ms() -> u64 {
 }
 
 impl ProviderConfig {
+    /// A provider of `kind` with default model `model`, default URL, key variable,
+    /// retries and timeouts.
     pub fn new(kind: ProviderKind, model: impl Into<String>) -> Self {
         Self {
             kind,

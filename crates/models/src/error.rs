@@ -11,7 +11,12 @@ use std::time::Duration;
 pub enum ModelError {
     /// The server answered with an error status (after retries, when retryable).
     #[error("model server answered HTTP {status}: {body_excerpt} ({})", http_hint(*status))]
-    Http { status: u16, body_excerpt: String },
+    Http {
+        /// The HTTP status code.
+        status: u16,
+        /// The start of the error body (at most 300 characters).
+        body_excerpt: String,
+    },
 
     /// The server could not be reached, or stopped sending (connect refused, DNS,
     /// TLS, connect/header timeout, idle timeout between chunks, connection reset).
@@ -33,10 +38,13 @@ pub enum ModelError {
     /// 401/403: the key is missing, wrong, or lacks access to the model.
     #[error("{provider} rejected the credentials (HTTP {status}): {}{}", auth_hint(key_env.as_deref()), excerpt_suffix(body_excerpt))]
     Auth {
+        /// 401 or 403.
         status: u16,
+        /// The provider's id (e.g. `anthropic`), for the message.
         provider: String,
         /// The env var the key was read from, if any.
         key_env: Option<String>,
+        /// The start of the error body (at most 300 characters; may be empty).
         body_excerpt: String,
     },
 

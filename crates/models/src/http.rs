@@ -31,6 +31,7 @@ pub struct RetryPolicy {
     /// The actual delay is drawn uniformly from `[d/2, d]` so that many clients failing
     /// together do not retry in lockstep.
     pub base_delay: Duration,
+    /// Cap on the doubled delay (before jitter).
     pub max_delay: Duration,
     /// A `retry-after` header longer than this is not waited for: the error is returned
     /// at once (a caller should not hang for minutes inside one request).
@@ -70,6 +71,7 @@ pub struct HttpOptions {
     /// Anthropic sends `ping` events; OpenAI-compatible servers send nothing while a
     /// model thinks, so keep this above the longest expected pause.
     pub idle_timeout: Duration,
+    /// When and how often a failed request is sent again.
     pub retry: RetryPolicy,
 }
 
@@ -90,11 +92,13 @@ pub struct ProviderSettings {
     /// (`https://api.openai.com/v1`, `http://127.0.0.1:11434/v1` for Ollama). For
     /// Anthropic, the URL that `/v1/messages` is appended to (`https://api.anthropic.com`).
     pub base_url: String,
+    /// The key itself (sent as a bearer token or `x-api-key`); `None` or empty sends none.
     pub api_key: Option<String>,
     /// Name of the env var the key came from, used only in error messages.
     pub key_env: Option<String>,
     /// Extra request headers (e.g. `OpenAI-Organization`, OpenRouter's `HTTP-Referer`).
     pub extra_headers: Vec<(String, String)>,
+    /// Timeouts and retries.
     pub http: HttpOptions,
     /// Used when a [`crate::ChatRequest`] has an empty `model`.
     pub default_model: Option<String>,
@@ -124,32 +128,39 @@ impl std::fmt::Debug for ProviderSettings {
 }
 
 impl ProviderSettings {
+    /// Settings for the server at `base_url`, with no key and default timeouts.
     pub fn new(base_url: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
             ..Self::default()
         }
     }
+    /// Sets [`ProviderSettings::api_key`].
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(key.into());
         self
     }
+    /// Sets [`ProviderSettings::key_env`] (for error messages only; nothing is read).
     pub fn key_env(mut self, var: impl Into<String>) -> Self {
         self.key_env = Some(var.into());
         self
     }
+    /// Adds one extra request header.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.extra_headers.push((name.into(), value.into()));
         self
     }
+    /// Sets [`ProviderSettings::http`].
     pub fn http(mut self, http: HttpOptions) -> Self {
         self.http = http;
         self
     }
+    /// Sets [`ProviderSettings::default_model`].
     pub fn default_model(mut self, model: impl Into<String>) -> Self {
         self.default_model = Some(model.into());
         self
     }
+    /// Sets [`ProviderSettings::id`].
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self

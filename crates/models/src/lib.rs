@@ -15,6 +15,8 @@
 //! - cancelling the token ends the stream with [`ModelError::Cancelled`] at the next
 //!   poll, and dropping the stream (or a pending `stream` future) closes the connection.
 
+#![warn(missing_docs)]
+
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::BoxStream;

@@ -21,16 +21,21 @@ use crate::Usage;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
+    /// USD per million input (prompt) tokens.
     pub input: f64,
+    /// USD per million output (generated) tokens.
     pub output: f64,
 }
 
 impl Price {
+    /// A price from USD per million input and output tokens.
     pub const fn new(input: f64, output: f64) -> Self {
         Self { input, output }
     }
+    /// Zero for both (local models).
     pub const FREE: Price = Price::new(0.0, 0.0);
 
+    /// USD for `usage` at this price.
     pub fn cost(&self, usage: &Usage) -> f64 {
         (usage.input_tokens as f64 * self.input + usage.output_tokens as f64 * self.output)
             / 1_000_000.0
@@ -125,6 +130,7 @@ impl PriceTable {
         }
     }
 
+    /// Every pattern and its price, in pattern order.
     pub fn entries(&self) -> impl Iterator<Item = (&str, &Price)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
     }
@@ -148,6 +154,7 @@ impl PriceTable {
         best.map(|(k, p, _)| (k, p))
     }
 
+    /// The price of `model` (see [`PriceTable::lookup`]); `None` when no pattern matches.
     pub fn price(&self, model: &str) -> Option<Price> {
         self.lookup(model).map(|(_, p)| p)
     }

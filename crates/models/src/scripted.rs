@@ -73,6 +73,7 @@ pub struct Reply {
     /// Sent verbatim as a 200 body instead of the generated stream (malformed-stream
     /// tests), with `raw_content_type` (default `text/event-stream`).
     pub raw_body: Option<String>,
+    /// Content type of `raw_body`; `None`: `text/event-stream`.
     pub raw_content_type: Option<String>,
     /// Anthropic only: after the text, a `tool_use` block calling this tool
     /// (`name`, JSON `input`), and `stop_reason: tool_use`. An agent (Claude Code)
@@ -118,26 +119,32 @@ impl Reply {
         }
     }
 
+    /// Reports these input and output token counts (sets [`Reply::usage`]).
     pub fn with_usage(mut self, input_tokens: u64, output_tokens: u64) -> Self {
         self.usage = Some((input_tokens, output_tokens));
         self
     }
+    /// Sleeps `delay` before each text chunk.
     pub fn delay_per_chunk(mut self, delay: Duration) -> Self {
         self.delay_per_chunk = delay;
         self
     }
+    /// Stalls after `chunks` text chunks (sets [`Reply::hang_after`]).
     pub fn hang_after(mut self, chunks: usize) -> Self {
         self.hang_after = Some(chunks);
         self
     }
+    /// Ends the body after `chunks` text chunks (sets [`Reply::truncate_after`]).
     pub fn truncate_after(mut self, chunks: usize) -> Self {
         self.truncate_after = Some(chunks);
         self
     }
+    /// Reports this stop reason instead of the wire's default.
     pub fn stop_reason(mut self, reason: impl Into<String>) -> Self {
         self.stop_reason = Some(reason.into());
         self
     }
+    /// Adds a response header.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
@@ -149,6 +156,7 @@ impl Reply {
             ..Self::default()
         }
     }
+    /// The message of the error body (with [`Reply::status`]).
     pub fn error_message(mut self, message: impl Into<String>) -> Self {
         self.error_message = Some(message.into());
         self
@@ -158,13 +166,16 @@ impl Reply {
 /// Which wire format a request came in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
+    /// OpenAI Chat Completions (`/v1/chat/completions` or `/chat/completions`).
     OpenAi,
+    /// Anthropic Messages (`/v1/messages`).
     Anthropic,
 }
 
 /// A request as the server received it.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
+    /// Which endpoint it came to.
     pub wire: Wire,
     /// Path and query, e.g. `/v1/messages?beta=true`.
     pub path: String,
@@ -172,6 +183,7 @@ pub struct RecordedRequest {
     pub headers: Vec<(String, String)>,
     /// The parsed JSON body (`Value::Null` if it did not parse).
     pub body: Value,
+    /// The body as received (lossy UTF-8).
     pub raw_body: String,
 }
 
@@ -184,10 +196,12 @@ impl RecordedRequest {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The body's `model`; empty when absent.
     pub fn model(&self) -> &str {
         self.body.get("model").and_then(Value::as_str).unwrap_or("")
     }
 
+    /// Whether the body asks for a stream (`"stream": true`).
     pub fn is_stream(&self) -> bool {
         self.body
             .get("stream")
@@ -269,6 +283,7 @@ impl RecordedRequest {
         out
     }
 
+    /// The text of the last `user` message; `None` when there is none.
     pub fn last_user_text(&self) -> Option<String> {
         self.messages()
             .into_iter()
@@ -354,10 +369,12 @@ impl ScriptedServer {
         self
     }
 
+    /// Sets the closure that answers requests when no reply is queued.
     pub fn set_responder(&self, f: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static) {
         *self.shared.responder.lock() = Some(Arc::new(f));
     }
 
+    /// The address it listens on (127.0.0.1, an ephemeral port).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -377,6 +394,7 @@ impl ScriptedServer {
         self.shared.requests.lock().clone()
     }
 
+    /// How many requests arrived so far.
     pub fn request_count(&self) -> usize {
         self.shared.requests.lock().len()
     }

@@ -11,7 +11,9 @@ use crate::ModelError;
 /// One dispatched event: the `event:` field (if any) and the joined `data:` lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
+    /// The `event:` field; `None` when the event had none.
     pub event: Option<String>,
+    /// The `data:` lines, joined with `\n`.
     pub data: String,
 }
 
@@ -39,10 +41,12 @@ impl Default for SseParser {
 }
 
 impl SseParser {
+    /// A parser with the [`MAX_EVENT_BYTES`] cap.
     pub fn new() -> Self {
         Self::with_limit(MAX_EVENT_BYTES)
     }
 
+    /// A parser whose lines and event data may not pass `max_bytes`.
     pub fn with_limit(max_bytes: usize) -> Self {
         Self {
             line: Vec::new(),

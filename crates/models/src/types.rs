@@ -9,30 +9,38 @@ pub enum Role {
     /// Instructions. Anthropic takes these in the top-level `system` field, so a provider
     /// may move them out of the message list; their relative order is kept.
     System,
+    /// The person's words (and context the host adds for the model).
     User,
+    /// The model's earlier answers.
     Assistant,
 }
 
 /// One turn of the conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who says it.
     pub role: Role,
+    /// The text, sent as is.
     pub content: String,
 }
 
 impl Message {
+    /// A message of `role`.
     pub fn new(role: Role, content: impl Into<String>) -> Self {
         Self {
             role,
             content: content.into(),
         }
     }
+    /// A [`Role::System`] message.
     pub fn system(content: impl Into<String>) -> Self {
         Self::new(Role::System, content)
     }
+    /// A [`Role::User`] message.
     pub fn user(content: impl Into<String>) -> Self {
         Self::new(Role::User, content)
     }
+    /// A [`Role::Assistant`] message.
     pub fn assistant(content: impl Into<String>) -> Self {
         Self::new(Role::Assistant, content)
     }
@@ -46,11 +54,13 @@ pub struct ChatRequest {
     /// [`crate::ModelError::Config`].
     #[serde(default)]
     pub model: String,
+    /// The conversation, oldest first.
     pub messages: Vec<Message>,
     /// Upper bound on generated tokens. Anthropic requires one, so it gets
     /// [`crate::anthropic::DEFAULT_MAX_TOKENS`] when this is `None`.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// Sampling temperature; `None` leaves the server's default.
     #[serde(default)]
     pub temperature: Option<f32>,
     /// Ask for JSON output matching this JSON Schema. OpenAI-compatible servers get
@@ -62,6 +72,8 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
+    /// A request for `model` (empty: the provider's default) with no token cap,
+    /// temperature or schema.
     pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
         Self {
             model: model.into(),
@@ -111,10 +123,12 @@ impl ChatRequest {
 pub enum StreamEvent {
     /// The next piece of generated text (never empty).
     Delta(String),
+    /// Tokens of the whole call; what the server did not report is estimated.
     Usage(Usage),
     /// The provider finished. `stop_reason` is the provider's own word
     /// (`stop`, `length`, `end_turn`, `max_tokens`, ...).
     Done {
+        /// The provider's stop reason; `None` when it sent none.
         stop_reason: Option<String>,
     },
 }
@@ -122,8 +136,11 @@ pub enum StreamEvent {
 /// A collected completion (see [`crate::ModelProvider::complete`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
+    /// The whole generated text.
     pub text: String,
+    /// Tokens of the call (see [`StreamEvent::Usage`]).
     pub usage: Usage,
+    /// The provider's stop reason, as in [`StreamEvent::Done`].
     pub stop_reason: Option<String>,
 }
 

@@ -83,6 +83,8 @@
 //! findings whose reasons say what went wrong. Input over 64 KiB, or nested
 //! more than 48 brackets deep, is refused as unknown before parsing.
 
+#![warn(missing_docs)]
+
 mod display;
 pub mod gitconfig;
 mod parse;

@@ -12,8 +12,11 @@ use crate::names::names;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
+    /// The path did not exist before.
     Created,
+    /// Same path, other content (a symlink: other target).
     Modified,
+    /// The path no longer exists.
     Deleted,
     /// Moved from another path, same bytes.
     Renamed,
@@ -33,8 +36,11 @@ names!(ChangeKind, "change kind", {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryType {
+    /// A regular file.
     File,
+    /// A directory.
     Dir,
+    /// A symbolic link (its target is never followed).
     Symlink,
 }
 
@@ -68,20 +74,25 @@ names!(ChangeSetState, "change set state", {
 /// One path of a `workspace.changes` event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChangedFile {
-    /// Workspace-relative.
+    /// Workspace-relative, `/`-separated.
     pub path: String,
+    /// What happened to it.
     pub kind: ChangeKind,
+    /// What sort of entry it is (after the change; before, when deleted).
     pub entry: EntryType,
     /// Renamed: the old path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// Size in bytes before; absent when created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old_size: Option<u64>,
+    /// Size in bytes after; absent when deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_size: Option<u64>,
     /// Permission bits, octal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old_mode: Option<String>,
+    /// Permission bits after, octal; absent when deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_mode: Option<String>,
     /// Unified diff (text files).

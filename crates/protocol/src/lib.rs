@@ -15,6 +15,8 @@
 //!   [`FailureReason`], [`SkipReason`], [`TaskStatus`]...);
 //! - [`event`]: what a run tells its frontends ([`Event`] in an [`Envelope`]).
 
+#![warn(missing_docs)]
+
 pub mod changes;
 pub mod event;
 pub mod network;

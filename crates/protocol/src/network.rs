@@ -29,7 +29,9 @@ names!(ConnectProtocol, "connection protocol", {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectVerdict {
+    /// The proxy let the connection through.
     Allowed,
+    /// The proxy refused it; the command saw a refusal.
     Denied,
 }
 

@@ -18,6 +18,7 @@ pub enum FailureReason {
     NotImplemented,
     /// The capability ran and reported a failure.
     Failed,
+    /// The run was cancelled while the task ran.
     Cancelled,
     /// The plugin trapped or panicked.
     Trap,
@@ -35,6 +36,7 @@ pub enum FailureReason {
     WorkspaceRequired,
     /// A bounded loop gave up (e.g. retrieval stayed insufficient).
     RetryLimit,
+    /// The run's cost budget (`budget_usd`) was spent.
     BudgetExceeded,
     /// The model's output stayed unusable after bounded corrections.
     InvalidModelOutput,
@@ -61,26 +63,37 @@ names!(FailureReason, "failure reason", {
 /// A unit of work for one capability.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TaskRequest {
+    /// The task's id within its plan (`plan.created`).
     pub id: String,
+    /// The capability kind that serves it (e.g. `terminal_exec`).
     pub kind: String,
+    /// The capability's operation to call.
     pub operation: String,
+    /// The operation's input, a JSON object whose shape the capability defines.
     pub input: Value,
 }
 
+/// What a task that succeeded reports (`task.completed`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct TaskSuccess {
+    /// One line for the feed.
     pub summary: String,
+    /// The structured result (shape defined by the capability).
     pub data: Value,
 }
 
+/// Why a task failed (`task.failed`); displays as `reason: message`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error, JsonSchema)]
 #[error("{reason}: {message}")]
 pub struct TaskFailure {
+    /// The reason, from the closed set.
     pub reason: FailureReason,
+    /// What went wrong and, where it helps, what to do.
     pub message: String,
 }
 
 impl TaskFailure {
+    /// A failure for `reason` with the given message.
     pub fn new(reason: FailureReason, message: impl Into<String>) -> Self {
         Self {
             reason,
@@ -89,15 +102,21 @@ impl TaskFailure {
     }
 }
 
+/// How a task ended: its success or its failure.
 pub type TaskOutcome = Result<TaskSuccess, TaskFailure>;
 
 /// A task in a plan, as the plan panel shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 pub struct PlanTask {
+    /// Id unique within the plan; events name the task by it.
     pub id: String,
+    /// The capability kind that serves it.
     pub kind: String,
+    /// The capability's operation to call.
     pub operation: String,
+    /// The operation's input (a JSON object).
     pub input: Value,
+    /// Ids of tasks that must complete before this one starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
     /// One line for people: what this task is for.
@@ -109,10 +128,15 @@ pub struct PlanTask {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
+    /// Planned, not started (waiting for its dependencies or a slot).
     Pending,
+    /// Started: `task.started` was sent.
     Running,
+    /// Ended with `task.completed`.
     Completed,
+    /// Ended with `task.failed`.
     Failed,
+    /// Never ran (`task.skipped` says why).
     Skipped,
 }
 

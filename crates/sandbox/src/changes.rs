@@ -42,28 +42,46 @@ pub const MANIFEST: &str = "manifest.jsonl";
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Staged {
     /// The command deleted whatever was at `path` (file or whole tree).
-    Whiteout { path: String },
+    Whiteout {
+        /// Workspace-relative path that was deleted.
+        path: String,
+    },
     /// A directory; `opaque`: it replaced the old one (nothing of the old
     /// tree below it survives unless listed again).
     Dir {
+        /// Workspace-relative path of the directory.
         path: String,
+        /// Its permission bits.
         mode: u32,
+        /// Whether it replaced the old directory wholesale.
         opaque: bool,
     },
     /// A regular file whose new content is the capture directory's `staged`.
     File {
+        /// Workspace-relative path of the file.
         path: String,
+        /// Its permission bits.
         mode: u32,
+        /// Its new size in bytes.
         size: u64,
+        /// Modification time, seconds since the Unix epoch.
         mtime: i64,
+        /// Nanoseconds part of the modification time.
         mtime_nsec: i64,
+        /// Name of the file holding the new content, in the capture directory.
         staged: String,
     },
     /// A symbolic link.
-    Symlink { path: String, target: String },
+    Symlink {
+        /// Workspace-relative path of the link.
+        path: String,
+        /// The link's target, as written (not resolved).
+        target: String,
+    },
 }
 
 impl Staged {
+    /// The workspace-relative path the operation is about.
     pub fn path(&self) -> &str {
         match self {
             Staged::Whiteout { path }
@@ -79,6 +97,7 @@ pub use capstan_protocol::{ChangeKind, EntryType};
 /// One side (before or after) of a change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Side {
+    /// What sort of entry it is.
     #[serde(rename = "type")]
     pub entry: EntryType,
     /// Permission bits.
@@ -93,7 +112,9 @@ pub struct Side {
 /// One changed path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
+    /// Workspace-relative, `/`-separated path (the new one, for a rename).
     pub path: String,
+    /// What happened to it.
     pub kind: ChangeKind,
     /// Renamed: where the file was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,6 +144,7 @@ pub struct ChangeSet {
 }
 
 impl ChangeSet {
+    /// Whether the command changed nothing.
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }

@@ -66,6 +66,7 @@
 //! caller shuts down its write half) and tells the launcher to kill everything if
 //! the caller itself dies.
 
+#![warn(missing_docs)]
 #![cfg(target_os = "linux")]
 // The crate docs show the exact `main` a binary needs.
 #![allow(clippy::needless_doctest_main)]
@@ -226,7 +227,9 @@ impl std::fmt::Display for LimitHit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mechanism {
+    /// Landlock filesystem rules (`landlock`).
     Landlock,
+    /// The seccomp system-call filter (`seccomp`).
     Seccomp,
 }
 
@@ -379,7 +382,10 @@ pub enum Network {
     Off,
     /// Only through the egress proxy listening on `socket` (a Unix socket on
     /// the host).
-    Proxy { socket: PathBuf },
+    Proxy {
+        /// Path of the proxy's Unix socket on the host.
+        socket: PathBuf,
+    },
     /// The host's network.
     Full,
 }

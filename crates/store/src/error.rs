@@ -12,14 +12,22 @@ pub enum StoreError {
     /// SQLite could not open or create the file (missing directory, mode bits,
     /// a directory where the file should be...).
     #[error("cannot open database {path}: {reason}")]
-    Open { path: PathBuf, reason: String },
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's message.
+        reason: String,
+    },
 
     /// The file exists but is not SQLite (or its header is damaged).
     #[error(
         "{path} is not a SQLite database (or its header is damaged); \
          move it aside and Capstan will create a new one"
     )]
-    NotADatabase { path: PathBuf },
+    NotADatabase {
+        /// The file.
+        path: PathBuf,
+    },
 
     /// A SQLite file (or PostgreSQL database) that some other program owns:
     /// Capstan will not write to it.
@@ -27,7 +35,12 @@ pub enum StoreError {
         "{path} is a database but not Capstan's ({detail}); \
          point Capstan's data directory (or store URL) somewhere else"
     )]
-    ForeignDatabase { path: PathBuf, detail: String },
+    ForeignDatabase {
+        /// The database file (for PostgreSQL, its URL without the password).
+        path: PathBuf,
+        /// What gave it away (e.g. tables but no `capstan_schema`).
+        detail: String,
+    },
 
     /// The file was written by a newer Capstan. Migrations only go forward, so
     /// this Capstan cannot know what the newer schema means.
@@ -36,8 +49,11 @@ pub enum StoreError {
          upgrade Capstan, or point it at another data directory"
     )]
     SchemaTooNew {
+        /// The database file (for PostgreSQL, its URL without the password).
         path: PathBuf,
+        /// The schema version the database is at.
         found: u32,
+        /// The newest version this build knows.
         supported: u32,
     },
 
@@ -48,9 +64,13 @@ pub enum StoreError {
          the database was left at v{previous}"
     )]
     Migration {
+        /// The database file (for PostgreSQL, its URL without the password).
         path: PathBuf,
+        /// The version the failed migration would have reached.
         version: u32,
+        /// The version the database was left at.
         previous: u32,
+        /// SQLite's error.
         source: rusqlite::Error,
     },
 
@@ -59,18 +79,31 @@ pub enum StoreError {
         "database {path} is locked by another process (waited {waited_ms} ms); \
          retry, or stop the other Capstan using this data directory"
     )]
-    Busy { path: PathBuf, waited_ms: u64 },
+    Busy {
+        /// The database file.
+        path: PathBuf,
+        /// How long this call waited, in milliseconds.
+        waited_ms: u64,
+    },
 
     /// SQLite detected a damaged page.
     #[error(
         "database {path} is corrupt ({detail}); move it aside (or try `sqlite3 {path} .recover`) \
          and Capstan will create a new one"
     )]
-    Corrupt { path: PathBuf, detail: String },
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's description of the damage.
+        detail: String,
+    },
 
     /// The disk (or the quota) is full; nothing of the failed write was kept.
     #[error("database {path}: the disk is full; free some space and retry")]
-    DiskFull { path: PathBuf },
+    DiskFull {
+        /// The database file.
+        path: PathBuf,
+    },
 
     /// The file or its directory is read-only to this process (SQLite also
     /// needs to create `-wal` and `-shm` files beside the database).
@@ -78,37 +111,67 @@ pub enum StoreError {
         "database {path} is read-only to this process; Capstan needs write access to the \
          file and to its directory (for the -wal and -shm files)"
     )]
-    ReadOnly { path: PathBuf },
+    ReadOnly {
+        /// The database file.
+        path: PathBuf,
+    },
 
     /// No row with this id.
     #[error("no {what} with id {id}")]
-    NotFound { what: &'static str, id: String },
+    NotFound {
+        /// What was looked up, in words (`run`, `session`...).
+        what: &'static str,
+        /// The id asked for.
+        id: String,
+    },
 
     /// `add_workspace` for a root that is already registered.
     #[error("workspace {root} is already registered as {id}")]
-    WorkspaceExists { root: PathBuf, id: String },
+    WorkspaceExists {
+        /// The canonical root asked for.
+        root: PathBuf,
+        /// The id it is registered under.
+        id: String,
+    },
 
     /// A workspace root that cannot be resolved to a canonical directory.
     #[error("cannot use {root} as a workspace root: {source}")]
     WorkspaceRoot {
+        /// The root as given.
         root: PathBuf,
+        /// Why canonicalising it failed.
         source: std::io::Error,
     },
 
     /// An event with this `(run_id, seq)` is already stored. Within one
     /// `append_events` call nothing of the batch was kept.
     #[error("event {seq} of run {run_id} is already stored (event seqs are unique per run)")]
-    DuplicateEvent { run_id: String, seq: u64 },
+    DuplicateEvent {
+        /// The run.
+        run_id: String,
+        /// The seq already present.
+        seq: u64,
+    },
 
     /// `finish_run` on a run that is no longer `running`.
     #[error("run {id} has already finished ({status})")]
-    RunNotRunning { id: String, status: String },
+    RunNotRunning {
+        /// The run.
+        id: String,
+        /// The status it ended with.
+        status: String,
+    },
 
     /// `delete_session` while one of the session's runs is still running.
     #[error(
         "session {id} has a run in flight ({run_id}); cancel it or wait for it to end, then delete"
     )]
-    SessionRunning { id: String, run_id: String },
+    SessionRunning {
+        /// The session.
+        id: String,
+        /// Its run still in flight.
+        run_id: String,
+    },
 
     /// A caller passed a value the store refuses (e.g. `finish_run` with status
     /// `running`, or JSON that does not parse).
@@ -117,34 +180,53 @@ pub enum StoreError {
 
     /// The background event writer has stopped (its thread panicked).
     #[error("the event writer for database {path} has stopped")]
-    WriterStopped { path: PathBuf },
+    WriterStopped {
+        /// The database file.
+        path: PathBuf,
+    },
 
     /// `claim_run` on a run whose lease another owner holds and has not let
     /// expire.
     #[error("run {run_id} is leased to {owner} until {expires_at}; another replica is running it")]
     LeaseHeld {
+        /// The run asked for.
         run_id: String,
+        /// The owner holding the lease.
         owner: String,
+        /// When the lease expires unless renewed (RFC 3339, UTC).
         expires_at: String,
     },
 
     /// `renew_lease` by an owner that no longer holds the run's lease (it
     /// expired and was taken over, or the run ended): stop working on the run.
     #[error("{owner} no longer holds the lease on run {run_id}; stop working on it")]
-    LeaseLost { run_id: String, owner: String },
+    LeaseLost {
+        /// The run.
+        run_id: String,
+        /// The owner that asked to renew.
+        owner: String,
+    },
 
     /// A PostgreSQL failure (`url` has its password removed).
     #[error("database {url}: {detail}")]
-    Postgres { url: String, detail: String },
+    Postgres {
+        /// The server's URL, password removed.
+        url: String,
+        /// The driver's or server's message.
+        detail: String,
+    },
 
     /// Any other SQLite failure.
     #[error("database {path}: {source}")]
     Sqlite {
+        /// The database file.
         path: PathBuf,
+        /// SQLite's error.
         source: rusqlite::Error,
     },
 }
 
+/// Results of the store, failing with [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The store's busy timeout; also reported in [`StoreError::Busy`].

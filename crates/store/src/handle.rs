@@ -187,6 +187,7 @@ delegate! {
     fn add_workspace(&self, root: &Path, name: &str, profile: Option<Profile>) -> Result<Workspace>;
     /// Every workspace, by name then id.
     fn list_workspaces(&self) -> Result<Vec<Workspace>>;
+    /// The workspace with this id (`ws_...`); `None` when there is none.
     fn get_workspace_by_id(&self, id: &str) -> Result<Option<Workspace>>;
     /// Looks a workspace up by its folder (canonicalised when it exists).
     fn get_workspace_by_root(&self, root: &Path) -> Result<Option<Workspace>>;
@@ -200,6 +201,7 @@ delegate! {
     // Sessions and turns.
     /// Creates an empty session, optionally bound to an existing workspace.
     fn create_session(&self, title: &str, workspace_id: Option<&str>) -> Result<Session>;
+    /// The session with this id; `None` when there is none or it was deleted.
     fn get_session(&self, id: &str) -> Result<Option<Session>>;
     /// The `limit` most recently updated sessions, newest first.
     fn list_sessions(&self, limit: usize) -> Result<Vec<Session>>;
@@ -209,7 +211,10 @@ delegate! {
     /// stay under a tombstone (the audit never loses a decision). Refused
     /// while one of its runs is `running`.
     fn delete_session(&self, id: &str) -> Result<SessionDeletion>;
+    /// Binds the session to a registered workspace (`NotFound` otherwise), or
+    /// unbinds it with `None`; bumps `updated_at`.
     fn set_session_workspace(&self, id: &str, workspace_id: Option<&str>) -> Result<()>;
+    /// Renames the session; bumps `updated_at`.
     fn set_session_title(&self, id: &str, title: &str) -> Result<()>;
     /// Replaces the session's rolling summary.
     fn update_summary(&self, id: &str, summary: &str) -> Result<()>;
@@ -217,6 +222,7 @@ delegate! {
     fn add_turn(&self, session_id: &str, run_id: Option<&str>, role: Role, content: &str) -> Result<Turn>;
     /// The last `n` turns of a session, oldest first.
     fn recent_turns(&self, session_id: &str, n: usize) -> Result<Vec<Turn>>;
+    /// The session's token and cost totals; `NotFound` for an unknown session.
     fn session_usage(&self, session_id: &str) -> Result<Usage>;
     /// Adds one model call's usage to the session (and run) totals, durably.
     fn add_usage(&self, session_id: &str, run_id: Option<&str>, usage: &Usage) -> Result<()>;
@@ -227,6 +233,7 @@ delegate! {
     /// Ends a run once (terminal status, reason, final usage totals) and
     /// drops its lease.
     fn finish_run(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>) -> Result<()>;
+    /// The run with this id; `None` when there is none.
     fn get_run(&self, id: &str) -> Result<Option<Run>>;
     /// The `limit` most recent runs, newest first.
     fn list_runs(&self, session_id: Option<&str>, limit: usize) -> Result<Vec<Run>>;

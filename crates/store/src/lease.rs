@@ -16,6 +16,7 @@ pub const LEASE_EXPIRED_REASON: &str = "lease-expired";
 /// One stored event with its seq (the cursor for [`crate::Store::events_since`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredEvent {
+    /// The event's seq within its run (from 0, no gaps).
     pub seq: u64,
     /// The envelope, verbatim as appended.
     pub json: String,
@@ -24,7 +25,9 @@ pub struct StoredEvent {
 /// A lease on a run, as granted by [`crate::Store::claim_run`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseClaim {
+    /// The run claimed.
     pub run_id: String,
+    /// The owner that now holds the lease (the caller's own name).
     pub owner: String,
     /// RFC 3339 (milliseconds, UTC), by the database's clock on PostgreSQL.
     pub expires_at: String,

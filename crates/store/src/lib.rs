@@ -99,6 +99,8 @@
 //! PostgreSQL: versioned by the `capstan_schema` table, with the same
 //! refusals ([`PG_SCHEMA_VERSION`]).
 
+#![warn(missing_docs)]
+
 mod approvals;
 mod error;
 mod events;

@@ -79,7 +79,9 @@ macro_rules! text_enum {
 text_enum! {
     /// Who spoke a turn.
     Role {
+        /// The person's message.
         User => "user",
+        /// Capstan's answer.
         Assistant => "assistant",
     }
 }
@@ -87,9 +89,13 @@ text_enum! {
 text_enum! {
     /// Where a run stands. Only `Running` is not terminal.
     RunStatus {
+        /// Started and not ended; the only state with a lease.
         Running => "running",
+        /// Ended with an answer (`run.completed`).
         Completed => "completed",
+        /// Ended with `run.failed`; `reason` holds the failure reason.
         Failed => "failed",
+        /// Cancelled by a person, a dropped stream or end of input.
         Cancelled => "cancelled",
         /// The process running it died (crash, kill, power loss) before it
         /// finished; set at the next start-up by `mark_interrupted_runs`.
@@ -100,9 +106,11 @@ text_enum! {
 text_enum! {
     /// The outcome of an approval request.
     Decision {
+        /// Approved for this one action.
         Approved => "approved",
         /// Approved, and the same action is approved for the rest of the session.
         ApprovedForSession => "approved-for-session",
+        /// Refused; the action did not run.
         Denied => "denied",
         /// The run was cancelled while the question was open.
         Aborted => "aborted",
@@ -137,6 +145,7 @@ pub struct Workspace {
     pub id: String,
     /// Canonical (absolute, symlinks resolved) at registration; unique.
     pub root_path: PathBuf,
+    /// Display name, as given at registration.
     pub name: String,
     /// The profile chosen for this folder; `None` follows the configuration's
     /// `[policy] profile`, so tightening the configuration reaches every
@@ -144,6 +153,7 @@ pub struct Workspace {
     pub policy_profile: Option<Profile>,
     /// Extra policy rules as JSON (valid JSON is enforced by the schema).
     pub policy_json: Option<String>,
+    /// When it was registered (RFC 3339, milliseconds, UTC).
     pub created_at: String,
 }
 
@@ -152,13 +162,16 @@ pub struct Workspace {
 pub struct Session {
     /// `ses_...`
     pub id: String,
+    /// Shown in session lists; set at creation or by a rename.
     pub title: String,
     /// The workspace the session last used; `None` when it never had one or
     /// that workspace was removed.
     pub workspace_id: Option<String>,
     /// The rolling summary of turns older than the recent window.
     pub summary: String,
+    /// Token and cost totals over all the session's model calls.
     pub usage: Usage,
+    /// RFC 3339, milliseconds, UTC.
     pub created_at: String,
     /// Bumped by every change to the session, its turns or its runs' usage.
     pub updated_at: String,
@@ -167,8 +180,11 @@ pub struct Session {
 /// What [`crate::Store::delete_session`] removed, and what it kept for the audit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionDeletion {
+    /// Turns deleted.
     pub turns: u64,
+    /// Stored events deleted.
     pub events: u64,
+    /// Runs deleted (those without approvals).
     pub runs: u64,
     /// Runs kept because they hold approvals (with the session's tombstone).
     pub audited_runs_kept: u64,
@@ -179,13 +195,17 @@ pub struct SessionDeletion {
 pub struct Turn {
     /// `turn_...`
     pub id: String,
+    /// The session it belongs to.
     pub session_id: String,
     /// The run that produced (assistant) or received (user) the turn.
     pub run_id: Option<String>,
     /// 1, 2, 3... within the session, in the order turns were added.
     pub seq: u64,
+    /// Who spoke it.
     pub role: Role,
+    /// The message text (the answer's Markdown for the assistant).
     pub content: String,
+    /// RFC 3339, milliseconds, UTC.
     pub created_at: String,
 }
 
@@ -194,13 +214,18 @@ pub struct Turn {
 pub struct Run {
     /// `run_...`
     pub id: String,
+    /// The session it belongs to.
     pub session_id: String,
+    /// Where it stands.
     pub status: RunStatus,
     /// Why it failed, was cancelled or interrupted (a failure reason such as
     /// `unsupported-capability`, or free text).
     pub reason: Option<String>,
+    /// Id of the model that drove it.
     pub model: String,
+    /// Its token and cost totals so far.
     pub usage: Usage,
+    /// RFC 3339, milliseconds, UTC.
     pub started_at: String,
     /// Set exactly when the status is terminal (enforced by the schema).
     pub ended_at: Option<String>,
@@ -210,6 +235,7 @@ pub struct Run {
 /// [`crate::EventWriter`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventRecord {
+    /// The run the event belongs to.
     pub run_id: String,
     /// Unique per run; replay is in `seq` order.
     pub seq: u64,
@@ -228,18 +254,23 @@ pub struct NewApproval<'a> {
     /// and the event stream name the same request. [`crate::new_id`]`("apr")`
     /// makes one.
     pub id: &'a str,
+    /// The run that asked.
     pub run_id: &'a str,
+    /// The task within that run.
     pub task_id: &'a str,
     /// What was asked for (`exec`, `write_file`...).
     pub action: &'a str,
     /// The command line, when the action runs one.
     pub command: &'a str,
+    /// Workspace-relative directory the command would run in (empty when none).
     pub cwd: &'a str,
     /// The classified risk (`read_only`, `write`, `delete`, `network`, `unknown`).
     pub risk: &'a str,
     /// Why the command got that risk, in the classifier's words.
     pub reasons: &'a [String],
+    /// What was decided.
     pub decision: Decision,
+    /// Who decided it.
     pub decided_by: DecidedBy,
     /// When the request was made (the decision time is the time of recording).
     pub requested_at: &'a str,
@@ -248,17 +279,28 @@ pub struct NewApproval<'a> {
 /// A recorded approval decision (the audit trail).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Approval {
+    /// The request's `approval_id` (`apr_...`).
     pub id: String,
+    /// The run that asked (kept after its session is deleted).
     pub run_id: String,
+    /// The task within that run.
     pub task_id: String,
+    /// What was asked for (`exec`, `write_file`...).
     pub action: String,
+    /// The command line (empty when the action runs none).
     pub command: String,
+    /// Workspace-relative directory of the command (empty when none).
     pub cwd: String,
+    /// The classified risk, in its wire spelling.
     pub risk: String,
+    /// Why the action got that risk.
     pub reasons: Vec<String>,
+    /// What was decided.
     pub decision: Decision,
+    /// Who decided it.
     pub decided_by: DecidedBy,
     /// When the request was made.
     pub created_at: String,
+    /// When the decision was recorded (RFC 3339, milliseconds, UTC).
     pub decided_at: String,
 }

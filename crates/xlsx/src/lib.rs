@@ -18,6 +18,8 @@
 //! A grid is materialised only up to [`MAX_CELLS`] cells: a sparse sheet whose used
 //! range is larger must be read with a range.
 
+#![warn(missing_docs)]
+
 mod range;
 mod sheet;
 mod write;
@@ -38,14 +40,19 @@ pub const MAX_CELLS: u64 = 2_000_000;
 /// One cell's value.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Cell {
+    /// No value (also a cell the grid pads out).
     #[default]
     Empty,
+    /// Text: a shared, inline or formula string.
     String(String),
+    /// A number (dates stay serial numbers).
     Number(f64),
+    /// A boolean.
     Bool(bool),
 }
 
 impl Cell {
+    /// Whether the cell shows nothing: empty, or an empty string.
     pub fn is_empty(&self) -> bool {
         match self {
             Cell::Empty => true,
@@ -112,6 +119,7 @@ pub fn format_number(n: f64) -> String {
 /// A worksheet's cells: `rows[0][0]` is the cell at (`first_row`, `first_col`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Sheet {
+    /// The sheet's tab name, as in the workbook.
     pub name: String,
     /// 1-based row of `rows[0]`.
     pub first_row: u32,
@@ -122,10 +130,12 @@ pub struct Sheet {
 }
 
 impl Sheet {
+    /// Rows in the grid (not the last used row number).
     pub fn row_count(&self) -> usize {
         self.rows.len()
     }
 
+    /// Columns in the grid (0 when it has no rows).
     pub fn col_count(&self) -> usize {
         self.rows.first().map_or(0, Vec::len)
     }
@@ -205,6 +215,7 @@ impl Sheet {
 /// The sheets read.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Workbook {
+    /// The sheets asked for, in workbook order.
     pub sheets: Vec<Sheet>,
 }
 
@@ -237,6 +248,7 @@ impl Workbook {
 /// One worksheet's summary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SheetInfo {
+    /// The sheet's tab name.
     pub name: String,
     /// The last row holding a value (1-based; 0 for an empty sheet), like openpyxl's
     /// `max_row`.
@@ -247,11 +259,14 @@ pub struct SheetInfo {
     pub range: String,
     /// Cells holding a value.
     pub cells: u64,
+    /// Whether the workbook marks it `hidden` or `veryHidden`.
     pub hidden: bool,
 }
 
+/// What [`info`] reports about a workbook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Info {
+    /// Every sheet, hidden ones included, in workbook order.
     pub sheets: Vec<SheetInfo>,
 }
 

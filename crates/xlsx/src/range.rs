@@ -9,13 +9,18 @@ pub const MAX_COLS: u32 = 16_384;
 /// An inclusive, 1-based rectangle of cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CellRange {
+    /// Top row, 1-based.
     pub first_row: u32,
+    /// Left column, 1-based (1 = A).
     pub first_col: u32,
+    /// Bottom row, inclusive.
     pub last_row: u32,
+    /// Right column, inclusive.
     pub last_col: u32,
 }
 
 impl CellRange {
+    /// Whether the 1-based cell (`row`, `col`) lies inside the range.
     pub fn contains(&self, row: u32, col: u32) -> bool {
         (self.first_row..=self.last_row).contains(&row)
             && (self.first_col..=self.last_col).contains(&col)

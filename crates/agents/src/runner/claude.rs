@@ -35,6 +35,7 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 /// Bytes of stderr kept for error messages.
 const STDERR_TAIL: usize = 4096;
 
+/// Runs a step as a headless Claude Code process (`claude -p`, stream-JSON output).
 pub struct ClaudeRunner {
     config: ClaudeConfig,
     program: PathBuf,

@@ -12,12 +12,14 @@ use super::{AgentJob, ProgressFn, RunOutput, Runner};
 use crate::event::Progress;
 use crate::{RuntimeKind, TaskStatus};
 
+/// Runs a step as one streamed completion of Capstan's own model provider (no tools).
 pub struct CliRunner {
     provider: Arc<dyn ModelProvider>,
     model: String,
 }
 
 impl CliRunner {
+    /// A runner calling `model` on `provider`.
     pub fn new(provider: Arc<dyn ModelProvider>, model: String) -> Self {
         Self { provider, model }
     }

@@ -23,11 +23,15 @@ use crate::{AgentError, AgentsConfig, RuntimeKind, TaskStatus};
 /// One agent step: a rendered prompt for one role of one task.
 #[derive(Debug, Clone)]
 pub struct AgentJob {
+    /// The task's id in the task file.
     pub task_id: String,
+    /// The agent's name (its role).
     pub agent: String,
+    /// The rendered prompt, already fitted to the context limit.
     pub prompt: String,
     /// Model asked of the runtime; `None`: the runtime's configured default.
     pub model: Option<String>,
+    /// The directory the runtime works in.
     pub workspace: PathBuf,
 }
 
@@ -50,14 +54,18 @@ pub struct RunOutput {
     /// `Completed`, `Failed` or `Cancelled` (the executor turns a cancellation caused by
     /// its timeout into `Timeout`).
     pub status: TaskStatus,
+    /// Everything the agent produced (partial on failure).
     pub output: String,
+    /// Tokens used, as reported or estimated ([`AgentJob::estimated_usage`]).
     pub usage: Usage,
     /// The model that actually answered, as the runtime reports it.
     pub model: Option<String>,
+    /// What went wrong, with the runtime's context; `None` when completed.
     pub error: Option<String>,
 }
 
 impl RunOutput {
+    /// A `Failed` output keeping what was produced before `error`.
     pub fn failed(output: String, usage: Usage, model: Option<String>, error: String) -> Self {
         Self {
             status: TaskStatus::Failed,
@@ -72,8 +80,10 @@ impl RunOutput {
 /// Where a runner reports progress.
 pub type ProgressFn<'a> = &'a (dyn Fn(Progress) + Send + Sync);
 
+/// One agent runtime: runs a step and reports its progress.
 #[async_trait]
 pub trait Runner: Send + Sync {
+    /// Which runtime this is.
     fn runtime(&self) -> RuntimeKind;
     /// The model used when a job names none (for budget projections), if known.
     fn default_model(&self) -> Option<String>;
@@ -91,19 +101,24 @@ pub trait Runner: Send + Sync {
 /// Whether Capstan itself is running as an MCP server for another agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Run from the command line: a task without a runtime uses `cli`.
     Cli,
+    /// Serving an MCP client: the calling agent must name each task's runtime.
     Mcp,
 }
 
 /// What the runners need from the host.
 #[derive(Clone)]
 pub struct RunnerDeps {
+    /// The `[agents]` configuration.
     pub config: AgentsConfig,
     /// The model provider and model for the `cli` runtime (`None`: no model configured).
     pub cli_model: Option<(Arc<dyn ModelProvider>, String)>,
     /// The `capstan` executable, given to Claude Code as an MCP server (`None`: no MCP).
     pub capstan_exe: Option<PathBuf>,
+    /// The workspace the agents work in.
     pub workspace: PathBuf,
+    /// How Capstan was started, which decides the default runtime.
     pub mode: Mode,
     /// The config file where `[model]` and `[agents]` live, named in messages.
     pub config_file: Option<PathBuf>,
@@ -116,6 +131,7 @@ pub struct RunnerFactory {
 }
 
 impl RunnerFactory {
+    /// A factory that has built nothing yet.
     pub fn new(deps: RunnerDeps) -> Self {
         Self {
             deps,

@@ -32,6 +32,7 @@ use crate::config::OpenCodeConfig;
 use crate::event::Progress;
 use crate::{AgentError, RuntimeKind, TaskStatus};
 
+/// Runs a step in a session of an `opencode serve` server, over its HTTP API.
 pub struct OpenCodeRunner {
     config: OpenCodeConfig,
     base: String,
@@ -142,6 +143,7 @@ impl OpenCodeRunner {
         )))
     }
 
+    /// The server's version, as its health endpoint reported it.
     pub fn version(&self) -> &str {
         &self.version
     }
