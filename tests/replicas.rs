@@ -348,7 +348,11 @@ fn an_unreachable_store_is_a_clear_error_without_the_password() {
     assert!(err.contains("--store"), "names what to fix: {err}");
 
     let bad = Home::new("[store]\nlease_secs = 0\n");
-    let out = bad.capstan().args(["serve", "--port", "0"]).output().unwrap();
+    let out = bad
+        .capstan()
+        .args(["serve", "--port", "0"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("lease_secs"), "{err}");
@@ -442,9 +446,19 @@ async fn runs_spread_over_replicas_with_kills_each_end_in_one_terminal_state() {
         assert_gap_free(&events);
         let terminal: Vec<&Value> = events
             .iter()
-            .filter(|e| matches!(e["type"].as_str(), Some("run.completed" | "run.failed" | "run.cancelled")))
+            .filter(|e| {
+                matches!(
+                    e["type"].as_str(),
+                    Some("run.completed" | "run.failed" | "run.cancelled")
+                )
+            })
             .collect();
-        assert_eq!(terminal.len(), 1, "run {id} ({status}): {:?}", types(&events));
+        assert_eq!(
+            terminal.len(),
+            1,
+            "run {id} ({status}): {:?}",
+            types(&events)
+        );
         let last = events.last().unwrap();
         assert_eq!(terminal[0], last, "the terminal event is the last");
         match status.as_str() {

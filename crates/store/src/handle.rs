@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 use crate::pg::PgStore;
-use crate::{RunRequest, RunRequestKind, 
-    Approval, EventRecord, LeaseClaim, NewApproval, Profile, Role, Run, RunStatus, Session,
-    SessionDeletion, SqliteStore, StoredEvent, Turn, Usage, Workspace,
+use crate::{
+    Approval, EventRecord, LeaseClaim, NewApproval, Profile, Role, Run, RunRequest, RunRequestKind,
+    RunStatus, Session, SessionDeletion, SqliteStore, StoredEvent, Turn, Usage, Workspace,
 };
 
 /// Which database a [`Store`] is backed by.

@@ -8,9 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_store::{
-    Backend, LEASE_EXPIRED_REASON, RunRequestKind, RunStatus, Store, StoreError,
-};
+use capstan_store::{Backend, LEASE_EXPIRED_REASON, RunRequestKind, RunStatus, Store, StoreError};
 
 mod common;
 
@@ -281,7 +279,12 @@ fn run_requests_are_taken_once_by_their_target(kind: Kind) {
     let stray = sender.add_run_request("apr_other", &decide).unwrap();
     assert!(sender.run_request_pending(cancel).unwrap());
     // Targets nobody asked about are left alone.
-    assert!(owner.take_run_requests(&["run_2".into()]).unwrap().is_empty());
+    assert!(
+        owner
+            .take_run_requests(&["run_2".into()])
+            .unwrap()
+            .is_empty()
+    );
     let taken = owner
         .take_run_requests(&["run_1".into(), "apr_1".into()])
         .unwrap();

@@ -152,7 +152,11 @@ impl App {
             // Shared with replicas, whose streams wait for a terminal event.
             if store.backend() == capstan_store::Backend::Postgres {
                 for id in &ids {
-                    crate::run::lease::end_interrupted(&store, id, crate::run::lease::Ended::ProcessGone);
+                    crate::run::lease::end_interrupted(
+                        &store,
+                        id,
+                        crate::run::lease::Ended::ProcessGone,
+                    );
                 }
             }
             tracing::info!(

@@ -81,7 +81,9 @@ impl Replica {
 
     /// Claims a run this replica just started.
     pub fn claim(&self, run_id: &str) -> Result<(), StoreError> {
-        self.store.claim_run(run_id, &self.owner, self.ttl).map(|_| ())
+        self.store
+            .claim_run(run_id, &self.owner, self.ttl)
+            .map(|_| ())
     }
 
     /// Renews this replica's leases; returns the runs whose lease was lost

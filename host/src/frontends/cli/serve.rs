@@ -88,7 +88,12 @@ pub struct ServeArgs {
     /// The store: `postgres://user:password@host:port/db` makes this server
     /// one replica of several sharing that database (docs/DEPLOY.md).
     /// Default: `[store] url` in capstan.toml, else the SQLite file in the data dir.
-    #[arg(long, env = "CAPSTAN_STORE_URL", value_name = "URL", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "CAPSTAN_STORE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub store: Option<String>,
     /// How approvals are answered: `ask` waits for a frontend to decide.
     #[arg(long, value_enum, default_value = "ask")]

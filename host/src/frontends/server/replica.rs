@@ -213,7 +213,10 @@ pub fn running_elsewhere(store: &Store, run_id: &str) -> Result<bool, ApiError> 
 pub fn tail(store: Arc<Store>, run_id: &str, slot: StreamSlot) -> Result<Subscription, ApiError> {
     let stored = store.events_since(run_id, None)?;
     let mut after = stored.last().map(|e| e.seq);
-    let backlog: Vec<Arc<Envelope>> = stored.iter().filter_map(|e| parse(run_id, &e.json)).collect();
+    let backlog: Vec<Arc<Envelope>> = stored
+        .iter()
+        .filter_map(|e| parse(run_id, &e.json))
+        .collect();
     if backlog.iter().any(|e| is_terminal(&e.event)) {
         return Ok(Subscription::from_parts(backlog, None, slot));
     }

@@ -561,11 +561,11 @@ impl RunManager {
             return Ok(());
         }
         local.map_err(|_| {
-                ApiError::not_found(format!(
-                    "no open approval `{approval_id}`: it was already decided, it expired, or its \
+            ApiError::not_found(format!(
+                "no open approval `{approval_id}`: it was already decided, it expired, or its \
                  run ended"
-                ))
-            })
+            ))
+        })
     }
 
     /// The session an AG-UI thread maps to (made on first use).
