@@ -131,7 +131,13 @@ fn take_requests(manager: &Arc<RunManager>, replica: &Replica) {
                 let decided = decision
                     .parse()
                     .map_err(|_| format!("unknown decision {decision:?}"))
-                    .and_then(|d| manager.app().broker.decide(&request.target, d, via));
+                    .and_then(|d| {
+                        manager
+                            .app()
+                            .broker
+                            .decide(&request.target, d, via)
+                            .map_err(|e| e.to_string())
+                    });
                 if let Err(e) = decided {
                     tracing::warn!(
                         "a decision on approval {} from another replica was not applied: {e}",
