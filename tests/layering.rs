@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("frontends::server", 90),
     ("frontends::mcp", 85),
     ("run::app", 80),
+    ("run::lease", 78),
     ("run::builder", 75),
     ("run::orchestrator", 70),
     ("run::dispatch", 65),

@@ -40,6 +40,9 @@ pub enum FailureReason {
     BudgetExceeded,
     /// The model's output stayed unusable after bounded corrections.
     InvalidModelOutput,
+    /// The replica running the run stopped renewing its lease (it died or
+    /// lost the database); another replica marked the run interrupted.
+    LeaseExpired,
 }
 
 names!(FailureReason, "failure reason", {
@@ -58,6 +61,7 @@ names!(FailureReason, "failure reason", {
     RetryLimit => "retry-limit",
     BudgetExceeded => "budget-exceeded",
     InvalidModelOutput => "invalid-model-output",
+    LeaseExpired => "lease-expired",
 });
 
 /// A unit of work for one capability.

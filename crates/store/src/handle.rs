@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, StoreError};
 use crate::pg::PgStore;
 use crate::{
-    Approval, EventRecord, LeaseClaim, NewApproval, Profile, Role, Run, RunStatus, Session,
-    SessionDeletion, SqliteStore, StoredEvent, Turn, Usage, Workspace,
+    Approval, EventRecord, LeaseClaim, NewApproval, Profile, Role, Run, RunRequest, RunRequestKind,
+    RunStatus, Session, SessionDeletion, SqliteStore, StoredEvent, Turn, Usage, Workspace,
 };
 
 /// Which database a [`Store`] is backed by.
@@ -277,6 +277,18 @@ delegate! {
     /// `running` run whose lease has expired, and returns their ids, oldest
     /// first. Runs never leased are left to [`Store::mark_interrupted_runs`].
     fn interrupt_expired_leases(&self) -> Result<Vec<String>>;
+
+    // Requests for a run's owner (see the `requests` module).
+    /// Leaves a request for the replica that serves `target` (a run id for
+    /// a cancel, an approval id for a decision); returns its id.
+    fn add_run_request(&self, target: &str, kind: &RunRequestKind) -> Result<i64>;
+    /// Takes (deletes and returns, oldest first) the requests for these
+    /// targets: each request is taken by one caller only.
+    fn take_run_requests(&self, targets: &[String]) -> Result<Vec<RunRequest>>;
+    /// Withdraws a request nobody took; `false` when it was taken already.
+    fn withdraw_run_request(&self, id: i64) -> Result<bool>;
+    /// Whether a request still waits to be taken.
+    fn run_request_pending(&self, id: i64) -> Result<bool>;
 
     // Approvals.
     /// Records an approval decision durably (once per id).

@@ -111,6 +111,7 @@ mod model;
 mod notify;
 mod owner;
 mod pg;
+mod requests;
 mod runs;
 mod schema;
 mod sessions;
@@ -132,7 +133,8 @@ pub use model::{
     Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
     Session, SessionDeletion, Turn, Usage, Workspace,
 };
-pub use pg::PG_SCHEMA_VERSION;
+pub use pg::{PG_SCHEMA_VERSION, redact as redact_url};
+pub use requests::{RunRequest, RunRequestKind};
 pub use runs::INTERRUPTED_REASON;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use time::{format_rfc3339_millis, now_rfc3339};

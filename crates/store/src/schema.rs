@@ -139,6 +139,22 @@ ALTER TABLE runs ADD COLUMN lease_expires_at TEXT
     CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL));
 CREATE INDEX runs_lease ON runs(lease_expires_at) WHERE status = 'running';
 "#,
+    // v5: requests for the replica that owns a run (see requests.rs): a
+    // cancel or an approval decision posted to another replica waits here
+    // until the owner takes it.
+    r#"
+CREATE TABLE run_requests (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    -- A run id (cancel) or an approval id (decide).
+    target     TEXT NOT NULL,
+    kind       TEXT NOT NULL CHECK (kind IN ('cancel', 'decide')),
+    decision   TEXT,
+    decided_by TEXT,
+    created_at TEXT NOT NULL,
+    CHECK ((kind = 'decide') = (decision IS NOT NULL))
+) STRICT;
+CREATE INDEX run_requests_by_target ON run_requests(target, id);
+"#,
 ];
 
 /// Reads the header and refuses files this build must not touch. Writes

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_store::{Backend, LEASE_EXPIRED_REASON, RunStatus, Store, StoreError};
+use capstan_store::{Backend, LEASE_EXPIRED_REASON, RunRequestKind, RunStatus, Store, StoreError};
 
 mod common;
 
@@ -262,7 +262,58 @@ fn open_url_names_the_backend(kind: Kind) {
     assert_ne!(store.owner_id(), db.open().owner_id());
 }
 
+/// A request left by one replica is taken by the one that serves its target,
+/// once, oldest first; one nobody takes can be withdrawn.
+fn run_requests_are_taken_once_by_their_target(kind: Kind) {
+    let db = Db::new(kind);
+    let sender = db.open();
+    let owner = db.open();
+    let cancel = sender
+        .add_run_request("run_1", &RunRequestKind::Cancel)
+        .unwrap();
+    let decide = RunRequestKind::Decide {
+        decision: "approved".into(),
+        decided_by: Some("http-token".into()),
+    };
+    let decision = sender.add_run_request("apr_1", &decide).unwrap();
+    let stray = sender.add_run_request("apr_other", &decide).unwrap();
+    assert!(sender.run_request_pending(cancel).unwrap());
+    // Targets nobody asked about are left alone.
+    assert!(
+        owner
+            .take_run_requests(&["run_2".into()])
+            .unwrap()
+            .is_empty()
+    );
+    let taken = owner
+        .take_run_requests(&["run_1".into(), "apr_1".into()])
+        .unwrap();
+    assert_eq!(
+        taken.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![cancel, decision]
+    );
+    assert_eq!(taken[0].kind, RunRequestKind::Cancel);
+    assert_eq!(taken[1].target, "apr_1");
+    assert_eq!(taken[1].kind, decide);
+    assert!(!sender.run_request_pending(cancel).unwrap());
+    // Taken once: a second owner finds nothing.
+    assert!(
+        db.open()
+            .take_run_requests(&["run_1".into(), "apr_1".into()])
+            .unwrap()
+            .is_empty()
+    );
+    assert!(!sender.withdraw_run_request(decision).unwrap());
+    assert!(sender.withdraw_run_request(stray).unwrap());
+    assert!(!sender.run_request_pending(stray).unwrap());
+    assert!(matches!(
+        sender.add_run_request("", &RunRequestKind::Cancel),
+        Err(StoreError::InvalidArgument(_))
+    ));
+}
+
 both!(
+    run_requests_are_taken_once_by_their_target,
     concurrent_appenders_get_distinct_gap_free_seqs,
     cursor_reads_and_wake_ups,
     leases_are_exclusive_and_taken_over_when_expired,

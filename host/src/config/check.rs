@@ -30,6 +30,7 @@ pub const USER_KEYS: &[&str] = &[
     "network",
     "server",
     "changes",
+    "store",
     "plugin",
     "mcp_server",
 ];

@@ -14,6 +14,7 @@ pub mod changes;
 pub mod check;
 mod mcp_server;
 pub mod network;
+pub mod store;
 
 pub use mcp_server::McpServerEntry;
 
@@ -40,6 +41,8 @@ pub struct Config {
     pub server: ServerSection,
     /// `[changes]`: capture, review and undo of workspace changes.
     pub changes: changes::ChangesSection,
+    /// `[store]`: the database (SQLite file, or PostgreSQL for replicas).
+    pub store: store::StoreSection,
 }
 
 /// `[sandbox]`: what every sandboxed command gets (docs/ARCHITECTURE.md,

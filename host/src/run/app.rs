@@ -118,6 +118,17 @@ impl App {
         approve: ApproveMode,
         model: Option<capstan_models::ProviderConfig>,
     ) -> Result<Self> {
+        Self::open_with(dirs, approve, model, None).await
+    }
+
+    /// As [`App::open_with_model`], with the config's `[store] url` replaced
+    /// (`capstan serve --store`).
+    pub async fn open_with(
+        dirs: Dirs,
+        approve: ApproveMode,
+        model: Option<capstan_models::ProviderConfig>,
+        store_url: Option<String>,
+    ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
         let mut config = Config::load(&dirs.user_config_file())?;
         config.sandbox.check(
@@ -128,14 +139,26 @@ impl App {
         if model.is_some() {
             config.model = model;
         }
-        let store = Arc::new(
-            Store::open(dirs.data.join("capstan.db")).context("opening Capstan's database")?,
-        );
+        if store_url.is_some() {
+            config.store.url = store_url;
+        }
+        config.store.check()?;
+        let store = Arc::new(crate::run::lease::open_store(&dirs, &config.store)?);
         // Housekeeping, not news: the command at hand is usually unrelated
         // (the runs list shows them as `interrupted`).
         if let Ok(ids) = store.mark_interrupted_runs()
             && !ids.is_empty()
         {
+            // Shared with replicas, whose streams wait for a terminal event.
+            if store.backend() == capstan_store::Backend::Postgres {
+                for id in &ids {
+                    crate::run::lease::end_interrupted(
+                        &store,
+                        id,
+                        crate::run::lease::Ended::ProcessGone,
+                    );
+                }
+            }
             tracing::info!(
                 "marked {} run(s) from an earlier process as interrupted",
                 ids.len()

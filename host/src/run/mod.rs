@@ -9,5 +9,6 @@
 pub mod app;
 pub mod builder;
 pub mod dispatch;
+pub mod lease;
 pub mod model;
 pub mod orchestrator;

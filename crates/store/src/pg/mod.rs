@@ -46,7 +46,10 @@ use crate::notify::Notifier;
 
 /// The migrations, in order: migration `n` (1-based) takes the database from
 /// version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/postgres/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/postgres/0001_init.sql"),
+    include_str!("../../migrations/postgres/0002_run_requests.sql"),
+];
 
 /// The PostgreSQL schema version this build reads and writes.
 pub const PG_SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -106,7 +109,7 @@ impl fmt::Debug for PgStore {
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
-pub(crate) fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };

@@ -85,6 +85,16 @@ pub struct ServeArgs {
     /// registered, so HTTP clients may name it.
     #[arg(long, short, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// The store: `postgres://user:password@host:port/db` makes this server
+    /// one replica of several sharing that database (docs/DEPLOY.md).
+    /// Default: `[store] url` in capstan.toml, else the SQLite file in the data dir.
+    #[arg(
+        long,
+        env = "CAPSTAN_STORE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
     /// How approvals are answered: `ask` waits for a frontend to decide.
     #[arg(long, value_enum, default_value = "ask")]
     pub approve: ApproveMode,
@@ -98,7 +108,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
         .transpose()?;
     // Checked before anything opens: a bad flag combination fails fast.
     let token = TokenChoice::pick(args.token, args.no_token)?;
-    let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
+    let app = Arc::new(App::open_with(global.dirs()?, args.approve, None, args.store).await?);
     if let Some(root) = &workspace {
         register(&app, root)?;
     }
@@ -117,6 +127,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
             Caller::Local,
             limits,
         ));
+        crate::frontends::server::replica::start(&runs);
         crate::frontends::server::stdio::serve_stdio(runs).await?;
     } else {
         let runs = Arc::new(RunManager::new(
@@ -125,6 +136,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
             Caller::Remote,
             limits,
         ));
+        crate::frontends::server::replica::start(&runs);
         let opts = HttpOptions {
             addr: SocketAddr::new(args.host, args.port),
             token,

@@ -214,6 +214,13 @@ const USER_TEMPLATE: &str = r#"# Capstan's settings. Every line is commented out
 # write_quota_mb = 1024
 # read = ["~/.cargo"]             # extra read-only paths
 
+# Where sessions, runs and events are kept. Absent: capstan.db in the data dir.
+# A PostgreSQL URL lets several `capstan serve` replicas share one database
+# (docs/DEPLOY.md); `capstan serve --store URL` overrides it.
+# [store]
+# url = "postgres://capstan:secret@db.internal:5432/capstan"
+# lease_secs = 30                 # a dead replica's runs are interrupted after this
+
 # The search index: "english" (stemmed prose) or "simple" (exact words, code).
 # [index]
 # analyzer = "english"

@@ -16,6 +16,7 @@ pub mod files;
 pub mod guard;
 pub mod http;
 pub mod openapi;
+pub mod replica;
 pub mod runs;
 pub mod stdio;
 mod web;

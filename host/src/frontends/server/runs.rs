@@ -25,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use super::error::{ApiError, ErrorKind};
 use crate::plugins::services::approval::Via;
 use crate::run::app::{App, AskRequest, Frontend};
+use crate::run::lease::Replica;
 use crate::workspace_gate::{Caller, Refusal};
 use capstan_protocol::{Envelope, Event};
 
@@ -77,6 +78,20 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// A subscription fed by something other than a local run (a tail of
+    /// the store, see [`super::replica::tail`]).
+    pub(super) fn from_parts(
+        backlog: Vec<Arc<Envelope>>,
+        live: Option<mpsc::UnboundedReceiver<Arc<Envelope>>>,
+        slot: StreamSlot,
+    ) -> Self {
+        Self {
+            backlog,
+            live,
+            slot: Some(slot),
+        }
+    }
+
     /// Only the events still to come (the caller has seen the backlog).
     pub fn without_backlog(mut self) -> Self {
         self.backlog.clear();
@@ -128,7 +143,7 @@ struct StreamCounts {
 }
 
 /// One open stream, counted until dropped.
-struct StreamSlot {
+pub struct StreamSlot {
     manager: Arc<RunManager>,
     run_id: String,
 }
@@ -242,6 +257,8 @@ pub struct RunManager {
     active: Mutex<HashMap<String, Arc<ActiveRun>>>,
     /// Sessions with a run in flight: a session's turns stay in order.
     busy_sessions: Mutex<HashSet<String>>,
+    /// This server as one replica of several (`None` on SQLite).
+    replica: Option<Arc<Replica>>,
     /// AG-UI thread ids to the Capstan sessions they became.
     threads: Mutex<HashMap<String, String>>,
     tasks: TaskTracker,
@@ -255,7 +272,6 @@ impl RunManager {
         limits: StreamLimits,
     ) -> Self {
         Self {
-            app,
             default_workspace,
             caller,
             limits,
@@ -264,7 +280,19 @@ impl RunManager {
             busy_sessions: Mutex::default(),
             threads: Mutex::default(),
             tasks: TaskTracker::new(),
+            replica: Replica::for_store(app.store.clone(), &app.config.store),
+            app,
         }
+    }
+
+    /// This server as one replica of several (a shared PostgreSQL store).
+    pub fn replica(&self) -> Option<&Arc<Replica>> {
+        self.replica.as_ref()
+    }
+
+    /// The runs this server is running now.
+    pub fn active_runs(&self) -> Vec<Arc<ActiveRun>> {
+        self.active.lock().values().cloned().collect()
     }
 
     pub fn app(&self) -> &Arc<App> {
@@ -343,6 +371,11 @@ impl RunManager {
         });
         let events = run.subscribe(self.bind_slot(slot, &run.run_id));
         self.active.lock().insert(run.run_id.clone(), run.clone());
+        if let Some(replica) = &self.replica
+            && let Err(e) = replica.claim(&run.run_id)
+        {
+            tracing::warn!("run {} runs without a lease: {e}", run.run_id);
+        }
         let sink = run.clone();
         let frontend: Frontend = Arc::new(move |env: &Envelope| sink.push(env));
         let manager = self.clone();
@@ -450,6 +483,9 @@ impl RunManager {
         }
         self.require_run(run_id)?;
         let slot = self.stream_slot(run_id)?;
+        if self.replica.is_some() && super::replica::running_elsewhere(&self.app.store, run_id)? {
+            return super::replica::tail(self.app.store.clone(), run_id, slot);
+        }
         let backlog = self
             .app
             .store
@@ -478,6 +514,11 @@ impl RunManager {
             return Ok(());
         }
         let run = self.require_run(run_id)?;
+        if let Some(replica) = &self.replica
+            && run.status == capstan_store::RunStatus::Running
+        {
+            return super::replica::forward_cancel(replica, run_id);
+        }
         Err(ApiError::conflict(format!(
             "run `{run_id}` already ended ({}); nothing to cancel",
             run.status
@@ -516,10 +557,14 @@ impl RunManager {
                  approved-for-session, denied or aborted",
             ));
         }
-        self.app
-            .broker
-            .decide(approval_id, decision, via)
-            .map_err(|e| ApiError::not_found(e.to_string()))
+        let local = self.app.broker.decide(approval_id, decision, via);
+        if local.is_err()
+            && let Some(replica) = &self.replica
+            && super::replica::forward_decision(replica, approval_id, decision.as_str(), via)?
+        {
+            return Ok(());
+        }
+        local.map_err(|e| ApiError::not_found(e.to_string()))
     }
 
     /// The session an AG-UI thread maps to (made on first use).
