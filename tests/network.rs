@@ -603,3 +603,48 @@ fn an_mcp_command_server_gets_a_scrubbed_environment_and_plugins_list_says_how_i
         );
     }
 }
+
+#[test]
+fn sandbox_check_reports_the_egress_proxy_and_credential_hosts_never_values() {
+    let home = Home::new(
+        "[network]\nallow = [\"api.example.com\"]\npresets = [\"cargo\"]\n\n\
+         [[network.credential]]\nhost = \"api.example.com\"\nheader = \"Authorization\"\n\
+         value_env = \"NETWIRE_CHECK_TOKEN\"\n",
+    );
+    let value = "netwire-check-value-0123456789";
+    let out = home
+        .capstan()
+        .env("NETWIRE_CHECK_TOKEN", value)
+        .args(["sandbox", "check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("egress proxy"), "{text}");
+    assert!(text.contains("presets: cargo"), "{text}");
+    assert!(
+        text.contains("api.example.com:443 (Authorization, from $NETWIRE_CHECK_TOKEN): set"),
+        "{text}"
+    );
+    assert!(text.contains("enforcement:  possible"), "{text}");
+    assert!(!text.contains(value), "{text}");
+    assert!(out.status.success(), "{text}");
+
+    // A credential that cannot be read makes the check fail, naming it.
+    let out = home
+        .capstan()
+        .env_remove("NETWIRE_CHECK_TOKEN")
+        .args(["sandbox", "check", "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["network"]["policy_loaded"], true, "{report}");
+    assert_eq!(report["network"]["credentials_ready"], false, "{report}");
+    assert!(
+        report["network"]["credentials"][0]
+            .as_str()
+            .unwrap()
+            .contains("NOT READABLE"),
+        "{report}"
+    );
+    assert!(!out.status.success());
+}
