@@ -652,3 +652,201 @@ fn sessions_are_renamed_and_deleted_over_http_and_a_running_one_is_kept() {
         assert_eq!(again.status().as_u16(), 404);
     });
 }
+
+/// The change cards and Undo in the browser, and the HTTP routes behind them:
+/// a command edits two files and deletes a third; the card shows the diffs;
+/// Undo restores every byte. Run again, a person edits one file: Undo is
+/// refused naming it, "Undo the others" restores the rest and keeps the
+/// person's words. The routes refuse a second undo, contradictory options,
+/// unknown sets and foreign origins.
+#[test]
+fn the_web_chat_shows_changes_and_undoes_them_without_clobbering_a_persons_edit() {
+    let modules = common::npm_modules("webchat");
+    let script = modules.parent().unwrap().join("undo.mjs");
+    let home = Home::new("");
+    let ws = handbook();
+    let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
+    let original = |p: &str| std::fs::read(ws.path().join(p)).unwrap();
+    let files = [
+        "ops/key-rotation.md",
+        "guides/releases.md",
+        "ops/oncall.rst",
+    ];
+    let before: Vec<Vec<u8>> = files.iter().map(|p| original(p)).collect();
+
+    let shots = artifacts();
+    for name in ["applied", "refused", "refused-dark", "390-dark", "failure"] {
+        let _ = std::fs::remove_file(shots.join(format!("webchat-changes-{name}.png")));
+    }
+    let out = Command::new("node")
+        .arg(&script)
+        .arg(&server.chat_url)
+        .arg(ws.path())
+        .arg(&shots)
+        .output()
+        .expect("node is installed (bash tests/run installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "undo.mjs failed: {stderr}");
+    let s: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("undo.mjs printed no summary ({e}): {stderr}"));
+    assert_eq!(
+        s["errors"].as_array().map(|e| e
+            .iter()
+            .filter(|x| !x.as_str().unwrap_or("").contains("409"))
+            .count()),
+        Some(0),
+        "errors in the page: {s}"
+    );
+    assert_eq!(s["dialogs"], json!([]));
+
+    // The first card: three paths, a diff with the edit, an Undo button.
+    let first = &s["first"];
+    assert!(
+        first["title"].as_str().unwrap().contains("3 paths"),
+        "{first}"
+    );
+    let listed = strings(&first["files"]).join("\n");
+    assert!(listed.contains("modified ops/key-rotation.md"), "{listed}");
+    assert!(listed.contains("modified guides/releases.md"), "{listed}");
+    assert!(listed.contains("deleted ops/oncall.rst"), "{listed}");
+    assert!(
+        strings(&first["diffs"])
+            .iter()
+            .any(|d| d.contains("+") && d.contains("THE ")),
+        "{first}"
+    );
+    assert_eq!(first["buttons"], json!(["Undo"]));
+    assert!(
+        s["firstUndo"]["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("undone: 3 path(s)"),
+        "{s}"
+    );
+    assert!(
+        s["firstUndo"]["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("Changes undone"),
+        "{s}"
+    );
+    assert_eq!(
+        s["firstUndo"]["buttons"],
+        json!([]),
+        "Undo is still offered"
+    );
+
+    // The second card: the person's file was refused by name, the other restored.
+    let refused = s["refused"]["status"].as_str().unwrap();
+    assert!(refused.contains("guides/releases.md"), "{refused}");
+    assert!(refused.contains("keep_changed"), "{refused}");
+    let others = s["others"]["status"].as_str().unwrap();
+    assert!(
+        others.contains("left as they are: guides/releases.md"),
+        "{others}"
+    );
+    assert_eq!(
+        original("ops/key-rotation.md"),
+        before[0],
+        "not restored byte for byte"
+    );
+    assert_eq!(
+        original("ops/oncall.rst"),
+        before[2],
+        "the deleted file is not back"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("guides/releases.md")).unwrap(),
+        "the person's own words\n",
+        "undo clobbered the person's edit"
+    );
+    assert_eq!(s["phone"]["cards"], json!(2), "{s}");
+    assert_eq!(
+        s["phone"]["overflow"],
+        json!(0),
+        "the phone scrolls sideways"
+    );
+    for name in ["applied", "refused", "refused-dark", "390-dark"] {
+        let len = std::fs::metadata(shots.join(format!("webchat-changes-{name}.png")))
+            .unwrap_or_else(|_| panic!("no {name} screenshot"))
+            .len();
+        assert!(len > 1000, "{name} screenshot is {len} bytes");
+    }
+
+    // The routes themselves.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = server.client();
+        let runs: Value = client
+            .get(server.url("/v1/runs"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut sets = Vec::new();
+        for run in runs["runs"].as_array().unwrap() {
+            let id = run["id"].as_str().unwrap();
+            let body: Value = client
+                .get(server.url(&format!("/v1/runs/{id}/changes")))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(body["run_id"], id);
+            for set in body["change_sets"].as_array().unwrap() {
+                sets.push(set.clone());
+            }
+        }
+        assert_eq!(sets.len(), 2, "{sets:#?}");
+        for set in &sets {
+            assert_eq!(set["state"], "undone", "{set}");
+            assert!(set["files"].as_array().unwrap().len() >= 2, "{set}");
+        }
+        let id = sets[0]["change_set"].as_str().unwrap();
+        let undo = |body: Value, id: String| {
+            let client = client.clone();
+            let url = server.url(&format!("/v1/changes/{id}/undo"));
+            async move {
+                let r = client.post(url).json(&body).send().await.unwrap();
+                (r.status().as_u16(), r.text().await.unwrap())
+            }
+        };
+        let (status, text) = undo(json!({}), id.to_string()).await;
+        assert_eq!(status, 409, "a second undo: {text}");
+        let (status, text) =
+            undo(json!({"force": true, "keep_changed": true}), id.to_string()).await;
+        assert_eq!(status, 400, "{text}");
+        assert!(text.contains("exclude each other"), "{text}");
+        let (status, text) = undo(json!({"everything": true}), id.to_string()).await;
+        assert_eq!(status, 422, "an unknown field: {text}");
+        assert!(text.contains("unknown field `everything`"), "{text}");
+        let (status, _) = undo(json!({}), "no-such-set".into()).await;
+        assert_eq!(status, 404);
+        let (status, _) = undo(json!({}), "..%2F..%2Fetc".into()).await;
+        assert!(matches!(status, 400 | 404), "{status}");
+        let foreign = client
+            .post(server.url(&format!("/v1/changes/{id}/undo")))
+            .header("Origin", "http://evil.example")
+            .json(&json!({"force": true}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(foreign.status().as_u16(), 403);
+        let anonymous = reqwest::Client::new()
+            .post(server.url(&format!("/v1/changes/{id}/undo")))
+            .json(&json!({"force": true}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(anonymous.status().as_u16(), 401);
+    });
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("guides/releases.md")).unwrap(),
+        "the person's own words\n",
+        "a refused request changed the workspace"
+    );
+}

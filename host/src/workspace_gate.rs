@@ -232,13 +232,25 @@ pub fn check_relative(rel: &str) -> Result<&Path, RelativePathRefusal> {
     Ok(path)
 }
 
-/// A path a client names inside a workspace (an MCP resource URI, a
-/// completion prefix, a command's cwd), relative to the canonical `root`:
-/// [`check_relative`], and then the rule a string cannot show: after every
-/// symlink is followed the file is still inside `root`. An error says which
-/// rule the path broke.
-pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, String> {
-    let path = check_relative(rel).map_err(|refusal| match refusal {
+/// Why [`confine`] refused a path; the message names the path and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// The string broke a rule [`check_relative`] checks.
+    #[error("{}", refusal_message(.rel, *.refusal))]
+    Refused {
+        rel: String,
+        refusal: RelativePathRefusal,
+    },
+    /// Nothing at the path (or it cannot be resolved).
+    #[error("`{rel}`: {source}")]
+    Unresolvable { rel: String, source: std::io::Error },
+    /// It exists, but a symlink leads outside the workspace.
+    #[error("`{rel}` resolves outside the workspace (through a symlink)")]
+    Escapes { rel: String },
+}
+
+fn refusal_message(rel: &str, refusal: RelativePathRefusal) -> String {
+    match refusal {
         RelativePathRefusal::Nul => format!("`{}` contains a NUL character", rel.escape_debug()),
         RelativePathRefusal::Absolute => {
             format!("`{rel}` must be relative to the workspace root, not absolute")
@@ -246,15 +258,30 @@ pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, String> {
         RelativePathRefusal::ParentDir => {
             format!("`{rel}` must stay inside the workspace (no `..`)")
         }
+    }
+}
+
+/// A path a client names inside a workspace (an MCP resource URI, a
+/// completion prefix, a command's cwd), relative to the canonical `root`:
+/// [`check_relative`], and then the rule a string cannot show: after every
+/// symlink is followed the file is still inside `root`. The error says which
+/// rule the path broke.
+pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, ConfineError> {
+    let path = check_relative(rel).map_err(|refusal| ConfineError::Refused {
+        rel: rel.to_string(),
+        refusal,
     })?;
     let real = root
         .join(path)
         .canonicalize()
-        .map_err(|e| format!("`{rel}`: {e}"))?;
+        .map_err(|source| ConfineError::Unresolvable {
+            rel: rel.to_string(),
+            source,
+        })?;
     if !real.starts_with(root) {
-        return Err(format!(
-            "`{rel}` resolves outside the workspace (through a symlink)"
-        ));
+        return Err(ConfineError::Escapes {
+            rel: rel.to_string(),
+        });
     }
     Ok(real)
 }

@@ -20,7 +20,7 @@ use crate::plugins::manifest::{
     self, ComponentSource, HostService, Limits, Permissions, PluginEntry, PluginSpec,
     WorkspaceAccess,
 };
-use crate::plugins::runtime::Runtime;
+use crate::plugins::runtime::{LoadedPlugin, Runtime};
 use crate::{errln, outln};
 use capstan_protocol::Risk;
 
@@ -272,64 +272,66 @@ fn service_words(s: HostService) -> &'static str {
 }
 
 /// `capstan plugins add PATH|builtin:NAME`.
-pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
-    let dirs = global.dirs()?;
-    let config = dirs.user_config_file();
-    let (source, component_field, sha256, default_name) =
-        if let Some(builtin) = args.source.strip_prefix("builtin:") {
-            if crate::plugins::bundled::component(builtin).is_none() {
-                bail!(
-                    "no builtin component `{builtin}`; builtins are: {}",
-                    crate::plugins::bundled::names().join(", ")
-                );
-            }
-            (
-                ComponentSource::Builtin(builtin.to_string()),
-                args.source.clone(),
-                None,
-                builtin.to_string(),
-            )
-        } else {
-            let path = std::path::absolute(&args.source)?;
-            let bytes = std::fs::read(&path)
-                .with_context(|| format!("cannot read the component {}", path.display()))?;
-            let sha = crate::plugins::manifest::sha256_hex(&bytes);
-            let stem = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("plugin")
-                .to_ascii_lowercase()
-                .replace('_', "-");
-            // Pinned on confirmation: a copy named by its hash (see below).
-            let kept = dirs
-                .data
-                .join("plugins")
-                .join(format!("{stem}-{}.wasm", &sha[..16]));
-            (
-                ComponentSource::File(path),
-                kept.display().to_string(),
-                Some(sha),
-                stem,
-            )
-        };
-    let name = args.name.clone().unwrap_or(default_name);
-    if !is_plugin_name(&name) {
-        bail!(
-            "`{name}` is not a plugin name; pass --name with 1-64 characters of a-z, 0-9, '-' or '_'"
-        );
-    }
+/// Where a component comes from and how the manifest entry names it.
+struct Source {
+    source: ComponentSource,
+    /// The entry's `component` field: `builtin:NAME` or the pinned copy.
+    component_field: String,
+    sha256: Option<String>,
+    default_name: String,
+}
 
-    // Load it with every service granted, to learn what it asks for.
+/// `builtin:NAME` or a file, which is pinned on confirmation as a copy named
+/// by its hash under the data dir.
+fn resolve_source(dirs: &Dirs, arg: &str) -> Result<Source> {
+    if let Some(builtin) = arg.strip_prefix("builtin:") {
+        if crate::plugins::bundled::component(builtin).is_none() {
+            bail!(
+                "no builtin component `{builtin}`; builtins are: {}",
+                crate::plugins::bundled::names().join(", ")
+            );
+        }
+        return Ok(Source {
+            source: ComponentSource::Builtin(builtin.to_string()),
+            component_field: arg.to_string(),
+            sha256: None,
+            default_name: builtin.to_string(),
+        });
+    }
+    let path = std::path::absolute(arg)?;
+    let bytes = std::fs::read(&path)
+        .with_context(|| format!("cannot read the component {}", path.display()))?;
+    let sha = crate::plugins::manifest::sha256_hex(&bytes);
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("plugin")
+        .to_ascii_lowercase()
+        .replace('_', "-");
+    let kept = dirs
+        .data
+        .join("plugins")
+        .join(format!("{stem}-{}.wasm", &sha[..16]));
+    Ok(Source {
+        source: ComponentSource::File(path),
+        component_field: kept.display().to_string(),
+        sha256: Some(sha),
+        default_name: stem,
+    })
+}
+
+/// Load the component with every service granted, to learn what it asks for.
+async fn probe(dirs: &Dirs, name: &str, arg: &str, src: &Source) -> Result<LoadedPlugin> {
     let runtime = Runtime::new(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
     )?;
     let probe = PluginSpec {
         entry: PluginEntry {
-            name: name.clone(),
+            name: name.to_string(),
             version: "0.0.0".into(),
-            component: component_field.clone(),
-            sha256: sha256.clone(),
+            component: src.component_field.clone(),
+            sha256: src.sha256.clone(),
             kinds: vec![],
             permissions: Permissions {
                 workspace: WorkspaceAccess::None,
@@ -337,13 +339,197 @@ pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
             },
             limits: Limits::default(),
         },
-        source,
+        source: src.source.clone(),
         origin: "plugins add".into(),
     };
-    let loaded = runtime
+    runtime
         .load_spec(probe)
         .await
-        .map_err(|e| anyhow!("{}: {}", args.source, e.message))?;
+        .map_err(|e| anyhow!("{arg}: {}", e.message))
+}
+
+/// Refuse a name already in the user's config, or a kind another plugin
+/// (bundled or the user's) already serves.
+fn check_clashes(config: &Path, name: &str, kinds: &[String]) -> Result<()> {
+    let (bundled, _) = manifest::parse(crate::plugins::bundled::MANIFEST, "bundled manifest", None);
+    let (user, _) = manifest::load_file(config);
+    if user.iter().any(|s| s.entry.name == name) {
+        bail!(
+            "a plugin named `{name}` is already in {}; run `capstan plugins remove {name}` first, or pass --name",
+            config.display()
+        );
+    }
+    for spec in bundled.iter().chain(&user) {
+        if spec.entry.name == name {
+            continue;
+        }
+        if let Some(k) = kinds.iter().find(|k| spec.entry.kinds.contains(k)) {
+            bail!(
+                "kind `{k}` is already served by plugin `{}` ({}); pass --kind to add only other kinds",
+                spec.entry.name,
+                spec.origin
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The `[[plugin]]` entry appended to the user's config.
+fn manifest_entry(
+    name: &str,
+    src: &Source,
+    kinds: &[String],
+    workspace: WorkspaceAccess,
+    host: &BTreeSet<HostService>,
+) -> String {
+    let mut entry = String::from("\n[[plugin]]\n");
+    entry.push_str(&format!(
+        "name = {}\n",
+        toml::Value::String(name.to_string())
+    ));
+    entry.push_str(&format!(
+        "component = {}\n",
+        toml::Value::String(src.component_field.clone())
+    ));
+    if let Some(sha) = &src.sha256 {
+        entry.push_str(&format!("sha256 = \"{sha}\"\n"));
+    }
+    let kinds_toml: Vec<String> = kinds
+        .iter()
+        .map(|k| toml::Value::String(k.clone()).to_string())
+        .collect();
+    entry.push_str(&format!("kinds = [{}]\n", kinds_toml.join(", ")));
+    entry.push_str("[plugin.permissions]\n");
+    entry.push_str(&format!("workspace = \"{workspace}\"\n"));
+    let host_list: Vec<String> = host.iter().map(|s| format!("\"{s}\"")).collect();
+    entry.push_str(&format!("host = [{}]\n", host_list.join(", ")));
+    entry
+}
+
+/// Show what the person is about to trust.
+fn show(
+    name: &str,
+    arg: &str,
+    src: &Source,
+    loaded: &LoadedPlugin,
+    kinds: &[String],
+    workspace: WorkspaceAccess,
+    host: &BTreeSet<HostService>,
+) {
+    outln!(
+        "plugin `{name}`: {arg} (capstan:plugin@{}{})",
+        loaded.wit_version,
+        src.sha256
+            .as_deref()
+            .map(|s| format!(", sha256 {s}"))
+            .unwrap_or_default()
+    );
+    outln!("  kinds:         {}", kinds.join(", "));
+    for op in &loaded.operations {
+        outln!(
+            "  operation:     {} ({}): {}",
+            op.name,
+            risk_word(op.risk),
+            op.description
+        );
+    }
+    outln!(
+        "  workspace:     {workspace}{}",
+        if workspace == WorkspaceAccess::None && !arg.starts_with("builtin:") {
+            " (pass --workspace read or read-write to let it see your files)"
+        } else {
+            ""
+        }
+    );
+    if host.is_empty() {
+        outln!("  host services: none beyond activity, progress and cancellation");
+    } else {
+        for s in host {
+            outln!("  host service:  {s}: {}", service_words(*s));
+        }
+    }
+    outln!("  limits:        64 MiB memory, 120000 ms per task (edit [plugin.limits] to change)");
+}
+
+/// `None` when the person confirmed (or passed --yes); otherwise the exit
+/// code to stop with.
+fn confirm(yes: bool, config: &Path) -> Result<Option<ExitCode>> {
+    if yes {
+        return Ok(None);
+    }
+    if !std::io::stdin().is_terminal() {
+        errln!("not added: confirm with --yes (nothing asked, since stdin is not a terminal)");
+        return Ok(Some(ExitCode::from(2)));
+    }
+    crate::out!("Add it to {}? [y/N] ", config.display());
+    std::io::stdout().flush().ok();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if !matches!(line.trim(), "y" | "Y" | "yes") {
+        errln!("not added");
+        return Ok(Some(ExitCode::from(1)));
+    }
+    Ok(None)
+}
+
+/// Append the entry, check that the whole file still parses with it, copy
+/// the component to the path the entry pins, then write the config.
+fn write_entry(
+    config: &Path,
+    name: &str,
+    entry: &str,
+    src: &Source,
+    loaded: &LoadedPlugin,
+) -> Result<()> {
+    let old = match std::fs::read_to_string(config) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(anyhow!("cannot read {}: {e}", config.display())),
+    };
+    let mut text = old;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(entry);
+    let (specs, errors) = manifest::parse(&text, &config.display().to_string(), config.parent());
+    if let Some(e) = errors.first() {
+        bail!("the new entry would not be valid: {e}");
+    }
+    if !specs.iter().any(|s| s.entry.name == name) {
+        bail!(
+            "the new entry for `{name}` did not parse back; {} left unchanged",
+            config.display()
+        );
+    }
+    // The copy the entry pins, so rebuilding the source file later does not
+    // silently change what runs (the sha256 would refuse it anyway).
+    if let ComponentSource::File(original) = &loaded.spec.source {
+        let kept = Path::new(&src.component_field);
+        create_parent(kept)?;
+        std::fs::copy(original, kept)
+            .with_context(|| format!("copying the component to {}", kept.display()))?;
+        if crate::plugins::manifest::sha256_hex(&std::fs::read(kept)?) != loaded.sha256 {
+            let _ = std::fs::remove_file(kept);
+            bail!(
+                "{} changed while it was being added; try again",
+                original.display()
+            );
+        }
+    }
+    write_config(config, &text)
+}
+
+pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
+    let dirs = global.dirs()?;
+    let config = dirs.user_config_file();
+    let src = resolve_source(&dirs, &args.source)?;
+    let name = args.name.clone().unwrap_or(src.default_name.clone());
+    if !is_plugin_name(&name) {
+        bail!(
+            "`{name}` is not a plugin name; pass --name with 1-64 characters of a-z, 0-9, '-' or '_'"
+        );
+    }
+    let loaded = probe(&dirs, &name, &args.source, &src).await?;
     let kinds = if args.kinds.is_empty() {
         loaded.kinds.clone()
     } else {
@@ -365,135 +551,13 @@ pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
         .copied()
         .filter(|s| !s.always_granted())
         .collect();
-
-    // Clashes with what is configured already.
-    let (bundled, _) = manifest::parse(crate::plugins::bundled::MANIFEST, "bundled manifest", None);
-    let (user, _) = manifest::load_file(&config);
-    if user.iter().any(|s| s.entry.name == name) {
-        bail!(
-            "a plugin named `{name}` is already in {}; run `capstan plugins remove {name}` first, or pass --name",
-            config.display()
-        );
+    check_clashes(&config, &name, &kinds)?;
+    let entry = manifest_entry(&name, &src, &kinds, workspace, &host);
+    show(&name, &args.source, &src, &loaded, &kinds, workspace, &host);
+    if let Some(stop) = confirm(args.yes, &config)? {
+        return Ok(stop);
     }
-    for spec in bundled.iter().chain(&user) {
-        if spec.entry.name == name {
-            continue;
-        }
-        if let Some(k) = kinds.iter().find(|k| spec.entry.kinds.contains(k)) {
-            bail!(
-                "kind `{k}` is already served by plugin `{}` ({}); pass --kind to add only other kinds",
-                spec.entry.name,
-                spec.origin
-            );
-        }
-    }
-
-    let mut entry = String::from("\n[[plugin]]\n");
-    entry.push_str(&format!("name = {}\n", toml::Value::String(name.clone())));
-    entry.push_str(&format!(
-        "component = {}\n",
-        toml::Value::String(component_field.clone())
-    ));
-    if let Some(sha) = &sha256 {
-        entry.push_str(&format!("sha256 = \"{sha}\"\n"));
-    }
-    let kinds_toml: Vec<String> = kinds
-        .iter()
-        .map(|k| toml::Value::String(k.clone()).to_string())
-        .collect();
-    entry.push_str(&format!("kinds = [{}]\n", kinds_toml.join(", ")));
-    entry.push_str("[plugin.permissions]\n");
-    entry.push_str(&format!("workspace = \"{workspace}\"\n"));
-    let host_list: Vec<String> = host.iter().map(|s| format!("\"{s}\"")).collect();
-    entry.push_str(&format!("host = [{}]\n", host_list.join(", ")));
-
-    // Show what the person is about to trust.
-    outln!(
-        "plugin `{name}`: {} (capstan:plugin@{}{})",
-        args.source,
-        loaded.wit_version,
-        sha256
-            .as_deref()
-            .map(|s| format!(", sha256 {s}"))
-            .unwrap_or_default()
-    );
-    outln!("  kinds:         {}", kinds.join(", "));
-    for op in &loaded.operations {
-        outln!(
-            "  operation:     {} ({}): {}",
-            op.name,
-            risk_word(op.risk),
-            op.description
-        );
-    }
-    outln!(
-        "  workspace:     {workspace}{}",
-        if workspace == WorkspaceAccess::None && !args.source.starts_with("builtin:") {
-            " (pass --workspace read or read-write to let it see your files)"
-        } else {
-            ""
-        }
-    );
-    if host.is_empty() {
-        outln!("  host services: none beyond activity, progress and cancellation");
-    } else {
-        for s in &host {
-            outln!("  host service:  {s}: {}", service_words(*s));
-        }
-    }
-    outln!("  limits:        64 MiB memory, 120000 ms per task (edit [plugin.limits] to change)");
-
-    if !args.yes {
-        if !std::io::stdin().is_terminal() {
-            errln!("not added: confirm with --yes (nothing asked, since stdin is not a terminal)");
-            return Ok(ExitCode::from(2));
-        }
-        crate::out!("Add it to {}? [y/N] ", config.display());
-        std::io::stdout().flush().ok();
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line)?;
-        if !matches!(line.trim(), "y" | "Y" | "yes") {
-            errln!("not added");
-            return Ok(ExitCode::from(1));
-        }
-    }
-
-    let old = match std::fs::read_to_string(&config) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(anyhow!("cannot read {}: {e}", config.display())),
-    };
-    let mut text = old.clone();
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text.push_str(&entry);
-    let (specs, errors) = manifest::parse(&text, &config.display().to_string(), config.parent());
-    if let Some(e) = errors.first() {
-        bail!("the new entry would not be valid: {e}");
-    }
-    if !specs.iter().any(|s| s.entry.name == name) {
-        bail!(
-            "the new entry for `{name}` did not parse back; {} left unchanged",
-            config.display()
-        );
-    }
-    // The copy the entry pins, so rebuilding the source file later does not
-    // silently change what runs (the sha256 would refuse it anyway).
-    if let ComponentSource::File(original) = &loaded.spec.source {
-        let kept = Path::new(&component_field);
-        create_parent(kept)?;
-        std::fs::copy(original, kept)
-            .with_context(|| format!("copying the component to {}", kept.display()))?;
-        if crate::plugins::manifest::sha256_hex(&std::fs::read(kept)?) != loaded.sha256 {
-            let _ = std::fs::remove_file(kept);
-            bail!(
-                "{} changed while it was being added; try again",
-                original.display()
-            );
-        }
-    }
-    write_config(&config, &text)?;
+    write_entry(&config, &name, &entry, &src, &loaded)?;
     outln!("added `{name}` to {}", config.display());
     Ok(ExitCode::SUCCESS)
 }

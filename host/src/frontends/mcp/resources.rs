@@ -117,7 +117,9 @@ impl WorkspaceResources {
         let rel = rel
             .to_str()
             .ok_or_else(|| format!("`{uri}` is not UTF-8"))?;
-        crate::workspace_gate::confine(&self.root, rel).map(Target::File)
+        crate::workspace_gate::confine(&self.root, rel)
+            .map(Target::File)
+            .map_err(|e| e.to_string())
     }
 
     /// The workspace's files in path order, skipping [`SKIPPED_DIRS`] and

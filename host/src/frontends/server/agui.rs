@@ -35,7 +35,18 @@ use super::error::ApiError;
 use super::http::ApiJson;
 use super::runs::{ActiveRun, RunManager, StartRun};
 use crate::plugins::services::approval::Via;
-use capstan_protocol::{Envelope, Event, PlanTask, TaskStatus, Usage};
+use capstan_protocol::{Citation, Envelope, Event, PlanTask, TaskStatus, Usage};
+use capstan_store::Decision;
+
+/// What an approval interrupt's answer looks like (the decisions a frontend
+/// may send).
+static DECISION_SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+    json!({
+        "type": "object",
+        "properties": {"decision": {"enum": ["approved", "approved-for-session", "denied", "aborted"]}},
+        "required": ["decision"],
+    })
+});
 
 /// The AG-UI protocol version this endpoint speaks.
 pub const AGUI_PROTOCOL_VERSION: &str = "1.0";
@@ -130,17 +141,17 @@ fn resume(
             )));
         }
         let decision = match entry.status.as_str() {
-            "cancelled" => "denied".to_string(),
+            "cancelled" => Decision::Denied,
             "resolved" => entry.payload["decision"]
                 .as_str()
-                .map(String::from)
+                .map(RunManager::parse_decision)
                 .ok_or_else(|| {
                     ApiError::unprocessable(format!(
                         "resume entry for `{}` needs payload.decision: approved, \
                          approved-for-session, denied or aborted",
                         entry.interrupt_id
                     ))
-                })?,
+                })??,
             other => {
                 return Err(ApiError::unprocessable(format!(
                     "resume status must be `resolved` or `cancelled`, not {other:?}"
@@ -156,7 +167,7 @@ fn resume(
         mapper.observe(env);
     }
     for (id, decision) in &decisions {
-        runs.decide(id, decision, via)?;
+        runs.decide(id, *decision, via)?;
     }
     mapper.resumed = decisions.into_iter().map(|(id, _)| id).collect();
     let events = sub.without_backlog().into_stream().boxed();
@@ -419,6 +430,54 @@ impl Mapper {
         }])
     }
 
+    fn task_started(&mut self, task_id: &str, kind: &str, operation: &str, out: &mut Vec<Value>) {
+        let name = format!("task {task_id}");
+        self.open_steps.push(name.clone());
+        out.push(json!({"type": "STEP_STARTED", "stepName": name}));
+        let input = self
+            .plan
+            .iter()
+            .find(|p| p.task.id == task_id)
+            .map(|p| p.task.input.clone())
+            .unwrap_or(Value::Null);
+        let id = self.tool_call_id(task_id);
+        out.push(json!({"type": "TOOL_CALL_START", "toolCallId": id, "toolCallName": kind}));
+        out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": id,
+            "delta": json!({"operation": operation, "input": input}).to_string()}));
+        out.push(json!({"type": "TOOL_CALL_END", "toolCallId": id}));
+    }
+
+    /// The answer's end: a message opened (and closed) even when nothing
+    /// streamed, then its citations.
+    fn response_completed(&mut self, text: &str, citations: &[Citation], out: &mut Vec<Value>) {
+        if !self.text_open && !text.is_empty() {
+            out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": self.message_id(), "role": "assistant"}));
+            out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": self.message_id(), "delta": text}));
+            self.text_open = true;
+        }
+        if self.text_open {
+            self.text_open = false;
+            out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": self.message_id()}));
+        }
+        if !citations.is_empty() {
+            out.push(json!({"type": "CUSTOM", "name": "capstan.citations",
+                "value": {"messageId": self.message_id(), "citations": citations}}));
+        }
+    }
+
+    /// `RUN_FINISHED` for a completed (`success`) or cancelled run.
+    fn run_finished(&self, usage: &Usage, completed: bool) -> Value {
+        let mut finished = json!({
+            "type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.agui_run_id,
+            "outcome": {"type": if completed { "success" } else { "cancelled" }},
+            "usage": self.usage(usage),
+        });
+        if completed {
+            finished["result"] = json!({"capstanRunId": self.run_id, "sessionId": self.session_id, "costUsd": usage.cost_usd});
+        }
+        finished
+    }
+
     fn map(&mut self, env: &Envelope, is_open: impl Fn(&str) -> bool) -> Mapped {
         let mut out = Vec::new();
         let mut segment_over = false;
@@ -460,24 +519,7 @@ impl Mapper {
                 task_id,
                 kind,
                 operation,
-            } => {
-                let name = format!("task {task_id}");
-                self.open_steps.push(name.clone());
-                out.push(json!({"type": "STEP_STARTED", "stepName": name}));
-                let input = self
-                    .plan
-                    .iter()
-                    .find(|p| &p.task.id == task_id)
-                    .map(|p| p.task.input.clone())
-                    .unwrap_or(Value::Null);
-                let id = self.tool_call_id(task_id);
-                out.push(
-                    json!({"type": "TOOL_CALL_START", "toolCallId": id, "toolCallName": kind}),
-                );
-                out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": id,
-                    "delta": json!({"operation": operation, "input": input}).to_string()}));
-                out.push(json!({"type": "TOOL_CALL_END", "toolCallId": id}));
-            }
+            } => self.task_started(task_id, kind, operation, &mut out),
             Event::TaskCompleted {
                 task_id, summary, ..
             } => {
@@ -537,11 +579,7 @@ impl Mapper {
                     "reason": "capstan.approval",
                     "message": format!("Allow {action} `{command}` ({risk})?"),
                     "toolCallId": self.tool_call_id(task_id),
-                    "responseSchema": {
-                        "type": "object",
-                        "properties": {"decision": {"enum": ["approved", "approved-for-session", "denied", "aborted"]}},
-                        "required": ["decision"],
-                    },
+                    "responseSchema": DECISION_SCHEMA.clone(),
                     "metadata": {"capstan": {"runId": self.run_id, "taskId": task_id,
                         "command": command, "cwd": cwd, "risk": risk, "reasons": reasons}},
                 });
@@ -567,19 +605,7 @@ impl Mapper {
                 }
             }
             Event::ResponseCompleted { text, citations } => {
-                if !self.text_open && !text.is_empty() {
-                    out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": self.message_id(), "role": "assistant"}));
-                    out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": self.message_id(), "delta": text}));
-                    self.text_open = true;
-                }
-                if self.text_open {
-                    self.text_open = false;
-                    out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": self.message_id()}));
-                }
-                if !citations.is_empty() {
-                    out.push(json!({"type": "CUSTOM", "name": "capstan.citations",
-                        "value": {"messageId": self.message_id(), "citations": citations}}));
-                }
+                self.response_completed(text, citations, &mut out)
             }
             Event::WorkspaceChanges { .. } => {
                 // The change set with its diffs; undo is
@@ -592,21 +618,12 @@ impl Mapper {
             }
             Event::RunCompleted { usage } => {
                 self.close_all(&mut out);
-                out.push(json!({
-                    "type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.agui_run_id,
-                    "outcome": {"type": "success"},
-                    "result": {"capstanRunId": self.run_id, "sessionId": self.session_id, "costUsd": usage.cost_usd},
-                    "usage": self.usage(usage),
-                }));
+                out.push(self.run_finished(usage, true));
                 segment_over = true;
             }
             Event::RunCancelled { usage } => {
                 self.close_all(&mut out);
-                out.push(json!({
-                    "type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.agui_run_id,
-                    "outcome": {"type": "cancelled"},
-                    "usage": self.usage(usage),
-                }));
+                out.push(self.run_finished(usage, false));
                 segment_over = true;
             }
             Event::RunFailed {

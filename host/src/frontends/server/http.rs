@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::{ApiError, ErrorKind};
-use super::runs::{StartRun, Subscription};
+use super::runs::{RunManager, StartRun, Subscription};
 use crate::plugins::services::approval::Via;
 use capstan_protocol::{Envelope, PROTOCOL_VERSION};
 
@@ -222,7 +222,9 @@ pub async fn decide_approval(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<DecideBody>,
 ) -> Result<Json<Value>, ApiError> {
-    state.runs.decide(&id, &body.decision, via)?;
+    state
+        .runs
+        .decide(&id, RunManager::parse_decision(&body.decision)?, via)?;
     Ok(Json(
         json!({"approval_id": id, "decision": body.decision, "via": via.as_str()}),
     ))

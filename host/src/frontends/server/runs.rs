@@ -496,16 +496,20 @@ impl RunManager {
         self.tasks.wait().await;
     }
 
-    /// Answer an open approval. `decision` is one of `approved`,
-    /// `approved-for-session`, `denied`, `aborted`; `via` is who answered
-    /// (the frontend and the credential it showed), kept in the audit trail.
-    pub fn decide(&self, approval_id: &str, decision: &str, via: Via) -> Result<(), ApiError> {
-        let decision: Decision = decision.parse().map_err(|_| {
+    /// A frontend's decision as sent on the wire: `approved`,
+    /// `approved-for-session`, `denied` or `aborted`.
+    pub fn parse_decision(decision: &str) -> Result<Decision, ApiError> {
+        decision.parse().map_err(|_| {
             ApiError::unprocessable(format!(
                 "`decision` must be one of approved, approved-for-session, denied, aborted \
                  (got {decision:?})"
             ))
-        })?;
+        })
+    }
+
+    /// Answer an open approval; `via` is who answered (the frontend and the
+    /// credential it showed), kept in the audit trail.
+    pub fn decide(&self, approval_id: &str, decision: Decision, via: Via) -> Result<(), ApiError> {
         if decision == Decision::Expired {
             return Err(ApiError::unprocessable(
                 "`expired` is decided by the timeout, not by a frontend; send approved, \
@@ -515,12 +519,7 @@ impl RunManager {
         self.app
             .broker
             .decide(approval_id, decision, via)
-            .map_err(|_| {
-                ApiError::not_found(format!(
-                    "no open approval `{approval_id}`: it was already decided, it expired, or its \
-                 run ended"
-                ))
-            })
+            .map_err(|e| ApiError::not_found(e.to_string()))
     }
 
     /// The session an AG-UI thread maps to (made on first use).

@@ -250,7 +250,11 @@ async fn call(
         }
         "approval.decide" => {
             let d: Decide = params(method, p)?;
-            runs.decide(&d.approval_id, &d.decision, Via::Stdio)?;
+            runs.decide(
+                &d.approval_id,
+                RunManager::parse_decision(&d.decision)?,
+                Via::Stdio,
+            )?;
             json!({"approval_id": d.approval_id, "decision": d.decision})
         }
         "sessions.list" => {

@@ -23,6 +23,12 @@ use crate::plugins::bindings::approval as wit;
 use crate::plugins::context::{Approver, TaskScope};
 use capstan_protocol::Event;
 
+/// No request with this id waits for a decision: it was never asked, it was
+/// already decided or expired, or its run ended.
+#[derive(Debug, thiserror::Error)]
+#[error("no open approval `{0}`: it was already decided, it expired, or its run ended")]
+pub struct NotOpen(pub String);
+
 /// How approvals are answered when nobody is asked interactively.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
@@ -104,16 +110,17 @@ impl ApprovalBroker {
     }
 
     /// Answer an open request (from a prompt or a frontend, `via`). Errors
-    /// when the id is unknown or already decided.
-    pub fn decide(&self, approval_id: &str, decision: Decision, via: Via) -> Result<(), String> {
+    /// when no request with that id waits (unknown, decided, expired, or its
+    /// run ended).
+    pub fn decide(&self, approval_id: &str, decision: Decision, via: Via) -> Result<(), NotOpen> {
         let sender = self
             .pending
             .lock()
             .remove(approval_id)
-            .ok_or_else(|| format!("no open approval with id `{approval_id}`"))?;
+            .ok_or_else(|| NotOpen(approval_id.to_string()))?;
         sender
             .send((decision, via))
-            .map_err(|_| "the request is no longer waiting".to_string())
+            .map_err(|_| NotOpen(approval_id.to_string()))
     }
 
     /// Whether this request waits for a person (true from before its

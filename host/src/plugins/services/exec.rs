@@ -204,48 +204,40 @@ fn tail(s: &str, max: usize) -> String {
     s[start..].to_string()
 }
 
-#[async_trait]
-impl ExecService for Exec {
-    fn changes(&self) -> Option<Arc<crate::plugins::context::Capture>> {
-        self.changes.clone()
-    }
+/// A command the gate let through: what to show, what to run, how risky.
+struct Gated {
+    text: String,
+    command: capstan_sandbox::Command,
+    risk: PolicyRisk,
+    reasons: Vec<String>,
+}
 
-    async fn run(
+/// A staging dir the sandbox writes the command's changes into, and the
+/// store they settle in.
+type Staging = (Arc<crate::plugins::context::Capture>, (String, PathBuf));
+
+impl Exec {
+    /// Classify the command, apply the policy and the plugin's risk floor,
+    /// and ask a person when the verdict says so. Every path records its
+    /// decision; only `Ok` lets the command run.
+    async fn gate(
         &self,
         scope: &TaskScope,
-        req: wit::ExecRequest,
-    ) -> Result<wit::ExecOutput, wit::ExecError> {
-        let Some(workspace) = scope.run.workspace.clone() else {
-            scope.run.events.emit(Event::WorkspaceRequired {
-                task_ids: vec![scope.task_id.clone()],
-                message: "running commands needs a workspace; pass --workspace DIR".into(),
-            });
-            return Err(wit::ExecError::WorkspaceRequired);
-        };
-        let cwd_rel = if req.cwd.is_empty() {
-            ".".to_string()
-        } else {
-            req.cwd.clone()
-        };
-        let cwd = resolve_cwd(&workspace, &cwd_rel).map_err(wit::ExecError::InvalidRequest)?;
-
-        let context = Context {
-            cwd: cwd
-                .strip_prefix(&workspace)
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            repo: RepoFacts::scan(&workspace, &cwd),
-        };
-        let (text, evaluation, command) = match req.command {
+        command: wit::Command,
+        context: &Context,
+        cwd_rel: &str,
+        min_risk: Option<wit::Risk>,
+    ) -> Result<Gated, wit::ExecError> {
+        let (text, evaluation, command) = match command {
             wit::Command::Shell(line) => {
-                let ev = self.policy.evaluate_shell_in(&line, &context);
+                let ev = self.policy.evaluate_shell_in(&line, context);
                 (line.clone(), ev, capstan_sandbox::Command::Shell(line))
             }
             wit::Command::Argv(argv) => {
                 if argv.is_empty() {
                     return Err(wit::ExecError::InvalidRequest("argv is empty".into()));
                 }
-                let ev = self.policy.evaluate_argv_in(&argv, &context);
+                let ev = self.policy.evaluate_argv_in(&argv, context);
                 (
                     display_argv(&argv),
                     ev,
@@ -254,7 +246,7 @@ impl ExecService for Exec {
             }
         };
         let classified = evaluation.classification.risk;
-        let risk = capstan_policy::effective_risk(classified, req.min_risk.map(PolicyRisk::from));
+        let risk = capstan_policy::effective_risk(classified, min_risk.map(PolicyRisk::from));
         let mut reasons = evaluation.classification.reasons.clone();
         for why in &evaluation.explanation {
             // The policy may restate the classifier's reason: say it once.
@@ -272,7 +264,7 @@ impl ExecService for Exec {
         let ask = ApprovalAsk {
             action: "exec".into(),
             command: text.clone(),
-            cwd: cwd_rel.clone(),
+            cwd: cwd_rel.to_string(),
             risk,
             reasons: reasons.clone(),
         };
@@ -300,15 +292,30 @@ impl ExecService for Exec {
             },
             Verdict::Allow => self.broker.record_policy_allow(scope, &ask),
         }
+        Ok(Gated {
+            text,
+            command,
+            risk,
+            reasons,
+        })
+    }
 
-        let timeout = req
+    /// The sandbox spec: the plugin's limits clamped to the host's, the
+    /// policy's network and mode, only the git variables the policy passes.
+    fn spec(
+        &self,
+        command: capstan_sandbox::Command,
+        workspace: &Path,
+        cwd: PathBuf,
+        req: &wit::ExecRequest,
+    ) -> capstan_sandbox::ExecSpec {
+        let mut spec = capstan_sandbox::ExecSpec::new(command, workspace.to_path_buf());
+        spec.cwd = cwd;
+        spec.timeout = req
             .timeout_ms
             .map(|ms| Duration::from_millis(ms.into()))
             .unwrap_or(self.default_timeout)
             .min(MAX_TIMEOUT);
-        let mut spec = capstan_sandbox::ExecSpec::new(command, workspace.clone());
-        spec.cwd = cwd;
-        spec.timeout = timeout;
         spec.output_limit = req
             .output_limit
             .map(|n| n as usize)
@@ -325,40 +332,127 @@ impl ExecService for Exec {
             .filter(|name| allowed_git_var(name))
             .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
             .collect();
-        spec.env.extend(git_safety_env(&workspace));
-        let egress = match &self.sandbox.network {
-            Some(network) => {
-                let proxy = super::egress::start(
-                    network.clone(),
-                    scope,
-                    self.broker.clone(),
-                    cwd_rel.clone(),
-                )
-                .map_err(|e| {
-                    wit::ExecError::Failed(format!(
-                        "cannot start the egress proxy for the [network] policy: {e:#}"
-                    ))
-                })?;
-                spec.set_network(capstan_sandbox::Network::Proxy {
-                    socket: proxy.socket.clone(),
-                });
-                // Brokered credentials: the command trusts the workspace CA.
-                spec.read.extend(proxy.read.iter().cloned());
-                spec.env.extend(proxy.env.iter().cloned());
-                Some(proxy)
-            }
-            None => None,
+        spec.env.extend(git_safety_env(workspace));
+        spec
+    }
+
+    /// With a `[network]` policy the command's only way out is its own
+    /// egress proxy, started here and finished after the command.
+    fn egress(
+        &self,
+        scope: &TaskScope,
+        spec: &mut capstan_sandbox::ExecSpec,
+        cwd_rel: &str,
+    ) -> Result<Option<super::egress::CommandProxy>, wit::ExecError> {
+        let Some(network) = &self.sandbox.network else {
+            return Ok(None);
         };
-        let capture = match (&self.changes, spec.mode) {
-            (Some(c), capstan_sandbox::SandboxMode::Required) => Some((
+        let proxy = super::egress::start(
+            network.clone(),
+            scope,
+            self.broker.clone(),
+            cwd_rel.to_string(),
+        )
+        .map_err(|e| {
+            wit::ExecError::Failed(format!(
+                "cannot start the egress proxy for the [network] policy: {e:#}"
+            ))
+        })?;
+        spec.set_network(capstan_sandbox::Network::Proxy {
+            socket: proxy.socket.clone(),
+        });
+        // Brokered credentials: the command trusts the workspace CA.
+        spec.read.extend(proxy.read.iter().cloned());
+        spec.env.extend(proxy.env.iter().cloned());
+        Ok(Some(proxy))
+    }
+
+    /// A staging dir for the command's changes, when capture is on and the
+    /// sandbox is required (only the sandbox's layer can see every write).
+    fn staging(
+        &self,
+        mode: capstan_sandbox::SandboxMode,
+    ) -> Result<Option<Staging>, wit::ExecError> {
+        match (&self.changes, mode) {
+            (Some(c), capstan_sandbox::SandboxMode::Required) => Ok(Some((
                 c.clone(),
                 c.store
                     .new_staging()
                     .map_err(|e| wit::ExecError::Failed(format!("cannot capture changes: {e}")))?,
-            )),
-            _ => None,
+            ))),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Land or hold (review) what the command changed; a note on stderr says
+/// when the changes were discarded or could not be kept.
+async fn settle_changes(
+    scope: &TaskScope,
+    broker: &ApprovalBroker,
+    staging: Staging,
+    outcome: &mut capstan_sandbox::ExecOutcome,
+    text: &str,
+    cwd_rel: &str,
+) {
+    let (capture, (id, dir)) = staging;
+    let Some(set) = outcome.changes.take() else {
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    };
+    match capture.settle(scope, broker, id, set, text, cwd_rel).await {
+        Err(e) => outcome.stderr.push_str(&format!("\ncapstan: {e}\n")),
+        Ok(Some(r)) if r.state == capstan_changes::ChangeSetState::Discarded => outcome
+            .stderr
+            .push_str("\ncapstan: the command's changes to the workspace were not approved and were discarded\n"),
+        Ok(_) => {}
+    }
+}
+
+#[async_trait]
+impl ExecService for Exec {
+    fn changes(&self) -> Option<Arc<crate::plugins::context::Capture>> {
+        self.changes.clone()
+    }
+
+    async fn run(
+        &self,
+        scope: &TaskScope,
+        req: wit::ExecRequest,
+    ) -> Result<wit::ExecOutput, wit::ExecError> {
+        let Some(workspace) = scope.run.workspace.clone() else {
+            scope.run.events.emit(Event::WorkspaceRequired {
+                task_ids: vec![scope.task_id.clone()],
+                message: "running commands needs a workspace; pass --workspace DIR".into(),
+            });
+            return Err(wit::ExecError::WorkspaceRequired);
         };
-        spec.capture = capture.as_ref().map(|(_, (_, dir))| dir.clone());
+        let cwd_rel = if req.cwd.is_empty() {
+            ".".to_string()
+        } else {
+            req.cwd.clone()
+        };
+        let cwd = resolve_cwd(&workspace, &cwd_rel).map_err(wit::ExecError::InvalidRequest)?;
+        let context = Context {
+            cwd: cwd
+                .strip_prefix(&workspace)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            repo: RepoFacts::scan(&workspace, &cwd),
+        };
+        let Gated {
+            text,
+            command,
+            risk,
+            reasons,
+        } = self
+            .gate(scope, req.command.clone(), &context, &cwd_rel, req.min_risk)
+            .await?;
+
+        let mut spec = self.spec(command, &workspace, cwd, &req);
+        let egress = self.egress(scope, &mut spec, &cwd_rel)?;
+        let staging = self.staging(spec.mode)?;
+        spec.capture = staging.as_ref().map(|(_, (_, dir))| dir.clone());
         let outcome = capstan_sandbox::run(spec, scope.run.cancel.child_token()).await;
         if let Some(proxy) = egress {
             proxy.finish().await;
@@ -366,13 +460,12 @@ impl ExecService for Exec {
         let mut outcome = match outcome {
             Ok(o) => o,
             Err(e) => {
-                if let Some((_, (_, dir))) = &capture {
+                if let Some((_, (_, dir))) = &staging {
                     let _ = std::fs::remove_dir_all(dir);
                 }
                 return Err(wit::ExecError::Failed(e.to_string()));
             }
         };
-        let output_tail = tail(&format!("{}{}", outcome.stdout, outcome.stderr), 2000);
         scope.run.events.emit(Event::TerminalStep {
             task_id: scope.task_id.clone(),
             command: text.clone(),
@@ -381,30 +474,12 @@ impl ExecService for Exec {
             exit_code: outcome.exit_code,
             signal: outcome.signal,
             duration_ms: outcome.duration.as_millis() as u64,
-            output_tail,
+            output_tail: tail(&format!("{}{}", outcome.stdout, outcome.stderr), 2000),
             truncated_bytes: outcome.truncated_bytes,
             timed_out: outcome.timed_out,
         });
-        if let Some((capture, (id, dir))) = capture {
-            match outcome.changes.take() {
-                Some(set) => {
-                    let settled = capture
-                        .settle(scope, &self.broker, id, set, &text, &cwd_rel)
-                        .await;
-                    match settled {
-                        Err(e) => outcome.stderr.push_str(&format!("\ncapstan: {e}\n")),
-                        Ok(Some(r)) if r.state == capstan_changes::ChangeSetState::Discarded => {
-                            outcome.stderr.push_str(
-                                "\ncapstan: the command's changes to the workspace were not approved and were discarded\n",
-                            )
-                        }
-                        Ok(_) => {}
-                    }
-                }
-                None => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                }
-            }
+        if let Some(staging) = staging {
+            settle_changes(scope, &self.broker, staging, &mut outcome, &text, &cwd_rel).await;
         }
         if outcome.cancelled {
             return Err(wit::ExecError::Cancelled);

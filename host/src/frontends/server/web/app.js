@@ -640,6 +640,7 @@ function showChanges(view, ev) {
     try {
       const resp = await api(`/v1/changes/${encodeURIComponent(ev.change_set)}/undo`, { method: "POST", body });
       const report = await resp.json();
+      card.querySelector(".approval-title strong").textContent = `Changes undone: ${n} path${n === 1 ? "" : "s"}`;
       status.textContent = `undone: ${report.restored.length} path(s) restored` +
         (report.refused.length ? `; left as they are: ${report.refused.map((r) => r.path).join(", ")}` : "");
       buttons.replaceChildren();
