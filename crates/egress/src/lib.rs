@@ -40,3 +40,5 @@ pub use credential::{Ca, Credential, CredentialError, Secret, certs_from_pem};
 pub use decide::{Ask, Decision, DecisionHook};
 pub use proxy::{Grant, Proxy, ProxyBuilder, Refusal, bind_unix};
 pub use rules::{Policy, Rule, RuleError, Target};
+/// The certificate type of [`ProxyBuilder::upstream_ca`].
+pub use rustls::pki_types::CertificateDer;

@@ -154,6 +154,17 @@ pub fn check_text(text: &str, file: &Path, scope: Scope<'_>) -> Vec<ConfigError>
         let shown = shape(key, value);
         let line = line_of_key(text, key);
         let error = match scope {
+            Scope::Workspace { user_file } if key == "network" && names_a_secret(value) => at(
+                line,
+                "a workspace's capstan.toml cannot supply or name a secret \
+                 ([[network.credential]], value_env, value_file): a checked-out folder must \
+                 not choose which of your secrets a command's requests carry"
+                    .into(),
+                format!(
+                    "remove it here; put [[network.credential]] in your own {} if you want it",
+                    user_file.display()
+                ),
+            ),
             Scope::Workspace { user_file } if USER_KEYS.contains(&key.as_str()) => at(
                 line,
                 format!(
@@ -185,6 +196,18 @@ pub fn check_text(text: &str, file: &Path, scope: Scope<'_>) -> Vec<ConfigError>
         errors.push(serde_error(text, file, &e));
     }
     errors
+}
+
+/// Whether a `[network]` table mentions a credential anywhere (keys
+/// `credential`, `value_env`, `value_file`, at any depth).
+fn names_a_secret(value: &toml::Value) -> bool {
+    match value {
+        toml::Value::Table(t) => t.iter().any(|(k, v)| {
+            matches!(k.as_str(), "credential" | "value_env" | "value_file") || names_a_secret(v)
+        }),
+        toml::Value::Array(a) => a.iter().any(names_a_secret),
+        _ => false,
+    }
 }
 
 /// A typed-parse error, with the line and, for an unknown name, the nearest known one.
@@ -323,5 +346,14 @@ mod tests {
             ws("[[plugin]]\nname = \"x\"\ncomponent = \"x.wasm\"\nkinds = [\"x\"]\nlimts = {}\n");
         assert!(errors[0].line.is_some(), "{errors:?}");
         assert_eq!(errors[0].fix, "did you mean `limits`?", "{errors:?}");
+        let errors = ws(
+            "[[network.credential]]\nhost = \"api.github.com\"\nheader = \"Authorization\"\nvalue_env = \"GITHUB_TOKEN\"\n",
+        );
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].message.contains("cannot supply or name a secret"),
+            "{errors:?}"
+        );
+        assert_eq!(errors[0].line, Some(1), "{errors:?}");
     }
 }

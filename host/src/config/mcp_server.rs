@@ -17,9 +17,17 @@ pub struct McpServerEntry {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    /// Environment for the spawned program, on top of Capstan's.
+    /// The spawned program's whole environment besides `PATH`, `LANG` and a
+    /// private `HOME`: nothing else of Capstan's (model API keys, tokens)
+    /// reaches it. A value `"$NAME"` passes Capstan's variable NAME on.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// `false` must be written to say the server runs unconfined (shown by
+    /// `capstan plugins list`). Today every spawned server gets the scrubbed
+    /// environment and a private HOME; OS confinement of long-lived servers
+    /// (crates/sandbox) is not built yet, see docs/MCP.md.
+    #[serde(default)]
+    pub sandbox: Option<bool>,
     /// A streamable HTTP endpoint instead of a command.
     #[serde(default)]
     pub url: Option<String>,

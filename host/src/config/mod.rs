@@ -14,6 +14,7 @@ pub mod changes;
 pub mod check;
 mod mcp_server;
 pub mod network;
+pub mod network_report;
 pub mod store;
 
 pub use mcp_server::McpServerEntry;
@@ -97,7 +98,7 @@ pub struct SandboxSettings {
     pub read: Vec<PathBuf>,
     /// The egress policy (`[network]`): `Some` sends the command's network
     /// through the egress proxy.
-    pub network: Option<capstan_egress::Policy>,
+    pub network: Option<network::CommandNetwork>,
 }
 
 impl SandboxSection {

@@ -18,7 +18,7 @@
 // Capstan uses speak 2025-11-25 or older and ask for them.
 #![allow(deprecated)]
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -158,6 +158,42 @@ pub struct McpServer {
     side: ClientSide,
     /// The last lines the server wrote on stderr (spawned servers only).
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// A spawned server's HOME, removed with it.
+    _home: Option<tempfile::TempDir>,
+}
+
+/// How a server runs, for `capstan plugins list`: `sandbox = false` written
+/// out, a URL (not a process of ours), or the scrubbed environment.
+pub fn sandbox_word(entry: &McpServerEntry) -> &'static str {
+    match (&entry.command, entry.sandbox) {
+        (None, _) => "remote (a URL, no process of Capstan's)",
+        (Some(_), Some(false)) => "off (sandbox = false): scrubbed environment only",
+        (Some(_), _) => "scrubbed environment, private HOME (OS confinement not built yet)",
+    }
+}
+
+/// The whole environment of a spawned server: `PATH` and `LANG` of
+/// Capstan's, `HOME` private to it, then the entry's `env` (`"$NAME"`
+/// passes Capstan's variable on; unset, it is left out). Nothing else:
+/// model API keys and tokens in Capstan's environment stay there.
+pub fn server_env(entry: &BTreeMap<String, String>, home: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = ["PATH", "LANG"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
+        .collect();
+    env.push(("HOME".into(), home.to_string_lossy().into_owned()));
+    for (k, v) in entry {
+        let value = match v.strip_prefix('$') {
+            Some(name) => match std::env::var(name) {
+                Ok(v) => v,
+                Err(_) => continue,
+            },
+            None => v.clone(),
+        };
+        env.retain(|(name, _)| name != k);
+        env.push((k.clone(), value));
+    }
+    env
 }
 
 /// Progress that arrived before its call was registered, kept for at most
@@ -554,10 +590,18 @@ async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<Mc
         progress: Arc::default(),
     };
     let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
+    let mut private_home = None;
     let client = match (&entry.command, &entry.url) {
         (Some(program), _) => {
+            let home = tempfile::Builder::new()
+                .prefix("capstan-mcp-home-")
+                .tempdir()
+                .map_err(|e| format!("cannot make a private HOME for `{program}`: {e}"))?;
             let mut cmd = tokio::process::Command::new(program);
-            cmd.args(&entry.args).envs(&entry.env);
+            cmd.args(&entry.args)
+                .env_clear()
+                .envs(server_env(&entry.env, home.path()));
+            private_home = Some(home);
             if let Some(dir) = cwd {
                 cmd.current_dir(dir);
             }
@@ -601,6 +645,7 @@ async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<Mc
         client,
         side,
         stderr_tail,
+        _home: private_home,
     });
     Ok(listed
         .into_iter()

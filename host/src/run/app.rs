@@ -246,10 +246,12 @@ impl App {
             .config
             .sandbox
             .settings_for(workspace, home_dir().as_deref());
-        settings.network = self
-            .config
-            .network
-            .policy_for(workspace, home_dir().as_deref());
+        settings.network = self.config.network.command_network(
+            workspace,
+            home_dir().as_deref(),
+            &self.dirs.data,
+            &self.dirs.user_config_file(),
+        );
         settings
     }
 

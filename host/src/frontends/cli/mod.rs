@@ -166,12 +166,22 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Search(args) => kb::search(&cli.global, args).await,
         Command::Sandbox(SandboxCommand::Check { json }) => {
             let report = capstan_sandbox::check();
+            let network = sandbox_network(&cli.global, &report)?;
             if json {
                 let mut out = serde_json::to_value(&report)?;
                 out["sandbox_available"] = report.sandbox_available().into();
+                out["network"] = serde_json::to_value(&network)?;
                 outln!("{}", crate::term::json_pretty(&out));
             } else {
                 outln!("{report}");
+                outln!("{network}");
+            }
+            if network.failed() {
+                crate::term::warn(
+                    "the [network] policy cannot be enforced as configured (see `egress proxy` above); \
+                     commands it applies to are refused, never run with the host's network",
+                );
+                return Ok(ExitCode::from(1));
             }
             Ok(if report.sandbox_available() {
                 ExitCode::SUCCESS
@@ -193,6 +203,22 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Changes(args) => changes::changes(&cli.global, args).await,
         Command::Undo(args) => changes::undo(&cli.global, args).await,
     }
+}
+
+/// The `[network]` part of `capstan sandbox check`.
+fn sandbox_network(
+    global: &GlobalArgs,
+    support: &capstan_sandbox::SupportReport,
+) -> Result<crate::config::network_report::NetworkReport> {
+    let dirs = global.dirs()?;
+    let config = crate::config::Config::load(&dirs.user_config_file())?;
+    config.network.check()?;
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    Ok(crate::config::network_report::NetworkReport::new(
+        &config.network,
+        support,
+        home.as_deref(),
+    ))
 }
 
 /// Logs are for whoever debugs Capstan: none without `-v` or `RUST_LOG`.

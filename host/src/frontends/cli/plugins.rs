@@ -124,8 +124,12 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                        "risk": t.risk()})
             })
             .collect();
+        let sandbox = servers
+            .iter()
+            .find(|s| s.name == name)
+            .map(crate::plugins::mcp_client::sandbox_word);
         json!({"name": name, "status": if problem.is_some() { "error" } else { "ok" },
-               "problem": problem, "tools": tools})
+               "problem": problem, "tools": tools, "sandbox": sandbox})
     };
 
     if json_out {
@@ -196,6 +200,10 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 Some(problem) => errln!("mcp server {} [error]\n  {problem}", server.name),
                 None => {
                     outln!("mcp server {} [ok]", server.name);
+                    outln!(
+                        "  sandbox:    {}",
+                        crate::plugins::mcp_client::sandbox_word(server)
+                    );
                     for t in info["tools"].as_array().into_iter().flatten() {
                         outln!(
                             "  {}  ({}) {}",

@@ -9,11 +9,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_egress::{Ask, ConnectionRecord, Decision as EgressDecision, Policy, Proxy};
+use capstan_egress::{Ask, Ca, ConnectionRecord, Credential, Decision as EgressDecision, Proxy};
 use capstan_store::Decision;
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{ApprovalAsk, ApprovalBroker};
+use crate::config::network::CommandNetwork;
 use crate::plugins::context::TaskScope;
 use capstan_protocol::Event;
 
@@ -21,6 +22,11 @@ use capstan_protocol::Event;
 pub struct CommandProxy {
     _dir: tempfile::TempDir,
     pub socket: PathBuf,
+    /// Files the command must be able to read (the workspace CA and the
+    /// trust bundle, never the CA's key): extra read paths of the sandbox.
+    pub read: Vec<PathBuf>,
+    /// Variables that make the usual tools trust the workspace CA.
+    pub env: Vec<(String, String)>,
     proxy: Proxy,
     cancel: CancellationToken,
 }
@@ -38,13 +44,16 @@ impl Drop for CommandProxy {
     }
 }
 
-/// Starts the proxy for one command of `scope`'s task.
+/// Starts the proxy for one command of `scope`'s task. Errors are sentences
+/// naming what is wrong (a credential's variable not set, ...), never a
+/// secret.
 pub fn start(
-    policy: Policy,
+    network: CommandNetwork,
     scope: &TaskScope,
     broker: Arc<ApprovalBroker>,
     cwd: String,
-) -> std::io::Result<CommandProxy> {
+) -> anyhow::Result<CommandProxy> {
+    let brokered = Brokered::open(&network)?;
     // tempfile makes the directory 0700: only Capstan can reach the socket
     // by path (the sandbox opens it before the command's view exists).
     let dir = tempfile::Builder::new()
@@ -99,14 +108,84 @@ pub fn start(
             }
         }
     };
-    let proxy = Proxy::builder(policy).audit(audit).hook(hook).build();
+    let mut builder = Proxy::builder(network.policy).audit(audit).hook(hook);
+    let (mut read, mut env) = (Vec::new(), Vec::new());
+    if let Some(b) = brokered {
+        read = b.read;
+        env = b.env;
+        builder = builder.credentials(b.ca, b.credentials);
+        if !b.upstream_ca.is_empty() {
+            builder = builder.upstream_ca(b.upstream_ca);
+        }
+    }
+    let proxy = builder.build();
     let cancel = CancellationToken::new();
     let (p, c) = (proxy.clone(), cancel.clone());
     tokio::spawn(async move { p.serve_unix(listener, c).await });
     Ok(CommandProxy {
         _dir: dir,
         socket,
+        read,
+        env,
         proxy,
         cancel,
     })
+}
+
+/// What brokering the workspace's credentials takes: the credentials with
+/// their values read, the workspace CA, and what the command needs to trust
+/// it.
+struct Brokered {
+    credentials: Vec<Credential>,
+    ca: Arc<Ca>,
+    upstream_ca: Vec<capstan_egress::CertificateDer<'static>>,
+    read: Vec<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+impl Brokered {
+    /// `None` when no credential applies to the workspace.
+    fn open(network: &CommandNetwork) -> anyhow::Result<Option<Brokered>> {
+        if network.credentials.is_empty() {
+            return Ok(None);
+        }
+        let credentials = network
+            .credentials
+            .iter()
+            .map(|c| c.resolve(network.home.as_deref()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if let Some(parent) = network.ca_dir.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", parent.display()))?;
+        }
+        let ca = Ca::open_or_create(&network.ca_dir).map_err(|e| {
+            anyhow::anyhow!(
+                "the workspace CA for [[network.credential]] ({}): {e}",
+                network.ca_dir.display()
+            )
+        })?;
+        let bundle = ca
+            .write_bundle(None)
+            .map_err(|e| anyhow::anyhow!("the workspace CA bundle: {e}"))?;
+        let mut upstream_ca = Vec::new();
+        for f in &network.upstream_ca {
+            let pem = crate::config::network::read_upstream_ca(f)?;
+            upstream_ca.extend(
+                capstan_egress::certs_from_pem(&pem)
+                    .map_err(|e| anyhow::anyhow!("[network] upstream_ca {}: {e}", f.display()))?,
+            );
+        }
+        let env = ca
+            .sandbox_env(&bundle)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_string_lossy().into_owned()))
+            .collect();
+        Ok(Some(Brokered {
+            credentials,
+            read: vec![ca.cert_path(), bundle],
+            ca: Arc::new(ca),
+            upstream_ca,
+            env,
+        }))
+    }
 }

@@ -355,12 +355,15 @@ impl Exec {
         )
         .map_err(|e| {
             wit::ExecError::Failed(format!(
-                "cannot start the egress proxy for the [network] policy: {e}"
+                "cannot start the egress proxy for the [network] policy: {e:#}"
             ))
         })?;
         spec.set_network(capstan_sandbox::Network::Proxy {
             socket: proxy.socket.clone(),
         });
+        // Brokered credentials: the command trusts the workspace CA.
+        spec.read.extend(proxy.read.iter().cloned());
+        spec.env.extend(proxy.env.iter().cloned());
         Ok(Some(proxy))
     }
 
