@@ -28,10 +28,13 @@ pub enum RunRequestKind {
 /// One request taken by [`crate::Store::take_run_requests`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunRequest {
+    /// Row id, increasing in the order the requests were added.
     pub id: i64,
     /// A run id ([`RunRequestKind::Cancel`]) or an approval id ([`RunRequestKind::Decide`]).
     pub target: String,
+    /// What the owner of the run is asked to do.
     pub kind: RunRequestKind,
+    /// When a replica added it (RFC 3339, UTC), as the store wrote it.
     pub created_at: String,
 }
 
