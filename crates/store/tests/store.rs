@@ -786,7 +786,7 @@ fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() 
     drop(store);
     let path = dir.path().join("capstan.db");
     // Turn the fresh file back into what version 1 wrote: no `profile_set`
-    // (nor v3's `sessions.deleted_at`, nor v4's leases), and 'cautious' for
+    // (nor v3's `sessions.deleted_at`, v4's leases or v5's run requests), and 'cautious' for
     // every folder registered without a choice.
     let raw = rusqlite_open(&path);
     raw.execute_batch(
@@ -795,6 +795,7 @@ fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() 
          DROP INDEX runs_lease;
          ALTER TABLE runs DROP COLUMN lease_expires_at;
          ALTER TABLE runs DROP COLUMN lease_owner;
+         DROP TABLE run_requests;
          INSERT INTO workspaces (id, root_path, name, policy_profile, created_at) VALUES
            ('ws_auto', '/a', 'a', 'cautious', '2026-01-01T00:00:00Z'),
            ('ws_chosen', '/b', 'b', 'trusted', '2026-01-01T00:00:00Z');
