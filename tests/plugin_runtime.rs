@@ -491,3 +491,90 @@ async fn plugin_activity_reaches_the_event_stream() {
     assert_eq!(out.data, json!({"x": 1}));
     assert_eq!(rec.types(), ["task.started", "activity", "task.completed"]);
 }
+
+/// Components are verified once per process: a second registry on the same
+/// runtime reuses the hashed, compiled and described component (no compiled
+/// cache entry is read or written again). A component file replaced on disk,
+/// or rewritten in place with its size and modification time put back, is
+/// hashed again and refused when it no longer matches its pin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_component_is_reused_until_its_file_changes_and_then_its_pin_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fault.wasm");
+    let original = std::fs::read(common::built_component("fault")).unwrap();
+    std::fs::write(&path, &original).unwrap();
+    let pin = capstan::plugins::manifest::sha256_hex(&original);
+    let home = Home::new(&format!(
+        "[[plugin]]\nname = \"fault\"\ncomponent = {:?}\nsha256 = {pin:?}\nkinds = [\"fault\"]\n{FAULT}",
+        path.display().to_string()
+    ));
+    let dirs = home.dirs();
+    let rt = Runtime::new(
+        dirs.component_cache(),
+        vec![dirs.config.clone(), dirs.data.clone()],
+    )
+    .unwrap();
+    let sources = ManifestSources::new(dirs.user_config_file(), None);
+    let (rt, sources) = (&rt, &sources);
+    // One run's registry, as `App::ask` makes it.
+    let resolve = move || async move {
+        let reg = Registry::lazy(sources);
+        reg.resolve(rt, "fault", None)
+            .await
+            .map(|p| p.load.cache_hit)
+    };
+    let cache_entries = || {
+        std::fs::read_dir(dirs.component_cache())
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+
+    assert!(!resolve().await.unwrap(), "compiled on first use");
+    assert_eq!(cache_entries(), 1);
+    // The process keeps it: with the compiled cache emptied, the next run's
+    // registry still gets the plugin, and nothing is compiled or written.
+    std::fs::remove_dir_all(dirs.component_cache()).unwrap();
+    assert!(resolve().await.unwrap(), "reused for the process");
+    assert_eq!(cache_entries(), 0, "nothing was compiled again");
+
+    // Replaced by another component (a new inode): hashed again, refused.
+    let other = std::fs::read(common::built_component("hello")).unwrap();
+    let tmp = dir.path().join("swap.wasm");
+    std::fs::write(&tmp, &other).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let refused = resolve().await.unwrap_err();
+    assert_eq!(refused.reason, FailureReason::InvalidPlugin);
+    assert!(
+        refused.message.contains("sha256 mismatch") && refused.message.contains(&pin),
+        "{}",
+        refused.message
+    );
+
+    // The original put back: it matches its pin again and loads.
+    std::fs::write(&tmp, &original).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    resolve().await.unwrap();
+    resolve().await.unwrap();
+
+    // Rewritten in place, same size, modification time restored: the change
+    // time still differs, so it is hashed again and refused.
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let mut tampered = original.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 0x01;
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all(&tampered).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), original.len() as u64);
+    assert_eq!(meta.modified().unwrap(), mtime);
+    let refused = resolve().await.unwrap_err();
+    assert!(
+        refused.message.contains("sha256 mismatch"),
+        "{}",
+        refused.message
+    );
+}

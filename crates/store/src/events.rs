@@ -17,6 +17,9 @@ use crate::error::{Result, StoreError};
 use crate::{Durability, EventRecord, SqliteStore, Store, constraint_code};
 
 const INSERT: &str = "INSERT INTO events (run_id, seq, ts, type, json) VALUES (?1, ?2, ?3, ?4, ?5)";
+/// Coalescing (see [`crate::coalesce`]): the deltas a completed response replaces.
+const COALESCE: &str =
+    "DELETE FROM events WHERE run_id = ?1 AND seq < ?2 AND type = 'response.delta'";
 
 impl SqliteStore {
     /// Appends one event. `(run_id, seq)` must be new
@@ -36,9 +39,16 @@ impl SqliteStore {
         json: &str,
     ) -> Result<()> {
         let seq_i = seq_to_i64(seq)?;
-        // Autocommit: one statement is its own transaction, without the cost
-        // of separate BEGIN and COMMIT statements.
-        self.with_conn(|c| self.insert_event(c, run_id, seq, seq_i, ts, kind, json))?;
+        if kind == crate::coalesce::COMPLETED {
+            // The insert and the deletion of the deltas it replaces: one transaction.
+            self.write(Durability::Fast, |c| {
+                self.insert_event(c, run_id, seq, seq_i, ts, kind, json)
+            })?;
+        } else {
+            // Autocommit: one statement is its own transaction, without the cost
+            // of separate BEGIN and COMMIT statements.
+            self.with_conn(|c| self.insert_event(c, run_id, seq, seq_i, ts, kind, json))?;
+        }
         self.notifier.bump();
         Ok(())
     }
@@ -54,8 +64,13 @@ impl SqliteStore {
             .iter()
             .map(|e| seq_to_i64(e.seq))
             .collect::<Result<Vec<_>>>()?;
+        let superseded = crate::coalesce::superseded(batch);
         self.write(Durability::Fast, |c| {
-            for (e, seq_i) in batch.iter().zip(seqs) {
+            for ((e, seq_i), skip) in batch.iter().zip(seqs).zip(superseded.iter().copied()) {
+                // A delta whose completed response is in this batch is never written.
+                if skip {
+                    continue;
+                }
                 self.insert_event(c, &e.run_id, e.seq, seq_i, &e.ts, &e.kind, &e.json)?;
             }
             Ok(())
@@ -120,6 +135,11 @@ impl SqliteStore {
             .prepare_cached(INSERT)
             .and_then(|mut s| s.execute(params![run_id, seq_i, ts, kind, json]));
         match result {
+            Ok(_) if kind == crate::coalesce::COMPLETED => c
+                .prepare_cached(COALESCE)
+                .and_then(|mut s| s.execute(params![run_id, seq_i]))
+                .map(drop)
+                .map_err(|e| self.sql(e)),
             Ok(_) => Ok(()),
             Err(e) => Err(match constraint_code(&e) {
                 Some(ffi::SQLITE_CONSTRAINT_PRIMARYKEY) => StoreError::DuplicateEvent {

@@ -242,7 +242,9 @@ delegate! {
     fn mark_interrupted_runs(&self) -> Result<Vec<String>>;
 
     // Events.
-    /// Appends one event with a caller-chosen seq, unique per run.
+    /// Appends one event with a caller-chosen seq, unique per run. Storing a
+    /// `response.completed` deletes the run's `response.delta` events before
+    /// it ([`crate::coalesce`]).
     fn append_event(&self, run_id: &str, seq: u64, ts: &str, kind: &str, json: &str) -> Result<()>;
     /// Appends a batch atomically (all or nothing).
     fn append_events(&self, batch: &[EventRecord]) -> Result<()>;

@@ -16,7 +16,7 @@ pub const LEASE_EXPIRED_REASON: &str = "lease-expired";
 /// One stored event with its seq (the cursor for [`crate::Store::events_since`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredEvent {
-    /// The event's seq within its run (from 0, no gaps).
+    /// The event's seq within its run (from 0; coalesced deltas are gaps).
     pub seq: u64,
     /// The envelope, verbatim as appended.
     pub json: String,

@@ -25,6 +25,9 @@
 //! - `(run_id, seq)` is unique (the events key): an event is stored at most
 //!   once. [`Store::append_next_event`] assigns seqs 0, 1, 2... with no gap
 //!   and no duplicate, however many writers in however many processes.
+//! - Storing a `response.completed` deletes the run's `response.delta`
+//!   events before it, in the same transaction ([`coalesce`]): the completed
+//!   event carries the whole text. Their seqs stay unused.
 //! - Turns of a session have seqs 1, 2, 3... in commit order, no gap.
 //! - Every write is one transaction: all of it or none of it.
 //! - A run's lease (`claim_run`, `renew_lease`) is held by at most one owner;
@@ -102,6 +105,7 @@
 #![warn(missing_docs)]
 
 mod approvals;
+pub mod coalesce;
 mod error;
 mod events;
 mod handle;

@@ -556,6 +556,107 @@ fn events_replay_in_seq_order(kind: Kind) {
     assert!(store.events("run_nope").unwrap().is_empty());
 }
 
+fn record(run: &str, seq: u64, kind: &str, extra: serde_json::Value) -> EventRecord {
+    let mut json = serde_json::json!({
+        "seq": seq, "run_id": run, "ts": "2026-01-01T00:00:00.000Z", "type": kind,
+    });
+    json.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    EventRecord {
+        run_id: run.into(),
+        seq,
+        ts: "2026-01-01T00:00:00.000Z".into(),
+        kind: kind.into(),
+        json: json.to_string(),
+    }
+}
+
+fn stored_seqs(store: &Store, run: &str, after: Option<u64>) -> Vec<u64> {
+    store
+        .events_since(run, after)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect()
+}
+
+/// Storing `response.completed` deletes the run's deltas before it (whether
+/// they were stored one by one, in earlier batches or in the same batch),
+/// and nothing else: not its other events, not a later response's deltas,
+/// not another run's. Replay and `Last-Event-ID` reads stay exact for what
+/// is stored.
+fn completed_responses_coalesce_their_deltas(kind: Kind) {
+    let (_dir, store) = fresh(kind);
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let other = store.start_run(&s.id, "m").unwrap();
+    let r = run.id.as_str();
+    let delta =
+        |seq: u64, text: &str| record(r, seq, "response.delta", serde_json::json!({"text": text}));
+    store
+        .append_events(&[
+            record(r, 0, "run.started", serde_json::json!({"message": "q"})),
+            record(r, 1, "activity", serde_json::json!({"message": "searched"})),
+        ])
+        .unwrap();
+    // Deltas one at a time (a live stream) and in a batch.
+    let d = delta(2, "The ");
+    store.append_event(r, 2, &d.ts, &d.kind, &d.json).unwrap();
+    store
+        .append_events(&[delta(3, "answer "), delta(4, "is")])
+        .unwrap();
+    store
+        .append_events(&(0..3).map(|i| event(&other.id, i)).collect::<Vec<_>>())
+        .unwrap();
+    assert_eq!(stored_seqs(&store, r, None), [0, 1, 2, 3, 4]);
+    // The last delta and the completed text in one batch, then the end.
+    store
+        .append_events(&[
+            delta(5, " 42."),
+            record(
+                r,
+                6,
+                "response.completed",
+                serde_json::json!({"text": "The answer is 42.", "citations": []}),
+            ),
+            record(r, 7, "run.completed", serde_json::json!({"usage": {}})),
+        ])
+        .unwrap();
+    assert_eq!(stored_seqs(&store, r, None), [0, 1, 6, 7]);
+    let replay = store.events(r).unwrap();
+    assert!(replay[2].contains("The answer is 42."), "{replay:?}");
+    // Resuming inside the coalesced deltas: the completed text comes next.
+    assert_eq!(stored_seqs(&store, r, Some(3)), [6, 7]);
+    assert_eq!(store.events_after(r, 1).unwrap(), replay[2..].to_vec());
+    assert_eq!(store.events_after(r, 6).unwrap(), replay[3..].to_vec());
+    // Another run's deltas are untouched.
+    assert_eq!(stored_seqs(&store, &other.id, None), [0, 1, 2]);
+
+    // A second response in the same run: only its own deltas go, and a
+    // completed event stored alone (not batched) coalesces too.
+    store
+        .append_events(&[delta(8, "More"), delta(9, ".")])
+        .unwrap();
+    let done = record(
+        r,
+        10,
+        "response.completed",
+        serde_json::json!({"text": "More.", "citations": []}),
+    );
+    store
+        .append_event(r, 10, &done.ts, &done.kind, &done.json)
+        .unwrap();
+    assert_eq!(stored_seqs(&store, r, None), [0, 1, 6, 7, 10]);
+    // The next seq after coalescing still follows the highest stored one.
+    let next = store
+        .append_next_event(r, "2026-01-01T00:00:00.000Z", "activity", |seq| {
+            record(r, seq, "activity", serde_json::json!({"message": "late"})).json
+        })
+        .unwrap();
+    assert_eq!(next, 11);
+}
+
 fn event_seq_is_unique_and_batches_are_atomic(kind: Kind) {
     let (_dir, store) = fresh(kind);
     let s = store.create_session("s", None).unwrap();
@@ -1046,6 +1147,7 @@ both!(
     mark_interrupted_runs_spares_live_owners,
     events_replay_in_seq_order,
     event_seq_is_unique_and_batches_are_atomic,
+    completed_responses_coalesce_their_deltas,
     event_writer_batches_and_reports_errors_at_flush,
     approvals_round_trip,
     deleting_a_session_erases_the_conversation_and_keeps_the_audit,

@@ -31,6 +31,9 @@ const APPROVAL_COLUMNS: &str = "id, run_id, task_id, action, command, cwd, risk,
                                 decision, decided_by, created_at, decided_at";
 const INSERT_EVENT: &str = "INSERT INTO events (run_id, seq, ts, type, json)
                             VALUES ($1, $2, $3, $4, $5::text::json)";
+/// Coalescing (see [`crate::coalesce`]): the deltas a completed response replaces.
+const COALESCE: &str =
+    "DELETE FROM events WHERE run_id = $1 AND seq < $2 AND type = 'response.delta'";
 const EVENTS_SINCE: &str =
     "SELECT seq, json::text FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq";
 const LOCK_RUN: &str = "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE";
@@ -900,6 +903,16 @@ impl PgStore {
         kind: &str,
         json: &str,
     ) -> Result<()> {
+        if kind == crate::coalesce::COMPLETED {
+            // The insert and the deletion of the deltas it replaces: one transaction.
+            return self.append_events(&[EventRecord {
+                run_id: run_id.to_owned(),
+                seq,
+                ts: ts.to_owned(),
+                kind: kind.to_owned(),
+                json: json.to_owned(),
+            }]);
+        }
         let seq_i = seq_i64(seq)?;
         let mut c = self.conn()?;
         wait(async {
@@ -927,22 +940,48 @@ impl PgStore {
             .iter()
             .map(|e| seq_i64(e.seq))
             .collect::<Result<Vec<_>>>()?;
-        let params: Vec<[&(dyn ToSql + Sync); 5]> = batch
+        // A delta whose completed response is in this batch is never written.
+        let superseded = crate::coalesce::superseded(batch);
+        let kept: Vec<(&EventRecord, &i64)> = batch
             .iter()
             .zip(&seqs)
-            .map(|(e, s)| [&e.run_id as &(dyn ToSql + Sync), s, &e.ts, &e.kind, &e.json])
+            .zip(superseded)
+            .filter(|(_, skip)| !skip)
+            .map(|(pair, _)| pair)
+            .collect();
+        let params: Vec<[&(dyn ToSql + Sync); 5]> = kept
+            .iter()
+            .map(|(e, s)| {
+                [
+                    &e.run_id as &(dyn ToSql + Sync),
+                    *s,
+                    &e.ts,
+                    &e.kind,
+                    &e.json,
+                ]
+            })
+            .collect();
+        let completed: Vec<[&(dyn ToSql + Sync); 2]> = kept
+            .iter()
+            .filter(|(e, _)| e.kind == crate::coalesce::COMPLETED)
+            .map(|(e, s)| [&e.run_id as &(dyn ToSql + Sync), *s])
             .collect();
         let mut c = self.conn()?;
         wait(async {
             let insert = c.statement(INSERT_EVENT).await?;
+            let coalesce = c.statement(COALESCE).await?;
             let tx = self.event_tx(&mut c).await?;
             // Pipelined: the whole batch goes out without waiting for each
             // answer. After a failure the rest fail too (aborted
             // transaction); the first failure in batch order is the cause.
             let results =
                 futures_util::future::join_all(params.iter().map(|p| tx.execute(&insert, p))).await;
-            for (r, e) in results.into_iter().zip(batch) {
+            for (r, (e, _)) in results.into_iter().zip(&kept) {
                 r.map_err(|err| self.event_error(err, &e.run_id, e.seq, &e.kind))?;
+            }
+            // Then the deltas each completed response replaces (see crate::coalesce).
+            for p in &completed {
+                tx.execute(&coalesce, p).await.map_err(|e| self.err(e))?;
             }
             tx.commit().await.map_err(|e| self.err(e))
         })

@@ -24,6 +24,7 @@ mod cache;
 pub mod imports;
 mod state;
 mod v0_1;
+mod verified;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -82,6 +83,7 @@ pub struct LoadedPlugin {
 }
 
 /// A linked component, by the WIT version it was built against.
+#[derive(Clone)]
 enum Pre {
     Current(bindings::PluginPre<TaskState>),
     V0_1(v0_1::PluginPre<TaskState>),
@@ -138,6 +140,8 @@ pub struct Runtime {
     /// could write Capstan's cache, data or config could rewrite compiled code
     /// or its own grants, whatever entry point bound the workspace.
     gate: WorkspaceGate,
+    /// Components hashed, compiled, linked and described once for the process.
+    verified: verified::VerifiedComponents,
     _ticker: EpochTicker,
 }
 
@@ -192,6 +196,7 @@ impl Runtime {
             linker,
             cache,
             gate: WorkspaceGate::new(protected),
+            verified: Default::default(),
         })
     }
 
@@ -200,25 +205,27 @@ impl Runtime {
     }
 
     /// Compile (or load from cache) a component, check its imports against the
-    /// manifest and ask it to describe itself.
+    /// manifest and ask it to describe itself. Nothing is kept for later loads:
+    /// [`Runtime::load_spec`] is the one that reuses verified components.
     pub async fn load(&self, spec: PluginSpec, bytes: &[u8]) -> Result<LoadedPlugin, LoadError> {
-        let (plugin_name, source_desc) = (spec.entry.name.clone(), spec.source.to_string());
-        let fail = |message: String| LoadError {
-            plugin: plugin_name.clone(),
-            source_desc: source_desc.clone(),
-            message,
-        };
         let started = Instant::now();
+        let verified = self.verify(&spec, bytes, None).await?;
+        let cache_hit = verified.cache_hit;
+        self.plugin(spec, &verified, cache_hit, started)
+    }
+
+    /// Hash `bytes`, check the entry's pin, compile (or load the compiled code
+    /// from the cache), link and describe: everything the process keeps.
+    async fn verify(
+        &self,
+        spec: &PluginSpec,
+        bytes: &[u8],
+        fingerprint: Option<verified::Fingerprint>,
+    ) -> Result<verified::Verified, LoadError> {
+        let fail = |message: String| load_error(spec, message);
         let sha256 = sha256_hex(bytes);
-        if let Some(expected) = &spec.entry.sha256
-            && !expected.eq_ignore_ascii_case(&sha256)
-        {
-            return Err(fail(format!(
-                "sha256 mismatch: the manifest ({}) says {expected}, the file is {sha256}; \
-                     the component changed since the manifest was written. Refusing to load it",
-                spec.origin
-            )));
-        }
+        // Before compiling: code that does not match its pin never runs.
+        check_pin(spec, &sha256).map_err(fail)?;
         let (component, cache_hit) = self
             .cache
             .load_or_compile(&self.engine, bytes, &sha256)
@@ -232,25 +239,24 @@ impl Runtime {
             linked.and_then(bindings::PluginPre::new).map(Pre::Current)
         }
         .map_err(|e| fail(format!("cannot be linked: {e:#}")))?;
-        let load = LoadStats {
-            cache_hit,
-            duration: started.elapsed(),
-        };
-        let mut plugin = LoadedPlugin {
+        let probe = LoadedPlugin {
             sha256,
             kinds: vec![],
             operations: vec![],
             imports: checked.services,
             wit_version: checked.version,
-            load,
+            load: LoadStats {
+                cache_hit,
+                duration: Duration::ZERO,
+            },
             pre,
-            spec,
+            spec: spec.clone(),
         };
         let info = self
-            .describe(&plugin)
+            .describe(&probe)
             .await
             .map_err(|e| fail(format!("describe failed: {e}")))?;
-        plugin.kinds = info.kinds;
+        let mut operations = Vec::with_capacity(info.operations.len());
         for op in info.operations {
             let input_schema = serde_json::from_str(&op.input_schema).map_err(|e| {
                 fail(format!(
@@ -258,37 +264,101 @@ impl Runtime {
                     op.name
                 ))
             })?;
-            plugin.operations.push(OperationInfo {
+            operations.push(OperationInfo {
                 name: op.name,
                 description: op.description,
                 input_schema,
                 risk: op.risk.into(),
             });
         }
-        if let Some(kind) = plugin
-            .spec
+        Ok(verified::Verified {
+            fingerprint,
+            sha256: probe.sha256,
+            component,
+            pre: probe.pre,
+            version: checked.version,
+            kinds: info.kinds,
+            operations,
+            cache_hit,
+        })
+    }
+
+    /// The plugin of one manifest entry on a verified component: its pin, its
+    /// grants and the kinds it claims are checked against the entry.
+    fn plugin(
+        &self,
+        spec: PluginSpec,
+        verified: &verified::Verified,
+        cache_hit: bool,
+        started: Instant,
+    ) -> Result<LoadedPlugin, LoadError> {
+        let fail = |message: String| load_error(&spec, message);
+        check_pin(&spec, &verified.sha256).map_err(fail)?;
+        let checked = imports::check(
+            &self.engine,
+            &verified.component,
+            &spec.entry.permissions.host,
+        )
+        .map_err(fail)?;
+        if let Some(kind) = spec
             .entry
             .kinds
             .iter()
-            .find(|k| !plugin.kinds.contains(k))
+            .find(|k| !verified.kinds.contains(k))
         {
             return Err(fail(format!(
                 "the manifest claims kind `{kind}`, but the component serves only {:?}",
-                plugin.kinds
+                verified.kinds
             )));
         }
-        Ok(plugin)
+        Ok(LoadedPlugin {
+            sha256: verified.sha256.clone(),
+            kinds: verified.kinds.clone(),
+            operations: verified.operations.clone(),
+            imports: checked.services,
+            wit_version: verified.version,
+            load: LoadStats {
+                cache_hit,
+                duration: started.elapsed(),
+            },
+            pre: verified.pre.clone(),
+            spec,
+        })
     }
 
-    /// Load a component from its manifest source.
+    /// Load a component from its manifest source. The first load in the
+    /// process verifies it (hash, pin, compiled code, describe); later loads
+    /// reuse that for as long as the file's fingerprint (size, times, inode)
+    /// is unchanged, and verify it again, pin included, once it changed.
     pub async fn load_spec(&self, spec: PluginSpec) -> Result<LoadedPlugin, LoadError> {
+        let started = Instant::now();
+        let slot = self.verified.slot(&spec.source);
+        let mut held = slot.lock().await;
+        let before = verified::fingerprint(&spec.source).map_err(|e| unreadable(&spec, e))?;
+        if let Some(v) = held.as_ref().filter(|v| v.fingerprint == before) {
+            let v = v.clone();
+            drop(held);
+            return self.plugin(spec, &v, true, started);
+        }
+        // Never verified, or the file changed: what was kept no longer holds.
+        *held = None;
         let bytes = component_bytes(&spec)?;
-        self.load(spec, &bytes).await
+        let verified = Arc::new(self.verify(&spec, &bytes, before).await?);
+        // A file that changed while it was read is verified again next time.
+        if verified::fingerprint(&spec.source).is_ok_and(|after| after == before) {
+            *held = Some(verified.clone());
+        }
+        drop(held);
+        let cache_hit = verified.cache_hit;
+        self.plugin(spec, &verified, cache_hit, started)
     }
 
     /// Whether loading `spec` means compiling it (no usable entry in the compiled
     /// cache): the first run on a fresh home, or a new component.
     pub fn needs_compile(&self, spec: &PluginSpec) -> bool {
+        if self.verified.is_fresh(&spec.source) {
+            return false;
+        }
         component_bytes(spec).is_ok_and(|bytes| !self.cache.contains(&sha256_hex(&bytes)))
     }
 
@@ -536,13 +606,39 @@ impl Runtime {
     }
 }
 
-/// The component's bytes, from the binary or from its file.
-fn component_bytes(spec: &PluginSpec) -> Result<std::borrow::Cow<'static, [u8]>, LoadError> {
-    let fail = |message: String| LoadError {
+fn load_error(spec: &PluginSpec, message: String) -> LoadError {
+    LoadError {
         plugin: spec.entry.name.clone(),
         source_desc: spec.source.to_string(),
         message,
-    };
+    }
+}
+
+fn unreadable(spec: &PluginSpec, e: std::io::Error) -> LoadError {
+    load_error(
+        spec,
+        format!(
+            "cannot read the component file (field `component` in {}): {e}",
+            spec.origin
+        ),
+    )
+}
+
+/// The entry's sha256 pin, if it has one, against the component's hash.
+fn check_pin(spec: &PluginSpec, sha256: &str) -> Result<(), String> {
+    match &spec.entry.sha256 {
+        Some(expected) if !expected.eq_ignore_ascii_case(sha256) => Err(format!(
+            "sha256 mismatch: the manifest ({}) says {expected}, the file is {sha256}; \
+             the component changed since the manifest was written. Refusing to load it",
+            spec.origin
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The component's bytes, from the binary or from its file.
+fn component_bytes(spec: &PluginSpec) -> Result<std::borrow::Cow<'static, [u8]>, LoadError> {
+    let fail = |message: String| load_error(spec, message);
     match &spec.source {
         crate::plugins::manifest::ComponentSource::Builtin(name) => {
             crate::plugins::bundled::component(name)
@@ -556,12 +652,7 @@ fn component_bytes(spec: &PluginSpec) -> Result<std::borrow::Cow<'static, [u8]>,
         }
         crate::plugins::manifest::ComponentSource::File(path) => std::fs::read(path)
             .map(std::borrow::Cow::Owned)
-            .map_err(|e| {
-                fail(format!(
-                    "cannot read the component file (field `component` in {}): {e}",
-                    spec.origin
-                ))
-            }),
+            .map_err(|e| unreadable(spec, e)),
     }
 }
 
