@@ -174,6 +174,14 @@ pub async fn serve_http(
             runs.cancel_all();
         }
     };
+    // An event stream is many small writes: with Nagle's algorithm each one
+    // after the first waits for the client's delayed ACK (40 ms on Linux),
+    // which was most of a short run's time at the client (docs/BENCHMARKS.md).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
+        }
+    });
     axum::serve(listener, router(state, extra))
         .with_graceful_shutdown(shutdown)
         .await?;
