@@ -66,6 +66,13 @@ def rss_kib(pid):
     return 0
 
 
+def cpu_ms(pid):
+    """User + system CPU time the process has used, in ms."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def load(host, port, ws, conc, seconds):
     """`conc` clients, each one run at a time on its own keep-alive connection."""
     lat = []
@@ -120,8 +127,10 @@ def main():
         idle = rss_kib(proc.pid)
         rows = []
         for conc in [int(c) for c in args.conc.split(",")]:
+            cpu = cpu_ms(proc.pid)
             n, rate, p50, p99 = load(host, port, ws, conc, args.seconds)
-            rows.append((conc, n, rate, p50, p99, rss_kib(proc.pid)))
+            cpu = (cpu_ms(proc.pid) - cpu) / n
+            rows.append((conc, n, rate, p50, p99, cpu, rss_kib(proc.pid)))
     finally:
         proc.terminate()
         proc.wait()
@@ -139,10 +148,12 @@ def main():
     print(f"binary: {binary}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")
     print()
-    print("| concurrency | runs | runs/s | p50 | p99 | server RSS after |")
-    print("|---|---|---|---|---|---|")
-    for conc, n, rate, p50, p99, rss in rows:
-        print(f"| {conc} | {n} | {rate:.1f} | {p50:.1f} ms | {p99:.1f} ms | {rss / 1024:.0f} MiB |")
+    print("| concurrency | runs | runs/s | p50 | p99 | server CPU per run | server RSS after |")
+    print("|---|---|---|---|---|---|---|")
+    for conc, n, rate, p50, p99, cpu, rss in rows:
+        print(
+            f"| {conc} | {n} | {rate:.1f} | {p50:.1f} ms | {p99:.1f} ms | {cpu:.2f} ms | {rss / 1024:.0f} MiB |"
+        )
     print()
     print(f"server RSS idle after warm-up: {idle / 1024:.0f} MiB")
     print(
