@@ -2156,31 +2156,27 @@ async fn an_http_server_killed_mid_call_fails_the_call_at_once() {
 
 // ---- What external servers ask of Capstan: elicitation and sampling ----
 
-/// The "everything" server, with elicitation and sampling tools (it lists
-/// them only to a client that declares those capabilities), and a real
-/// `capstan mcp` with the conformance fixtures (a form elicitation every
-/// field of which has a default).
-fn asking_config(inner_home: &Path, inner_ws: &Path, extra: &str) -> String {
-    format!(
+/// The "everything" server on stdio, with elicitation and sampling tools (it
+/// lists them only to a client that declares those capabilities), and, when
+/// given its URL, a real `capstan mcp --listen --conformance-fixtures` on
+/// streamable HTTP (a form elicitation every field of which has a default).
+fn asking_config(fixtures_url: Option<&str>, extra: &str) -> String {
+    let mut config = format!(
         r#"{extra}
 [[mcp_server]]
 name = "every"
 command = {everything:?}
 risk = "read_only"
 timeout_secs = 120
-
-[[mcp_server]]
-name = "fixtures"
-command = {bin:?}
-args = ["mcp", "--approve", "none", "--conformance-fixtures", "--workspace", {ws:?}]
-env = {{ CAPSTAN_HOME = {home:?} }}
-risk = "read_only"
 "#,
         everything = third_party_bin("mcp-server-everything"),
-        bin = capstan_bin(),
-        ws = inner_ws.display().to_string(),
-        home = inner_home.display().to_string(),
-    )
+    );
+    if let Some(url) = fixtures_url {
+        config.push_str(&format!(
+            "\n[[mcp_server]]\nname = \"fixtures\"\nurl = {url:?}\nrisk = \"read_only\"\n"
+        ));
+    }
+    config
 }
 
 /// Answers every approval the run asks for with `decision`, as a person at
@@ -2234,9 +2230,11 @@ fn approvals_asked(recorder: &Recorder, action: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_servers_elicitation_is_the_persons_approval() {
     setup_sandbox_launcher();
-    let inner_home = tempfile::tempdir().unwrap();
+    let inner_home = Home::new("");
     let inner_ws = workspace();
-    let home = Home::new(&asking_config(inner_home.path(), inner_ws.path(), ""));
+    let (mut fixtures, url) =
+        listen_without_token(&inner_home, inner_ws.path(), &["--conformance-fixtures"]);
+    let home = Home::new(&asking_config(Some(&url), ""));
     let ws = workspace();
     let root = ws.path().canonicalize().unwrap();
     let app = Arc::new(
@@ -2285,7 +2283,8 @@ async fn an_external_servers_elicitation_is_the_persons_approval() {
     );
     assert!(shown.contains('␛'), "the escape shows as text: {shown}");
 
-    // A form every field of which has a default: approving sends the defaults.
+    // A form every field of which has a default (from a server on streamable
+    // HTTP): approving sends the defaults.
     let form = run_task(
         &app.runtime,
         &registry,
@@ -2380,18 +2379,14 @@ async fn an_external_servers_elicitation_is_the_persons_approval() {
         "{:?}",
         flagged.data
     );
+    fixtures.kill().unwrap();
+    fixtures.wait().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_is_answered_by_the_offline_model_after_approval_under_the_budget() {
     setup_sandbox_launcher();
-    let inner_home = tempfile::tempdir().unwrap();
-    let inner_ws = workspace();
-    let home = Home::new(&asking_config(
-        inner_home.path(),
-        inner_ws.path(),
-        "[run]\nbudget_tokens = 300\n",
-    ));
+    let home = Home::new(&asking_config(None, "[run]\nbudget_tokens = 300\n"));
     let ws = workspace();
     let root = ws.path().canonicalize().unwrap();
     let app = Arc::new(
