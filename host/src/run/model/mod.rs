@@ -157,11 +157,17 @@ pub trait HostModel: Send + Sync {
     /// Answer a prompt an external MCP server sent (`sampling/createMessage`),
     /// with at most `req.max_tokens` tokens. Returns the text, whether it
     /// stopped at the limit, and the usage.
+    /// A model that cannot (a stand-in in a bench) says so.
     async fn sample(
         &self,
-        req: &crate::plugins::context::SampleRequest,
-        cancel: &CancellationToken,
-    ) -> Result<(String, bool, Usage), ModelFailure>;
+        _req: &crate::plugins::context::SampleRequest,
+        _cancel: &CancellationToken,
+    ) -> Result<(String, bool, Usage), ModelFailure> {
+        Err(ModelFailure::Unavailable(format!(
+            "the model `{}` does not answer sampling requests",
+            self.id()
+        )))
+    }
 }
 
 /// The host model the config asks for: `[model]` absent or `kind = "offline"`
