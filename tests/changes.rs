@@ -369,6 +369,286 @@ fn a_docx_replace_is_undone() {
     assert_eq!(sha256_file(&ws.join("r.docx")), created);
 }
 
+/// A plugin that writes files its input does not name (which the host
+/// cannot snapshot beforehand) is still seen: the writes are in the change
+/// set, flagged, and undo never pretends it can put back what was not kept.
+#[test]
+fn a_plugin_write_its_input_does_not_name_is_seen_and_never_falsely_undone() {
+    let fault = common::plugin_entry(
+        "fault",
+        "fault",
+        &["fault"],
+        "[plugin.permissions]\nworkspace = \"read-write\"\nhost = [\"exec\"]\n",
+    );
+    let home = Home::new(&fault);
+    let (_d, ws) = workspace();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    std::fs::write(ws.join("sub/old.txt"), "before\n").unwrap();
+    std::fs::write(ws.join("gone.txt"), "keep me\n").unwrap();
+    std::fs::write(ws.join("same.txt"), "untouched\n").unwrap();
+    let out = invoke(
+        &home,
+        &ws,
+        "fault",
+        "scribble",
+        "all",
+        json!({"write": {"sub/old.txt": "after\n", "fresh.txt": "new\n"}, "remove": ["gone.txt"]}),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ev = events(&out, "workspace.changes");
+    assert_eq!(ev.len(), 1, "{}", text(&out.stdout));
+    let files: BTreeMap<String, Value> = ev[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap().to_owned(), f.clone()))
+        .collect();
+    let kinds: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, f)| (p.as_str(), f["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("fresh.txt", "created"),
+            ("gone.txt", "deleted"),
+            ("sub/old.txt", "modified")
+        ],
+        "{}",
+        ev[0]
+    );
+    for f in files.values() {
+        assert_eq!(f["undeclared"], true, "{f}");
+    }
+    assert!(
+        files["sub/old.txt"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("previous version was not kept"),
+        "{}",
+        files["sub/old.txt"]
+    );
+    assert!(
+        files["fresh.txt"]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+new"),
+        "{}",
+        files["fresh.txt"]
+    );
+    let id = ev[0]["change_set"].as_str().unwrap();
+
+    // Plain undo refuses as a whole and names what it cannot restore.
+    let before_undo = tree(&ws);
+    let out = undo(&home, &[id]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("gone.txt") && said.contains("sub/old.txt"),
+        "{said}"
+    );
+    assert!(said.contains("previous version was not kept"), "{said}");
+    assert_eq!(
+        tree(&ws),
+        before_undo,
+        "a refused undo changed the workspace"
+    );
+
+    // --force cannot invent the old content either: the created file goes,
+    // the two without a kept version stay exactly as the plugin left them.
+    let out = undo(&home, &["--force", id]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(!ws.join("fresh.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("sub/old.txt")).unwrap(),
+        "after\n"
+    );
+    assert!(!ws.join("gone.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("same.txt")).unwrap(),
+        "untouched\n"
+    );
+    assert!(
+        text(&out.stdout).contains("left as it is: sub/old.txt"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // A declared write in the same kind of call keeps its previous version.
+    let out = invoke(
+        &home,
+        &ws,
+        "fault",
+        "write-path",
+        "all",
+        json!({"path": "same.txt", "content": "changed\n"}),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ev = events(&out, "workspace.changes");
+    assert_eq!(ev[0]["files"].as_array().unwrap().len(), 1, "{}", ev[0]);
+    assert!(ev[0]["files"][0].get("undeclared").is_none(), "{}", ev[0]);
+    let out = undo(&home, &[ev[0]["change_set"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("same.txt")).unwrap(),
+        "untouched\n"
+    );
+}
+
+/// Inside a git repository, capture and undo work on the files alone: the
+/// index (staging area) is byte for byte what it was, and after undo git
+/// sees a clean tree.
+#[test]
+fn undo_inside_a_git_repo_never_touches_the_index() {
+    let home = Home::new("");
+    let (_d, ws) = workspace();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    git(&["init", "-q"]);
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    git(&["add", "a.txt"]);
+    git(&["commit", "-qm", "init"]);
+    let index = sha256_file(&ws.join(".git/index"));
+    let before = tree(&ws);
+    let out = exec(&home, &ws, "all", "echo two >> a.txt && echo new > b.txt");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    let ev = events(&out, "workspace.changes");
+    let mut paths: Vec<&str> = ev[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    paths.sort();
+    assert_eq!(paths, ["a.txt", "b.txt"], "{}", ev[0]);
+    assert_eq!(
+        sha256_file(&ws.join(".git/index")),
+        index,
+        "the run touched the index"
+    );
+    let out = undo(&home, &[ev[0]["change_set"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_eq!(
+        sha256_file(&ws.join(".git/index")),
+        index,
+        "undo touched the index"
+    );
+    assert_eq!(tree(&ws), before);
+    assert_eq!(git(&["status", "--porcelain"]), "");
+}
+
+/// `capstan invoke --approve ask` answering each approval from `answers`
+/// (one line each: the operation's own approval, then the review).
+fn invoke_answering(home: &Home, ws: &Path, op: &str, input: Value, answers: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = home
+        .capstan()
+        .args([
+            "invoke",
+            "fault",
+            "--json",
+            "--approve",
+            "ask",
+            "--operation",
+            op,
+            "--workspace",
+        ])
+        .arg(ws)
+        .args(["--input", &input.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(answers.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A plugin writes in place, so its review comes after the write: a
+/// protected path written by a third-party plugin (named in its input or
+/// not) is held as `pending`, and a denial takes it back.
+#[test]
+fn a_plugin_writing_a_protected_path_is_reviewed_and_a_denial_takes_it_back() {
+    let fault = common::plugin_entry(
+        "fault",
+        "fault",
+        &["fault"],
+        "[plugin.permissions]\nworkspace = \"read-write\"\nhost = [\"exec\"]\n",
+    );
+    let home = Home::new(&fault);
+    let (_d, ws) = workspace();
+    std::fs::write(ws.join(".envrc"), "export OK=1\n").unwrap();
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    let before = tree(&ws);
+    let states = |out: &Output| -> Vec<Value> {
+        events(out, "workspace.changes")
+            .iter()
+            .map(|e| e["state"].clone())
+            .collect()
+    };
+
+    for (op, input) in [
+        (
+            "write-path",
+            json!({"path": ".envrc", "content": "export EVIL=1\n"}),
+        ),
+        (
+            "scribble",
+            json!({"write": {".git/hooks/pre-commit": "#!/bin/sh\ncurl evil\n"}}),
+        ),
+    ] {
+        let out = invoke_answering(&home, &ws, op, input, "y\nn\n");
+        let said = text(&out.stdout);
+        let asked = events(&out, "approval.requested");
+        assert_eq!(asked.len(), 2, "{said}");
+        assert_eq!(asked[1]["action"], "workspace.changes", "{said}");
+        assert!(
+            asked[1]["reasons"][0]
+                .as_str()
+                .unwrap()
+                .contains("protected paths"),
+            "{said}"
+        );
+        assert_eq!(states(&out), [json!("pending"), json!("undone")], "{said}");
+        let failed = events(&out, "task.failed");
+        assert_eq!(failed.len(), 1, "{said}");
+        assert_eq!(failed[0]["reason"], "denied", "{said}");
+        assert!(!out.status.success());
+        assert_eq!(tree(&ws), before, "{op}: a denied review left a change");
+    }
+
+    let out = invoke_answering(
+        &home,
+        &ws,
+        "write-path",
+        json!({"path": ".envrc", "content": "export NEW=1\n"}),
+        "y\ny\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_eq!(states(&out), [json!("pending"), json!("applied")]);
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".envrc")).unwrap(),
+        "export NEW=1\n"
+    );
+}
+
 /// kill -9 at random points of a landing (20 runs): every file is wholly
 /// old or wholly new, none is lost, and the next start finishes the landing.
 #[test]

@@ -437,17 +437,10 @@ fn a_brokered_credential_reaches_the_host_and_never_the_sandbox() {
     assert_eq!(mode & 0o077, 0, "{mode:o}");
 }
 
-#[test]
-fn a_missing_credential_variable_stops_the_command_naming_the_credential() {
-    let home = Home::new(
-        "[policy]\nprofile = \"trusted\"\n\n[network]\nallow = [\"api.example.com\"]\n\n\
-         [[network.credential]]\nhost = \"api.example.com\"\nheader = \"Authorization\"\n\
-         value_env = \"NETWIRE_UNSET_TOKEN\"\n",
-    );
-    let ws = tempfile::tempdir().unwrap();
-    let out = home
-        .capstan()
-        .env_remove("NETWIRE_UNSET_TOKEN")
+/// `capstan invoke terminal_exec 'echo ran'` (nobody to approve) in `ws`:
+/// its stdout and stderr together.
+fn echo_ran(capstan: &mut std::process::Command, ws: &std::path::Path) -> String {
+    let out = capstan
         .args([
             "invoke",
             "terminal_exec",
@@ -456,15 +449,26 @@ fn a_missing_credential_variable_stops_the_command_naming_the_credential() {
             "none",
             "--workspace",
         ])
-        .arg(ws.path())
+        .arg(ws)
         .args(["--input", &json!({ "command": "echo ran" }).to_string()])
         .output()
         .unwrap();
-    let all = format!(
+    format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn a_missing_credential_variable_stops_the_command_naming_the_credential() {
+    let home = Home::new(
+        "[policy]\nprofile = \"trusted\"\n\n[network]\nallow = [\"api.example.com\"]\n\n\
+         [[network.credential]]\nhost = \"api.example.com\"\nheader = \"Authorization\"\n\
+         value_env = \"NETWIRE_UNSET_TOKEN\"\n",
     );
+    let ws = tempfile::tempdir().unwrap();
+    let all = echo_ran(home.capstan().env_remove("NETWIRE_UNSET_TOKEN"), ws.path());
     assert!(!all.contains("\nran\n"), "{all}");
     assert!(
         all.contains("host = \\\"api.example.com\\\"")
@@ -483,25 +487,7 @@ fn a_workspace_capstan_toml_cannot_name_a_secret() {
         "[[network.credential]]\nhost = \"api.github.com\"\nheader = \"Authorization\"\nvalue_env = \"GITHUB_TOKEN\"\n",
     )
     .unwrap();
-    let out = home
-        .capstan()
-        .args([
-            "invoke",
-            "terminal_exec",
-            "--json",
-            "--approve",
-            "none",
-            "--workspace",
-        ])
-        .arg(ws.path())
-        .args(["--input", &json!({ "command": "echo ran" }).to_string()])
-        .output()
-        .unwrap();
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let all = echo_ran(&mut home.capstan(), ws.path());
     assert!(all.contains("cannot supply or name a secret"), "{all}");
 }
 

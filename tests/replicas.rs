@@ -16,91 +16,12 @@ use std::time::Duration;
 
 use common::Home;
 use common::server::{Server, handbook};
-use futures::StreamExt;
+use common::sse::{SseReader, types};
 use serde_json::{Value, json};
 
 /// Lease time of the replicas under test: short, so a killed replica's run
 /// is interrupted soon (the sweep runs every half of it).
 const LEASE_SECS: u64 = 2;
-
-/// Reads SSE events (`id` and JSON `data`) from a streaming response.
-struct SseReader {
-    body: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
-    buf: String,
-}
-
-impl SseReader {
-    fn new(resp: reqwest::Response) -> Self {
-        Self {
-            body: resp.bytes_stream().map(|r| r.map(|b| b.to_vec())).boxed(),
-            buf: String::new(),
-        }
-    }
-
-    /// The next event's data; `None` when the stream ended.
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                let data: Vec<&str> = block
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(|l| l.strip_prefix(' ').unwrap_or(l))
-                    .collect();
-                if data.is_empty() {
-                    continue;
-                }
-                let event: Value = serde_json::from_str(&data.join("\n")).unwrap();
-                // The SSE id is the event's seq (what Last-Event-ID resumes from).
-                let id = block
-                    .lines()
-                    .find_map(|l| l.strip_prefix("id:"))
-                    .map(|v| v.trim().parse::<u64>().unwrap());
-                assert_eq!(id, event["seq"].as_u64(), "SSE id is the seq: {block}");
-                return Some(event);
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(120), self.body.next())
-                .await
-                .expect("no event for 120 s")?;
-            self.buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        }
-    }
-
-    /// As [`Self::next`], but a broken connection (its server was killed)
-    /// ends the stream instead of failing.
-    async fn next_lenient(&mut self) -> Option<Value> {
-        loop {
-            if self.buf.contains("\n\n") {
-                return self.next().await;
-            }
-            let chunk = self.body.next().await?.ok()?;
-            self.buf.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
-
-    async fn until(&mut self, t: &str, seen: &mut Vec<Value>) -> Value {
-        while let Some(e) = self.next().await {
-            seen.push(e.clone());
-            if e["type"] == t {
-                return e;
-            }
-        }
-        panic!("stream ended before {t}: {:?}", types(seen));
-    }
-
-    async fn rest(&mut self, seen: &mut Vec<Value>) {
-        while let Some(e) = self.next().await {
-            seen.push(e);
-        }
-    }
-}
-
-fn types(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
-        .collect()
-}
 
 /// Seqs 0, 1, 2... in order, each once.
 fn assert_gap_free(events: &[Value]) {
@@ -129,7 +50,7 @@ async fn start_run(server: &Server, body: Value) -> (String, String, SseReader) 
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
     let header = |name: &str| resp.headers()[name].to_str().unwrap().to_string();
     let (run_id, session_id) = (header("x-capstan-run-id"), header("x-capstan-session-id"));
-    (run_id, session_id, SseReader::new(resp))
+    (run_id, session_id, SseReader::with_seq_ids(resp))
 }
 
 async fn events_from(server: &Server, run_id: &str, last_event_id: Option<u64>) -> SseReader {
@@ -141,7 +62,7 @@ async fn events_from(server: &Server, run_id: &str, last_event_id: Option<u64>) 
     }
     let resp = req.send().await.unwrap();
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
-    SseReader::new(resp)
+    SseReader::with_seq_ids(resp)
 }
 
 async fn get(server: &Server, path: &str) -> (u16, Value) {

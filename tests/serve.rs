@@ -13,69 +13,8 @@ use std::time::Duration;
 
 use common::Home;
 use common::server::{Server, handbook};
-use futures::StreamExt;
+use common::sse::{SseReader, types};
 use serde_json::{Value, json};
-
-/// Reads SSE `data:` payloads from a streaming response.
-struct SseReader {
-    body: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
-    buf: String,
-}
-
-impl SseReader {
-    fn new(resp: reqwest::Response) -> Self {
-        Self {
-            body: resp.bytes_stream().map(|r| r.map(|b| b.to_vec())).boxed(),
-            buf: String::new(),
-        }
-    }
-
-    /// The next event's data as JSON; `None` when the stream ended.
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                let data: Vec<&str> = block
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(|l| l.strip_prefix(' ').unwrap_or(l))
-                    .collect();
-                if data.is_empty() {
-                    continue; // a keep-alive comment
-                }
-                return Some(serde_json::from_str(&data.join("\n")).unwrap());
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(120), self.body.next())
-                .await
-                .expect("no event for 120 s")?;
-            self.buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        }
-    }
-
-    /// Events until (and including) the first of type `t`.
-    async fn until(&mut self, t: &str, seen: &mut Vec<Value>) -> Value {
-        while let Some(e) = self.next().await {
-            seen.push(e.clone());
-            if e["type"] == t {
-                return e;
-            }
-        }
-        panic!("stream ended before {t}: {:?}", types(seen));
-    }
-
-    async fn rest(&mut self, seen: &mut Vec<Value>) {
-        while let Some(e) = self.next().await {
-            seen.push(e);
-        }
-    }
-}
-
-fn types(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
-        .collect()
-}
 
 fn client(server: &Server) -> reqwest::Client {
     server.client()

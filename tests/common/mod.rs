@@ -9,6 +9,7 @@ use capstan_protocol::{Event, EventSink};
 
 pub mod procs;
 pub mod server;
+pub mod sse;
 
 /// A built component from plugins/ (test plugins included).
 pub fn built_component(crate_name: &str) -> PathBuf {

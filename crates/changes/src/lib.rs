@@ -14,7 +14,10 @@
 //!   its directory renamed over the old one, so a file is always wholly old
 //!   or wholly new. After a crash (kill -9), [`Store::open`] finishes every
 //!   journal it finds (roll forward: the new contents are still staged, the
-//!   old ones are in the store).
+//!   old ones are in the store). A set of one operation (one file, the
+//!   common case) is one rename and skips the journal. The record's new state
+//!   is written by rename without a disk sync: only the journal, which
+//!   recovery depends on, is synced.
 //! * [`Store::discard`] drops a set nobody approved: the workspace never saw it.
 //! * [`Store::undo`] puts the previous versions back, through the same
 //!   journal. It first checks that every file is still exactly what the set
@@ -32,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod fsops;
+mod inventory;
 
 use std::collections::HashSet;
 use std::io::{BufRead, Read, Write};
@@ -127,6 +131,26 @@ pub struct FileChange {
     /// Binary content (no text diff).
     #[serde(default)]
     pub binary: bool,
+    /// Written by a plugin operation that did not name it in its input: seen
+    /// by comparing the workspace before and after, but its previous version
+    /// was not kept, so undo cannot put back its old content.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undeclared: bool,
+}
+
+impl FileChange {
+    /// Why undo cannot restore this change whatever it is told, if it cannot.
+    pub fn unrestorable(&self) -> Option<String> {
+        let needs_old_content = self
+            .old
+            .as_ref()
+            .is_some_and(|s| s.entry == EntryType::File)
+            && self.kind != ChangeKind::ModeChanged;
+        (needs_old_content && self.old_hash.is_none()).then(|| {
+            "its previous version was not kept: the operation wrote it without naming it in its input"
+                .to_owned()
+        })
+    }
 }
 
 /// What started a set: who, where.
@@ -335,6 +359,7 @@ impl Store {
                 new_hash: None,
                 diff: None,
                 binary: false,
+                undeclared: false,
             };
             let old_path = set.workspace.join(c.from.as_deref().unwrap_or(&c.path));
             if c.old.as_ref().is_some_and(|s| s.entry == EntryType::File) {
@@ -370,8 +395,10 @@ impl Store {
     }
 
     /// Snapshots files a plugin operation is about to write (`paths`,
-    /// workspace-relative). Call [`Store::record_snapshot`] after the
-    /// operation with the returned value.
+    /// workspace-relative): their previous versions are kept. The rest of
+    /// the workspace is pictured by stamp only (see `inventory`), so a write
+    /// the operation did not declare is still seen. Call
+    /// [`Store::record_snapshot`] after the operation with the returned value.
     pub fn snapshot(&self, workspace: &Path, paths: &[String]) -> Result<Snapshot> {
         let mut before = Vec::new();
         for p in paths {
@@ -388,15 +415,23 @@ impl Store {
         Ok(Snapshot {
             workspace: workspace.to_path_buf(),
             before,
+            inventory: inventory::take(workspace),
         })
     }
 
-    /// Records what a plugin operation changed among the snapshotted files
-    /// (already in the workspace: the set is [`ChangeSetState::Applied`]). `None`
-    /// when nothing changed.
+    /// Records what a plugin operation changed (already in the workspace: the
+    /// set is [`ChangeSetState::Applied`]): the snapshotted files with their
+    /// previous versions, and any other entry whose stamp changed, flagged
+    /// [`FileChange::undeclared`]. `None` when nothing changed.
     pub fn record_snapshot(&self, snap: Snapshot, origin: Origin) -> Result<Option<Record>> {
         let mut changes = Vec::new();
         let mut diff_budget = SET_DIFF_CAP;
+        let declared: HashSet<String> = snap.before.iter().map(|(p, ..)| p.clone()).collect();
+        let mut cap_diff = |d: String| {
+            let d = cap(d, DIFF_CAP.min(diff_budget));
+            diff_budget = diff_budget.saturating_sub(d.len());
+            d
+        };
         for (p, old, old_hash) in snap.before {
             let abs = snap.workspace.join(&p);
             let new = capstan_sandbox::changes::lstat_in(&snap.workspace, &p)
@@ -436,13 +471,19 @@ impl Store {
                 new,
                 old_hash,
                 new_hash,
-                diff: diff.map(|d| {
-                    let d = cap(d, DIFF_CAP.min(diff_budget));
-                    diff_budget = diff_budget.saturating_sub(d.len());
-                    d
-                }),
+                diff: diff.map(&mut cap_diff),
                 binary,
+                undeclared: false,
             });
+        }
+        if !snap.inventory.cut {
+            let after = inventory::take(&snap.workspace);
+            for c in self.undeclared(&snap.workspace, &snap.inventory, &after, &declared)? {
+                changes.push(FileChange {
+                    diff: c.diff.map(&mut cap_diff),
+                    ..c
+                });
+            }
         }
         if changes.is_empty() {
             return Ok(None);
@@ -462,6 +503,69 @@ impl Store {
         Ok(Some(record))
     }
 
+    /// The entries that differ between two pictures of a workspace, outside
+    /// `declared`. New file contents are kept (undo checks them before it
+    /// removes a created file); old ones were never read.
+    fn undeclared(
+        &self,
+        ws: &Path,
+        before: &inventory::Inventory,
+        after: &inventory::Inventory,
+        declared: &HashSet<String>,
+    ) -> Result<Vec<FileChange>> {
+        let mut out = Vec::new();
+        let paths: std::collections::BTreeSet<&String> =
+            before.entries.keys().chain(after.entries.keys()).collect();
+        for p in paths {
+            if declared.contains(p.as_str()) {
+                continue;
+            }
+            let (old, new) = (before.entries.get(p), after.entries.get(p));
+            let kind = match (old, new) {
+                (None, None) => continue,
+                (None, Some(_)) => ChangeKind::Created,
+                (Some(_), None) => ChangeKind::Deleted,
+                (Some(o), Some(n)) if o.content_differs(n) => ChangeKind::Modified,
+                (Some(o), Some(n)) if o.side.mode != n.side.mode => ChangeKind::ModeChanged,
+                _ => continue,
+            };
+            let new = new.map(|s| s.side.clone());
+            let abs = ws.join(p.as_str());
+            let new_hash = match &new {
+                Some(s) if s.entry == EntryType::File => Some(self.keep(&abs)?),
+                _ => None,
+            };
+            let old = old.map(|s| s.side.clone());
+            let (diff, binary) = if kind == ChangeKind::Created {
+                let new_file = new_hash.as_ref().map(|_| abs.as_path());
+                describe(kind, None, new_file, p, &None)
+            } else {
+                (None, false)
+            };
+            let change = FileChange {
+                path: p.clone(),
+                kind,
+                from: None,
+                old,
+                new,
+                old_hash: None,
+                new_hash,
+                diff,
+                binary,
+                undeclared: true,
+            };
+            let diff = change
+                .unrestorable()
+                .map(|why| format!("not undoable: {why}"));
+            out.push(FileChange {
+                diff: change.diff.clone().or(diff),
+                binary: change.binary || change.unrestorable().is_some(),
+                ..change
+            });
+        }
+        Ok(out)
+    }
+
     /// Lands a pending set: all or nothing, through the journal.
     pub fn land(&self, id: &str) -> Result<Record> {
         let mut record = self.get(id)?;
@@ -476,6 +580,19 @@ impl Store {
             .clone()
             .ok_or_else(|| Error::Invalid(format!("change set {id} has nothing staged")))?;
         let ops = land_ops(&record.ops, &staging);
+        if let [op] = ops.as_slice() {
+            // One operation is one rename (or one removal): all or nothing by
+            // itself, and safe to run again, so it needs no journal. Most
+            // commands change one file; this spares them the journal's sync.
+            fsops::apply(self, &record.workspace, op)?;
+            record.state = ChangeSetState::Applied;
+            record.ops.clear();
+            if let Some(s) = record.staging.take() {
+                let _ = std::fs::remove_dir_all(s);
+            }
+            self.save_state(&record)?;
+            return Ok(record);
+        }
         let journal = Journal {
             id: id.to_owned(),
             action: "land".into(),
@@ -517,6 +634,8 @@ impl Store {
         }
         let ws = &record.workspace;
         let mut refused = Vec::new();
+        // Never restorable, whatever `conflicts` says: always left as they are.
+        let mut unrestorable = Vec::new();
         // A path changed twice in one set (a file replaced by a directory):
         // its last change says what should be there now.
         let mut last = std::collections::HashMap::new();
@@ -527,7 +646,12 @@ impl Store {
             if last.get(c.path.as_str()) != Some(&i) {
                 continue;
             }
-            if let Some(why) = self.changed_since(ws, c) {
+            if let Some(why) = c.unrestorable() {
+                unrestorable.push(Refusal {
+                    path: c.path.clone(),
+                    why,
+                });
+            } else if let Some(why) = self.changed_since(ws, c) {
                 refused.push(Refusal {
                     path: c.path.clone(),
                     why,
@@ -538,15 +662,16 @@ impl Store {
             id: id.to_owned(),
             ..Default::default()
         };
-        if !refused.is_empty() && conflicts == Conflicts::Refuse {
-            report.refused = refused;
+        if (!refused.is_empty() || !unrestorable.is_empty()) && conflicts == Conflicts::Refuse {
+            report.refused = unrestorable;
+            report.refused.extend(refused);
             return Ok(report);
         }
-        let skip: HashSet<&str> = if conflicts == Conflicts::Skip {
-            refused.iter().map(|r| r.path.as_str()).collect()
-        } else {
-            HashSet::new()
-        };
+        if conflicts == Conflicts::Force {
+            refused.clear();
+        }
+        refused.extend(unrestorable);
+        let skip: HashSet<&str> = refused.iter().map(|r| r.path.as_str()).collect();
         let mut ops = Vec::new();
         for c in record.changes.iter().rev() {
             if skip.contains(c.path.as_str()) {
@@ -555,11 +680,7 @@ impl Store {
             report.restored.push(c.path.clone());
             undo_ops(c, &mut ops);
         }
-        report.refused = if conflicts == Conflicts::Skip {
-            refused
-        } else {
-            Vec::new()
-        };
+        report.refused = refused;
         let journal = Journal {
             id: id.to_owned(),
             action: "undo".into(),
@@ -668,7 +789,7 @@ impl Store {
                 record.kept = journal.kept.clone();
             }
         }
-        self.save(&record)?;
+        self.save_state(&record)?;
         let _ = std::fs::remove_file(&jpath);
         let _ = std::fs::remove_file(&dpath);
         Ok(())
@@ -757,6 +878,18 @@ impl Store {
     fn save(&self, record: &Record) -> Result<()> {
         let bytes = serde_json::to_vec(record).map_err(|e| Error::Invalid(e.to_string()))?;
         write_synced(&self.set_path(&record.id), &bytes)
+    }
+
+    /// Saves a record's new state after its operations ran: atomically
+    /// (rename) but without waiting for the disk. A process crash cannot lose
+    /// it; after a power loss the record may still say `pending`, and landing
+    /// it again is a no-op (every operation can run twice).
+    fn save_state(&self, record: &Record) -> Result<()> {
+        let bytes = serde_json::to_vec(record).map_err(|e| Error::Invalid(e.to_string()))?;
+        let path = self.set_path(&record.id);
+        let tmp = path.with_extension(format!("tmp-{}", fastrand::u32(..)));
+        std::fs::write(&tmp, &bytes).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))
     }
 
     /// Copies a file into the object store (deduplicated); returns its hash.
@@ -875,6 +1008,15 @@ impl Store {
 pub struct Snapshot {
     workspace: PathBuf,
     before: Vec<(String, Option<Side>, Option<String>)>,
+    inventory: inventory::Inventory,
+}
+
+impl Snapshot {
+    /// Whether every entry of the workspace is watched (false: past
+    /// `inventory::CAP` entries, only the declared files are).
+    pub fn watches_everything(&self) -> bool {
+        !self.inventory.cut
+    }
 }
 
 /// The operations that land a staged set: the upper layer replayed in order.

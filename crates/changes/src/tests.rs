@@ -141,3 +141,59 @@ fn bad_ids_and_paths_are_refused_with_a_reason() {
         Err(Error::NotFound(_))
     ));
 }
+
+#[test]
+fn writes_outside_a_snapshot_are_recorded_and_undo_leaves_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let ws = base.join("ws");
+    std::fs::create_dir_all(ws.join("d")).unwrap();
+    std::fs::write(ws.join("named.txt"), "n1\n").unwrap();
+    std::fs::write(ws.join("d/other.txt"), "o1\n").unwrap();
+    std::fs::write(ws.join("mode.sh"), "#!/bin/sh\n").unwrap();
+    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
+    let snap = store.snapshot(&ws, &["named.txt".to_owned()]).unwrap();
+    assert!(snap.watches_everything());
+    std::fs::write(ws.join("named.txt"), "n2\n").unwrap();
+    std::fs::write(ws.join("d/other.txt"), "o2\n").unwrap();
+    std::fs::write(ws.join("d/new.txt"), "fresh\n").unwrap();
+    std::fs::set_permissions(ws.join("mode.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let record = store
+        .record_snapshot(snap, Origin::default())
+        .unwrap()
+        .unwrap();
+    let seen: Vec<(&str, ChangeKind, bool)> = record
+        .changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.kind, c.undeclared))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("named.txt", ChangeKind::Modified, false),
+            ("d/new.txt", ChangeKind::Created, true),
+            ("d/other.txt", ChangeKind::Modified, true),
+            ("mode.sh", ChangeKind::ModeChanged, true),
+        ]
+    );
+    let r = store.undo(&record.id, Conflicts::Refuse).unwrap();
+    assert!(!r.done);
+    assert_eq!(r.refused.len(), 1, "{r:?}");
+    assert_eq!(r.refused[0].path, "d/other.txt");
+    let r = store.undo(&record.id, Conflicts::Force).unwrap();
+    assert!(r.done);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("named.txt")).unwrap(),
+        "n1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("d/other.txt")).unwrap(),
+        "o2\n"
+    );
+    assert!(!ws.join("d/new.txt").exists());
+    let mode = std::fs::metadata(ws.join("mode.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644);
+}

@@ -101,4 +101,9 @@ pub struct ChangedFile {
     /// One line for binary and office files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// A plugin operation wrote it without naming it in its input: seen by
+    /// comparing the workspace before and after, but its previous version
+    /// was not kept (undo leaves it as it is).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undeclared: bool,
 }

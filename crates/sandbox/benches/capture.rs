@@ -2,10 +2,13 @@
 //! (no overlay), through the write-quota overlay copied back by init (the
 //! default before capture), and captured (staged, classified, previous
 //! versions kept, landed through the journal by `capstan-changes`); then
-//! undo of 1,000 files. Median wall time of each, one Markdown table.
+//! undo of 1,000 files. Median wall time of each (the modes interleaved run
+//! by run), one Markdown table.
 //!
 //! Reproduce: `cargo bench -p capstan-sandbox --bench capture`
-//! (`CAPSTAN_BENCH_N` runs per cell, default 5; the 200 MB and 10,000-file
+//! (`CAPSTAN_BENCH_PHASES=1` also prints where a captured run's time goes;
+//! `CAPSTAN_BENCH_ONLY=10,000` runs the cases whose name contains it)
+//! (`CAPSTAN_BENCH_N` runs per cell, default 9; the 200 MB and 10,000-file
 //! rows use at most 3).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -90,11 +93,23 @@ async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
     let started = Instant::now();
     let out = run(spec, CancellationToken::new()).await.unwrap();
     assert_eq!(out.exit_code, Some(0), "{out:?}");
+    let ran = started.elapsed();
     if let Some((id, _)) = staged {
         let set = out.changes.unwrap();
         if !set.is_empty() {
             store.prepare(&id, &set, Origin::default()).unwrap();
+            let prepared = started.elapsed();
             store.land(&id).unwrap();
+            if std::env::var_os("CAPSTAN_BENCH_PHASES").is_some() {
+                eprintln!(
+                    "{}: command in the sandbox (staging included) {} ms (of which the command {} ms), prepare {} ms, land {} ms",
+                    case.name,
+                    ms(ran),
+                    ms(out.duration),
+                    ms(prepared - ran),
+                    ms(started.elapsed() - prepared)
+                );
+            }
         }
     }
     started.elapsed()
@@ -131,7 +146,7 @@ fn main() {
     let n: usize = std::env::var("CAPSTAN_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(9);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let base = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(base.path()).unwrap();
@@ -139,15 +154,19 @@ fn main() {
         "| case | direct (no overlay) ms | quota overlay, copy-back ms | captured + landed ms | capture vs direct | capture vs copy-back |"
     );
     println!("|---|---|---|---|---|---|");
-    for case in CASES {
+    let only = std::env::var("CAPSTAN_BENCH_ONLY").unwrap_or_default();
+    for case in CASES.iter().filter(|c| c.name.contains(only.as_str())) {
         let runs = if case.heavy { n.min(3) } else { n };
-        let mut cells = Vec::new();
-        for mode in [Mode::Direct, Mode::CopyBack, Mode::Capture] {
-            let times: Vec<Duration> = (0..runs)
-                .map(|_| rt.block_on(once(mode, case, &base)))
-                .collect();
-            cells.push(median(times));
+        // Interleaved (direct, copy-back, capture, direct, ...) so that load
+        // from other processes falls on the three modes alike.
+        let modes = [Mode::Direct, Mode::CopyBack, Mode::Capture];
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(); modes.len()];
+        for _ in 0..runs {
+            for (i, mode) in modes.iter().enumerate() {
+                times[i].push(rt.block_on(once(*mode, case, &base)));
+            }
         }
+        let cells: Vec<Duration> = times.into_iter().map(median).collect();
         println!(
             "| {} | {} | {} | {} | {:.2}x | {:.2}x |",
             case.name,

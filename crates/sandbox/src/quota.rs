@@ -322,8 +322,23 @@ pub(crate) fn copy_sparse(
     dst: &std::fs::File,
     len: u64,
 ) -> std::io::Result<()> {
+    // One buffer for every file of a copy-back: a fresh 1 MiB per file (zeroed,
+    // faulted in, unmapped) made staging 10,000 small files take 11 s.
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with_borrow_mut(|buf| {
+        if buf.is_empty() {
+            buf.resize(1 << 20, 0);
+        }
+        copy_data(src, dst, buf)
+    })?;
+    dst.set_len(len)
+}
+
+/// The data extents of `src` copied to the same offsets of `dst`.
+fn copy_data(src: &std::fs::File, dst: &std::fs::File, buf: &mut [u8]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; 1 << 20];
     let mut offset = 0i64;
     loop {
         // SAFETY: lseek on an fd we own.
@@ -352,7 +367,7 @@ pub(crate) fn copy_sparse(
         }
         offset = hole;
     }
-    dst.set_len(len)
+    Ok(())
 }
 
 /// Removes a file, symlink or whole directory tree named `name` in `dir`,

@@ -9,7 +9,7 @@ use rusqlite::params;
 
 use crate::error::{Result, StoreError};
 use crate::pg::{PgStore, wait};
-use crate::{Durability, SqliteStore, now_rfc3339};
+use crate::{Decision, Durability, SqliteStore, now_rfc3339};
 
 /// What a replica asks of a run's owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,8 +18,8 @@ pub enum RunRequestKind {
     Cancel,
     /// Answer the approval whose id is the target.
     Decide {
-        /// `approved`, `approved-for-session`, `denied` or `aborted`.
-        decision: String,
+        /// The person's answer.
+        decision: Decision,
         /// Who answered (the frontend and credential, as the audit records it).
         decided_by: Option<String>,
     },
@@ -59,7 +59,9 @@ fn request(
     let kind = match (kind.as_str(), decision) {
         ("cancel", _) => RunRequestKind::Cancel,
         ("decide", Some(decision)) => RunRequestKind::Decide {
-            decision,
+            decision: decision
+                .parse()
+                .map_err(|e| StoreError::InvalidArgument(format!("run request {id}: {e}")))?,
             decided_by,
         },
         (other, _) => {

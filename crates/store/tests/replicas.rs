@@ -272,7 +272,7 @@ fn run_requests_are_taken_once_by_their_target(kind: Kind) {
         .add_run_request("run_1", &RunRequestKind::Cancel)
         .unwrap();
     let decide = RunRequestKind::Decide {
-        decision: "approved".into(),
+        decision: capstan_store::Decision::Approved,
         decided_by: Some("http-token".into()),
     };
     let decision = sender.add_run_request("apr_1", &decide).unwrap();

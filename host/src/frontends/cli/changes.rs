@@ -148,11 +148,11 @@ pub async fn undo(global: &GlobalArgs, args: UndoArgs) -> Result<ExitCode> {
             if rep.done {
                 outln!("undid {}: {} path(s) restored", rep.id, rep.restored.len());
                 for k in &rep.refused {
-                    outln!("  left as it is (changed since): {} ({})", k.path, k.why);
+                    outln!("  left as it is: {} ({})", k.path, k.why);
                 }
             } else {
                 outln!(
-                    "refused to undo {}: {} file(s) changed since it landed, nothing was undone:",
+                    "refused to undo {}: {} file(s) cannot be put back as the set left them, nothing was undone:",
                     rep.id,
                     rep.refused.len()
                 );
@@ -160,7 +160,7 @@ pub async fn undo(global: &GlobalArgs, args: UndoArgs) -> Result<ExitCode> {
                     outln!("  {}: {}", k.path, k.why);
                 }
                 outln!(
-                    "run again with --keep-changed to undo the other files, or --force to overwrite these too"
+                    "run again with --keep-changed to undo the other files, or --force to also overwrite files changed since (a file whose previous version was not kept stays as it is)"
                 );
             }
         }

@@ -128,16 +128,7 @@ fn take_requests(manager: &Arc<RunManager>, replica: &Replica) {
                     .as_deref()
                     .and_then(via_from_str)
                     .unwrap_or(Via::HttpToken);
-                let decided = decision
-                    .parse()
-                    .map_err(|_| format!("unknown decision {decision:?}"))
-                    .and_then(|d| {
-                        manager
-                            .app()
-                            .broker
-                            .decide(&request.target, d, via)
-                            .map_err(|e| e.to_string())
-                    });
+                let decided = manager.app().broker.decide(&request.target, decision, via);
                 if let Err(e) = decided {
                     tracing::warn!(
                         "a decision on approval {} from another replica was not applied: {e}",
@@ -176,14 +167,14 @@ pub fn forward_cancel(replica: &Replica, run_id: &str) -> Result<(), ApiError> {
 pub fn forward_decision(
     replica: &Replica,
     approval_id: &str,
-    decision: &str,
+    decision: capstan_store::Decision,
     via: Via,
 ) -> Result<bool, ApiError> {
     let store = replica.store();
     let id = store.add_run_request(
         approval_id,
         &RunRequestKind::Decide {
-            decision: decision.to_string(),
+            decision,
             decided_by: Some(via.as_str().to_string()),
         },
     )?;

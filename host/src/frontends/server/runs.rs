@@ -560,7 +560,7 @@ impl RunManager {
         let local = self.app.broker.decide(approval_id, decision, via);
         if local.is_err()
             && let Some(replica) = &self.replica
-            && super::replica::forward_decision(replica, approval_id, decision.as_str(), via)?
+            && super::replica::forward_decision(replica, approval_id, decision, via)?
         {
             return Ok(());
         }

@@ -485,8 +485,12 @@ impl Runtime {
         log_output(&store, plugin);
         if let Some(snap) = snapshot {
             let source = format!("{} {}", task.kind, task.operation);
-            crate::plugins::services::changes::record_plugin(&store.data().scope, snap, source)
-                .await;
+            let scope = store.data().scope.clone();
+            if let Some(denied) =
+                crate::plugins::services::changes::record_plugin(&scope, snap, source).await
+            {
+                return Err(TaskFailure::new(FailureReason::Denied, denied));
+            }
         }
         if store.data().interrupted.is_none()
             && let Some(limit) = store.data().scope.resource_limit.get()

@@ -47,6 +47,22 @@ impl Capture {
         hits
     }
 
+    /// Why `record` must be reviewed before it stays (empty: it need not).
+    pub fn review_reasons(&self, record: &Record) -> Vec<String> {
+        let hits = self.protected_hits(record);
+        let mut reasons = Vec::new();
+        if self.apply == ApplyMode::Review {
+            reasons.push("this workspace reviews every change before it lands".to_string());
+        }
+        if !hits.is_empty() {
+            reasons.push(format!(
+                "protected paths are changed (always reviewed): {}",
+                hits.join(", ")
+            ));
+        }
+        reasons
+    }
+
     /// Settles a captured change set: land, or review then land or discard.
     /// Emits `workspace.changes`. Returns an error message when the changes
     /// did not reach the workspace for another reason than a denied review.
@@ -76,17 +92,7 @@ impl Capture {
                 .map_err(|e| e.to_string())?
                 .map_err(|e| format!("cannot keep the previous versions: {e}"))?
         };
-        let hits = self.protected_hits(&prepared);
-        let mut reasons = Vec::new();
-        if self.apply == ApplyMode::Review {
-            reasons.push("this workspace reviews every change before it lands".to_string());
-        }
-        if !hits.is_empty() {
-            reasons.push(format!(
-                "protected paths are changed (always reviewed): {}",
-                hits.join(", ")
-            ));
-        }
+        let reasons = self.review_reasons(&prepared);
         let record = if reasons.is_empty() {
             self.land(&id).await?
         } else {
@@ -186,6 +192,7 @@ pub fn files(record: &Record) -> Vec<ChangedFile> {
             new_mode: c.new.as_ref().map(|s| format!("{:o}", s.mode)),
             diff: if c.binary { None } else { c.diff.clone() },
             summary: if c.binary { c.diff.clone() } else { None },
+            undeclared: c.undeclared,
         })
         .collect()
 }
@@ -220,15 +227,19 @@ const WRITE_FIELDS: &[&str] = &["path", "output", "output_path", "dest", "destin
 /// A snapshot of the files a plugin operation declares it writes.
 pub struct PluginSnapshot {
     capture: Arc<Capture>,
+    broker: Option<Arc<ApprovalBroker>>,
     snap: capstan_changes::Snapshot,
 }
 
-/// Snapshots the workspace files named in a write operation's input.
+/// Snapshots the workspace files named in a write operation's input (their
+/// previous versions kept) and pictures the rest by stamp.
 pub async fn snapshot_plugin(
     run: &RunContext,
     input: &serde_json::Value,
 ) -> Option<PluginSnapshot> {
-    let capture = run.services.exec.as_ref()?.changes()?;
+    let exec = run.services.exec.as_ref()?;
+    let capture = exec.changes()?;
+    let broker = exec.broker();
     let workspace = run.workspace.clone()?;
     let paths: Vec<String> = WRITE_FIELDS
         .iter()
@@ -236,15 +247,25 @@ pub async fn snapshot_plugin(
         .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_owned())
         .filter(|p| crate::workspace_gate::check_relative(p).is_ok())
         .collect();
-    if paths.is_empty() {
-        return None;
-    }
+    // Even with no path named, the rest of the workspace is pictured: a write
+    // the operation did not declare still shows up in its change set.
     let c = capture.clone();
     let snap = tokio::task::spawn_blocking(move || c.store.snapshot(&workspace, &paths))
         .await
         .ok()?;
     match snap {
-        Ok(snap) => Some(PluginSnapshot { capture, snap }),
+        Ok(snap) => {
+            if !snap.watches_everything() {
+                tracing::warn!(
+                    "the workspace is too large to picture whole: only the files the plugin names in its input are watched"
+                );
+            }
+            Some(PluginSnapshot {
+                capture,
+                broker,
+                snap,
+            })
+        }
         Err(e) => {
             tracing::warn!("cannot snapshot the files a plugin writes: {e}");
             None
@@ -252,21 +273,94 @@ pub async fn snapshot_plugin(
     }
 }
 
-/// Records what a plugin operation changed among its snapshotted files and
-/// emits `workspace.changes` (already landed: the plugin wrote in place).
-pub async fn record_plugin(scope: &TaskScope, snap: PluginSnapshot, source: String) {
+/// Records what a plugin operation changed and emits `workspace.changes`.
+/// A plugin writes in place, so review comes after the write: when the
+/// workspace reviews every change, or a protected path was written, the set
+/// is shown as `pending` and the person decides; a denial takes it back
+/// (previous versions restored, created files removed; a file the plugin did
+/// not name stays as it is, as undo says) and is returned as the task's
+/// failure message.
+pub async fn record_plugin(
+    scope: &TaskScope,
+    snap: PluginSnapshot,
+    source: String,
+) -> Option<String> {
     let origin = Origin {
         run_id: scope.run.run_id.clone(),
         task_id: scope.task_id.clone(),
-        source,
+        source: source.clone(),
     };
-    let PluginSnapshot { capture, snap } = snap;
+    let PluginSnapshot {
+        capture,
+        broker,
+        snap,
+    } = snap;
     let c = capture.clone();
     let recorded = tokio::task::spawn_blocking(move || c.store.record_snapshot(snap, origin)).await;
-    match recorded {
-        Ok(Ok(Some(record))) => emit(scope, &record, &[]),
-        Ok(Ok(None)) => {}
-        Ok(Err(e)) => tracing::warn!("cannot record a plugin's file changes: {e}"),
-        Err(e) => tracing::warn!("cannot record a plugin's file changes: {e}"),
+    let record = match recorded {
+        Ok(Ok(Some(record))) => record,
+        Ok(Ok(None)) => return None,
+        Ok(Err(e)) => {
+            tracing::warn!("cannot record a plugin's file changes: {e}");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!("cannot record a plugin's file changes: {e}");
+            return None;
+        }
+    };
+    let reasons = capture.review_reasons(&record);
+    if reasons.is_empty() {
+        emit(scope, &record, &[]);
+        return None;
+    }
+    let mut held = record.clone();
+    held.state = capstan_changes::ChangeSetState::Pending;
+    emit(scope, &held, &reasons);
+    let files = record.changes.len();
+    let ask = ApprovalAsk {
+        action: "workspace.changes".into(),
+        command: format!(
+            "keep the changes `{source}` made ({files} file{}, change set {})",
+            if files == 1 { "" } else { "s" },
+            record.id
+        ),
+        cwd: ".".into(),
+        risk: capstan_policy::Risk::Write,
+        reasons: reasons.clone(),
+    };
+    let decision = match &broker {
+        Some(b) => b.ask(scope, ask).await,
+        None => Decision::Denied,
+    };
+    if matches!(decision, Decision::Approved | Decision::ApprovedForSession) {
+        emit(scope, &record, &reasons);
+        return None;
+    }
+    let c = capture.clone();
+    let id = record.id.clone();
+    let undone = tokio::task::spawn_blocking(move || {
+        let report = c.store.undo(&id, capstan_changes::Conflicts::Force)?;
+        Ok::<_, capstan_changes::Error>((c.store.get(&id)?, report))
+    })
+    .await;
+    match undone {
+        Ok(Ok((after, report))) => {
+            emit(scope, &after, &reasons);
+            let mut msg = format!(
+                "the changes `{source}` made were not approved and were taken back ({} path(s) restored)",
+                report.restored.len()
+            );
+            for r in &report.refused {
+                msg.push_str(&format!("; left as it is: {} ({})", r.path, r.why));
+            }
+            Some(msg)
+        }
+        Ok(Err(e)) => Some(format!(
+            "the changes `{source}` made were not approved, and taking them back failed: {e}; see `capstan changes`"
+        )),
+        Err(e) => Some(format!(
+            "the changes `{source}` made were not approved, and taking them back failed: {e}"
+        )),
     }
 }

@@ -415,6 +415,10 @@ impl ExecService for Exec {
         self.changes.clone()
     }
 
+    fn broker(&self) -> Option<Arc<ApprovalBroker>> {
+        Some(self.broker.clone())
+    }
+
     async fn run(
         &self,
         scope: &TaskScope,
