@@ -2153,3 +2153,430 @@ async fn an_http_server_killed_mid_call_fails_the_call_at_once() {
             .status();
     }
 }
+
+// ---- What external servers ask of Capstan: elicitation and sampling ----
+
+/// The "everything" server on stdio, with elicitation and sampling tools (it
+/// lists them only to a client that declares those capabilities), and, when
+/// given its URL, a real `capstan mcp --listen --conformance-fixtures` on
+/// streamable HTTP (a form elicitation every field of which has a default).
+fn asking_config(fixtures_url: Option<&str>, extra: &str) -> String {
+    let mut config = format!(
+        r#"{extra}
+[[mcp_server]]
+name = "every"
+command = {everything:?}
+risk = "read_only"
+timeout_secs = 120
+"#,
+        everything = third_party_bin("mcp-server-everything"),
+    );
+    if let Some(url) = fixtures_url {
+        config.push_str(&format!(
+            "\n[[mcp_server]]\nname = \"fixtures\"\nurl = {url:?}\nrisk = \"read_only\"\n"
+        ));
+    }
+    config
+}
+
+/// Answers every approval the run asks for with `decision`, as a person at
+/// a frontend would (through the broker, `via` the terminal).
+fn answer_approvals(
+    app: Arc<capstan::run::app::App>,
+    recorder: Recorder,
+    decision: capstan_store::Decision,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut answered = std::collections::HashSet::new();
+        loop {
+            for event in recorder.events() {
+                if let capstan_protocol::Event::ApprovalRequested { approval_id, .. } = event
+                    && app.broker.is_open(&approval_id)
+                    && answered.insert(approval_id.clone())
+                {
+                    app.broker
+                        .decide(
+                            &approval_id,
+                            decision,
+                            capstan::plugins::services::approval::Via::Terminal,
+                        )
+                        .unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// A run context as `capstan ask` makes one (with the run's model as the
+/// sampler), recording its events.
+fn full_run(app: &capstan::run::app::App, ws: &Path) -> (RunContext, Recorder) {
+    let recorder = Recorder::default();
+    let run = app
+        .run_builder(Some(ws.to_path_buf()))
+        .build(Arc::new(recorder.clone()));
+    (run, recorder)
+}
+
+fn approvals_asked(recorder: &Recorder, action: &str) -> Vec<Value> {
+    recorder
+        .events()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .filter(|e| e["type"] == "approval.requested" && e["action"] == action)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_servers_elicitation_is_the_persons_approval() {
+    setup_sandbox_launcher();
+    let inner_home = Home::new("");
+    let inner_ws = workspace();
+    let (mut fixtures, url) =
+        listen_without_token(&inner_home, inner_ws.path(), &["--conformance-fixtures"]);
+    let home = Home::new(&asking_config(Some(&url), ""));
+    let ws = workspace();
+    let root = ws.path().canonicalize().unwrap();
+    let app = Arc::new(
+        capstan::run::app::App::open(home.dirs(), ApproveMode::Ask)
+            .await
+            .unwrap(),
+    );
+    let registry = app.registry(Some(&root)).await;
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let url_input = json!({
+        "url": "https://example.com/consent",
+        // A terminal escape (OSC 52 writes the clipboard) in the server's words.
+        "message": "Open \u{1b}]52;c;ZXZpbA==\u{7} the consent page"
+    });
+
+    // Approved: the URL elicitation is accepted.
+    let (run, recorder) = full_run(&app, &root);
+    let person = answer_approvals(
+        app.clone(),
+        recorder.clone(),
+        capstan_store::Decision::Approved,
+    );
+    let accepted = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:every/trigger-url-elicitation", url_input.clone()),
+        &run,
+    )
+    .await
+    .unwrap();
+    let text = accepted.data.to_string();
+    assert!(
+        text.contains("User completed the URL elicitation"),
+        "{text}"
+    );
+    let asked = approvals_asked(&recorder, "mcp.elicitation");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let shown = asked[0]["command"].as_str().unwrap();
+    assert!(
+        shown.contains("`every`") && shown.contains("https://example.com/consent"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+    assert!(shown.contains('␛'), "the escape shows as text: {shown}");
+
+    // A form every field of which has a default (from a server on streamable
+    // HTTP): approving sends the defaults.
+    let form = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:fixtures/test_elicitation_sep1034_defaults", json!({})),
+        &run,
+    )
+    .await
+    .unwrap();
+    let text = form.data.to_string();
+    assert!(
+        text.contains("action=accept") && text.contains("John Doe"),
+        "{text}"
+    );
+    person.abort();
+
+    // Denied: declined.
+    let (run, recorder) = full_run(&app, &root);
+    let person = answer_approvals(
+        app.clone(),
+        recorder.clone(),
+        capstan_store::Decision::Denied,
+    );
+    let declined = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:every/trigger-url-elicitation", url_input.clone()),
+        &run,
+    )
+    .await
+    .unwrap();
+    let text = declined.data.to_string();
+    assert!(text.contains("User declined to open the URL"), "{text}");
+    assert_eq!(approvals_asked(&recorder, "mcp.elicitation").len(), 1);
+    let decided: Vec<Value> = recorder
+        .events()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .filter(|e| e["type"] == "approval.decided")
+        .collect();
+    assert!(
+        decided.iter().any(|d| d["decision"] == "denied"),
+        "{decided:?}"
+    );
+
+    // A form that requires a typed-in name: declined without asking, and the
+    // feed says why.
+    let named = run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:every/trigger-elicitation-request", json!({})),
+        &run,
+    )
+    .await
+    .unwrap();
+    assert!(
+        named.data.to_string().contains("User declined"),
+        "{:?}",
+        named.data
+    );
+    assert_eq!(approvals_asked(&recorder, "mcp.elicitation").len(), 1);
+    let why: Vec<Value> = recorder
+        .events()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .filter(|e| e["type"] == "activity" && e["kind"] == "mcp.elicitation")
+        .collect();
+    assert!(
+        why.iter().any(|w| w["message"]
+            .as_str()
+            .unwrap()
+            .contains("typed values (name)")),
+        "{why:?}"
+    );
+    person.abort();
+
+    // With `--approve none`, nobody is asked: declined.
+    let app_none = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = app_none.registry(Some(&root)).await;
+    let (run, _) = full_run(&app_none, &root);
+    let flagged = run_task(
+        &app_none.runtime,
+        &registry,
+        &task("mcp:every/trigger-url-elicitation", url_input),
+        &run,
+    )
+    .await
+    .unwrap();
+    assert!(
+        flagged.data.to_string().contains("User declined"),
+        "{:?}",
+        flagged.data
+    );
+    fixtures.kill().unwrap();
+    fixtures.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_is_answered_by_the_offline_model_after_approval_under_the_budget() {
+    setup_sandbox_launcher();
+    let home = Home::new(&asking_config(None, "[run]\nbudget_tokens = 300\n"));
+    let ws = workspace();
+    let root = ws.path().canonicalize().unwrap();
+    let app = Arc::new(
+        capstan::run::app::App::open(home.dirs(), ApproveMode::Ask)
+            .await
+            .unwrap(),
+    );
+    let registry = app.registry(Some(&root)).await;
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    let prompt = "Name three colours of the rainbow";
+
+    // Approved: the offline model answers, its usage counted for the run.
+    let (run, recorder) = full_run(&app, &root);
+    let person = answer_approvals(
+        app.clone(),
+        recorder.clone(),
+        capstan_store::Decision::Approved,
+    );
+    let answered = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:every/trigger-sampling-request",
+            json!({"prompt": prompt, "maxTokens": 60}),
+        ),
+        &run,
+    )
+    .await
+    .unwrap();
+    let text = answered.data.to_string();
+    assert!(text.contains("capstan-offline"), "{text}");
+    assert!(text.contains("offline model read a prompt"), "{text}");
+    let asked = approvals_asked(&recorder, "mcp.sampling");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let shown = asked[0]["command"].as_str().unwrap();
+    assert!(
+        shown.contains("`every`")
+            && shown.contains("characters")
+            && shown.contains("up to 60 tokens"),
+        "{shown}"
+    );
+    let spent = run.services.sampler.as_ref().unwrap().spent();
+    assert!(
+        spent.input_tokens > 0 && spent.output_tokens > 0,
+        "{spent:?}"
+    );
+    assert!(
+        recorder.types().iter().any(|t| t == "usage"),
+        "{:?}",
+        recorder.types()
+    );
+    person.abort();
+
+    // Denied: the server gets an error, the call fails, the model is not asked.
+    let (run, recorder) = full_run(&app, &root);
+    let person = answer_approvals(
+        app.clone(),
+        recorder.clone(),
+        capstan_store::Decision::Denied,
+    );
+    let denied = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:every/trigger-sampling-request",
+            json!({"prompt": prompt, "maxTokens": 60}),
+        ),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert!(denied.message.contains("did not approve"), "{denied:?}");
+    assert_eq!(
+        run.services.sampler.as_ref().unwrap().spent().output_tokens,
+        0
+    );
+    person.abort();
+
+    // Over budget: 1000 tokens back cannot fit 300; refused before anyone is asked.
+    let (run, recorder) = full_run(&app, &root);
+    let over = run_task(
+        &app.runtime,
+        &registry,
+        &task(
+            "mcp:every/trigger-sampling-request",
+            json!({"prompt": prompt, "maxTokens": 1000}),
+        ),
+        &run,
+    )
+    .await
+    .unwrap_err();
+    assert!(over.message.contains("budget of 300 tokens"), "{over:?}");
+    assert!(approvals_asked(&recorder, "mcp.sampling").is_empty());
+}
+
+/// Pids of processes whose environment holds `marker` (a variable the
+/// entry's `env` gives the server).
+fn processes_with_env(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if raw.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_start_on_first_call_and_stay_warm_across_runs_of_one_serve() {
+    setup_sandbox_launcher();
+    let marker = format!("CAPSTAN_TEST_MARKER=lazy-{}", std::process::id());
+    let (key, value) = marker.split_once('=').unwrap();
+    let home = Home::new(&format!(
+        "[[mcp_server]]\nname = \"lazy\"\ncommand = {:?}\nenv = {{ {key} = {value:?} }}\nrisk = \"read_only\"\n",
+        third_party_bin("mcp-server-everything"),
+    ));
+    let ws = workspace();
+    let root = ws.path().canonicalize().unwrap();
+
+    // The first registry ever lists the tools (starting the server once) and
+    // caches them; the server stops with its app.
+    {
+        let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
+            .await
+            .unwrap();
+        let registry = app.registry(Some(&root)).await;
+        assert!(registry.external_tool("mcp:lazy/echo").is_some());
+    }
+    wait_until("the listing server to stop", || {
+        processes_with_env(&marker).is_empty()
+    });
+    // From then on a registry comes from the cache: nothing starts.
+    {
+        let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
+            .await
+            .unwrap();
+        let registry = app.registry(Some(&root)).await;
+        assert!(registry.external_tool("mcp:lazy/echo").is_some());
+        assert!(app.mcp.running().is_empty(), "{:?}", app.mcp.running());
+        assert!(processes_with_env(&marker).is_empty());
+    }
+
+    let server = common::server::Server::start(
+        &home,
+        &["--approve", "none", "--workspace", root.to_str().unwrap()],
+    );
+    let run = |message: String| {
+        let server = &server;
+        async move {
+            let body = server
+                .client()
+                .post(server.url("/v1/runs"))
+                .json(&json!({"message": message}))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            assert!(
+                body.contains("event: run.completed") || body.contains("event: run.failed"),
+                "{body}"
+            );
+            body
+        }
+    };
+    // A run that uses no MCP tool starts no server (however it ends).
+    run("what is in docs/deploy.md?".into()).await;
+    assert!(processes_with_env(&marker).is_empty());
+    // The first run that calls one starts it...
+    let body = run("use mcp:lazy/echo with {\"message\": \"first call\"}".into()).await;
+    assert!(body.contains("event: run.completed"), "{body}");
+    assert!(body.contains("Echo: first call"), "{body}");
+    let started = processes_with_env(&marker);
+    assert_eq!(started.len(), 1, "{started:?}");
+    // ...and the next run reuses it.
+    let body = run("use mcp:lazy/echo with {\"message\": \"second call\"}".into()).await;
+    assert!(body.contains("Echo: second call"), "{body}");
+    assert_eq!(processes_with_env(&marker), started);
+    drop(server);
+    // `serve` was killed (SIGKILL): its server is not the test's to leave behind.
+    for pid in processes_with_env(&marker) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+}

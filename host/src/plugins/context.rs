@@ -129,4 +129,55 @@ pub struct HostServices {
     pub exec: Option<Arc<dyn ExecService>>,
     pub index: Option<Arc<dyn IndexService>>,
     pub approval: Option<Arc<dyn Approver>>,
+    /// The run's model, for an external MCP server's `sampling/createMessage`
+    /// (asked only after the person approves, under the run's budget).
+    pub sampler: Option<Arc<dyn Sampler>>,
+}
+
+/// A prompt an external MCP server asks Capstan's model to answer.
+#[derive(Debug, Clone, Default)]
+pub struct SampleRequest {
+    pub system: Option<String>,
+    /// `(role, text)`, oldest first; role is `user` or `assistant`.
+    pub messages: Vec<(String, String)>,
+    pub max_tokens: u32,
+    pub temperature: Option<f32>,
+}
+
+impl SampleRequest {
+    /// The prompt's size in characters (system prompt and every message).
+    pub fn chars(&self) -> usize {
+        self.system.as_deref().map_or(0, |s| s.chars().count())
+            + self
+                .messages
+                .iter()
+                .map(|(_, t)| t.chars().count())
+                .sum::<usize>()
+    }
+}
+
+/// What the model answered.
+#[derive(Debug, Clone)]
+pub struct SampleAnswer {
+    pub text: String,
+    /// The model's name.
+    pub model: String,
+    /// `endTurn` or `maxTokens`.
+    pub stop_reason: String,
+}
+
+/// The run's model answering prompts for external MCP servers, metered
+/// against the run's budget.
+#[async_trait]
+pub trait Sampler: Send + Sync {
+    /// The model's name (shown in the approval).
+    fn model(&self) -> String;
+    /// Whether a request of this size (its prompt, estimated in tokens, and
+    /// the most it may generate) fits what is left of the run's budget; if
+    /// not, why.
+    fn fits(&self, prompt_tokens: u64, max_tokens: u64) -> Result<(), String>;
+    /// Answer it (usage is added to the run's and reported as a `usage` event).
+    async fn sample(&self, scope: &TaskScope, req: SampleRequest) -> Result<SampleAnswer, String>;
+    /// What sampling has cost this run so far.
+    fn spent(&self) -> capstan_protocol::Usage;
 }

@@ -18,6 +18,12 @@
 // Capstan uses speak 2025-11-25 or older and ask for them.
 #![allow(deprecated)]
 
+mod asks;
+pub mod pool;
+
+pub use asks::confirm_answer;
+pub use pool::McpPool;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -25,8 +31,10 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, ContentBlock, Implementation, ListRootsResult,
-    ProgressNotificationParam, ProgressToken, Root, ServerResult,
+    ClientConfig, ClientRequest, ContentBlock, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, FormElicitationCapability,
+    Implementation, ListRootsResult, ProgressNotificationParam, ProgressToken, Root,
+    SamplingCapability, ServerResult, UrlElicitationCapability,
 };
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RunningService,
@@ -72,12 +80,76 @@ struct ProgressRoute {
     events: Arc<dyn EventSink>,
 }
 
-/// Capstan's side of a connection: the roots it offers and the calls
-/// waiting for progress.
+/// Capstan's side of a connection: the roots it offers, the calls waiting
+/// for progress, and the calls running (whose run answers the server's
+/// elicitation and sampling requests).
 #[derive(Clone, Default)]
 pub struct ClientSide {
+    /// The server's configured name.
+    name: String,
     roots: Vec<Root>,
     progress: Arc<Mutex<Progress>>,
+    calls: Arc<Mutex<Calls>>,
+}
+
+/// The calls running on one server, by a number of their own.
+#[derive(Default)]
+struct Calls {
+    next: u64,
+    running: Vec<(u64, String, RunContext)>,
+}
+
+impl ClientSide {
+    /// The task and run that a request from the server belongs to: the
+    /// server's running calls, when they are all of one run (MCP does not say
+    /// which call a server's request is for; with calls of several runs at
+    /// once, nobody is asked).
+    fn asker(&self) -> Result<(String, RunContext), String> {
+        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((_, task_id, run)) = calls.running.last() else {
+            return Err("no call of Capstan's is running on it".into());
+        };
+        let runs: std::collections::HashSet<&str> = calls
+            .running
+            .iter()
+            .map(|(_, _, r)| r.run_id.as_str())
+            .collect();
+        if runs.len() > 1 {
+            return Err(format!(
+                "calls of {} runs are running on it at once, and Capstan cannot tell which one asks",
+                runs.len()
+            ));
+        }
+        Ok((task_id.clone(), run.clone()))
+    }
+
+    /// Note a call as running until the guard drops.
+    fn begin_call(&self, task_id: &str, run: &RunContext) -> CallGuard {
+        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        calls.next += 1;
+        let id = calls.next;
+        calls.running.push((id, task_id.to_string(), run.clone()));
+        CallGuard {
+            calls: self.calls.clone(),
+            id,
+        }
+    }
+}
+
+/// Ends a call's running entry, however the call ends.
+struct CallGuard {
+    calls: Arc<Mutex<Calls>>,
+    id: u64,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .running
+            .retain(|(id, _, _)| *id != self.id);
+    }
 }
 
 /// The calls waiting for progress, and progress that came before its call
@@ -113,11 +185,17 @@ impl ProgressRoute {
 impl ClientHandler for ClientSide {
     fn get_info(&self) -> ClientConfig {
         // Declaring roots with none to give would leave such a server nothing.
-        let capabilities = if self.roots.is_empty() {
+        let mut capabilities = if self.roots.is_empty() {
             ClientCapabilities::default()
         } else {
             ClientCapabilities::builder().enable_roots().build()
         };
+        // Both go to the person as approvals (see `asks`).
+        let mut elicitation = ElicitationCapability::new();
+        elicitation.form = Some(FormElicitationCapability::new());
+        elicitation.url = Some(UrlElicitationCapability::new());
+        capabilities.elicitation = Some(elicitation);
+        capabilities.sampling = Some(SamplingCapability::default());
         ClientConfig::new(
             capabilities,
             Implementation::new("capstan", env!("CARGO_PKG_VERSION")),
@@ -131,6 +209,24 @@ impl ClientHandler for ClientSide {
         _context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, McpError> {
         Ok(ListRootsResult::new(self.roots.clone()))
+    }
+
+    /// An approval for the person of the run whose call is running.
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        Ok(asks::elicit(self, request).await)
+    }
+
+    /// The run's model answers, after the person approves, under its budget.
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, McpError> {
+        asks::sample(self, params).await
     }
 
     async fn on_progress(
@@ -207,7 +303,8 @@ pub struct McpTool {
     description: String,
     input_schema: Value,
     risk: Risk,
-    server: Arc<McpServer>,
+    /// The server, started on the first call if it is not running.
+    slot: Arc<pool::Slot>,
 }
 
 impl McpTool {
@@ -224,7 +321,7 @@ impl ExternalTool for McpTool {
     }
 
     fn owner(&self) -> &str {
-        &self.server.entry.name
+        &self.slot.entry.name
     }
 
     fn risk(&self) -> Risk {
@@ -268,8 +365,19 @@ impl ExternalTool for McpTool {
                 ));
             }
         };
-        let server = &self.server.entry.name;
-        let peer = self.server.client.peer().clone();
+        let started = self.slot.server().await.map_err(|why| {
+            TaskFailure::new(
+                FailureReason::Failed,
+                format!("MCP server `{}`: {why}", self.slot.entry.name),
+            )
+        })?;
+        let this = Call {
+            tool: self,
+            server: &started,
+        };
+        let _running = started.side.begin_call(&task.id, run);
+        let server = &started.entry.name;
+        let peer = started.client.peer().clone();
         let params = CallToolRequestParams::new(self.tool.clone()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // rmcp gives every request a progress token of its own; progress for
@@ -278,9 +386,9 @@ impl ExternalTool for McpTool {
         let handle = peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await
-            .map_err(|e| self.lost(e))?;
+            .map_err(|e| this.lost(e))?;
         let _route = RouteGuard::register(
-            &self.server.side,
+            &started.side,
             handle.progress_token.clone(),
             ProgressRoute {
                 task_id: task.id.clone(),
@@ -288,9 +396,9 @@ impl ExternalTool for McpTool {
             },
         );
         let id = handle.id.clone();
-        let timeout = Duration::from_secs(self.server.entry.timeout_secs);
+        let timeout = Duration::from_secs(started.entry.timeout_secs);
         let heartbeat = async {
-            match self.server.entry.url {
+            match started.entry.url {
                 Some(_) => heartbeat(&peer).await,
                 // A spawned server that dies closes its stdout: the response fails at once.
                 None => std::future::pending().await,
@@ -298,7 +406,7 @@ impl ExternalTool for McpTool {
         };
         let response = tokio::select! {
             r = handle.await_response() => r,
-            gone = heartbeat => return Err(self.lost(gone)),
+            gone = heartbeat => return Err(this.lost(gone)),
             _ = run.cancel.cancelled() => {
                 // Tell the server, so it can stop its own work.
                 let _ = peer
@@ -319,7 +427,7 @@ impl ExternalTool for McpTool {
                 ));
             }
         };
-        let result = match response.map_err(|e| self.lost(e))? {
+        let result = match response.map_err(|e| this.lost(e))? {
             ServerResult::CallToolResult(result) => result,
             other => {
                 return Err(TaskFailure::new(
@@ -369,9 +477,16 @@ impl ExternalTool for McpTool {
     }
 }
 
-impl McpTool {
+/// One call of a tool on its started server.
+struct Call<'a> {
+    tool: &'a McpTool,
+    server: &'a McpServer,
+}
+
+impl Call<'_> {
     fn lost(&self, error: ServiceError) -> TaskFailure {
         let server = &self.server.entry.name;
+        let tool = &self.tool.tool;
         let tail: Vec<String> = self
             .server
             .stderr_tail
@@ -393,22 +508,19 @@ impl McpTool {
                 FailureReason::Failed,
                 format!(
                     "MCP server `{server}` closed the connection during `{}` (it exited or crashed); {how}",
-                    self.tool
+                    tool
                 ),
             ),
             ServiceError::McpError(e) => TaskFailure::new(
                 FailureReason::Failed,
                 format!(
                     "MCP server `{server}` refused `{}`: {} (code {})",
-                    self.tool, e.message, e.code.0
+                    tool, e.message, e.code.0
                 ),
             ),
             other => TaskFailure::new(
                 FailureReason::Failed,
-                format!(
-                    "MCP server `{server}` failed `{}`: {other}; {how}",
-                    self.tool
-                ),
+                format!("MCP server `{server}` failed `{}`: {other}; {how}", tool),
             ),
         }
     }
@@ -543,39 +655,63 @@ fn problem(name: Option<&str>, message: String) -> Problem {
     }
 }
 
-/// Connect to every configured server and list its tools. A server that cannot
-/// start or answer is a [`Problem`]; the others still load.
+/// One tool a server lists, as planning needs it (and as the tool-list
+/// cache keeps it, so planning needs no running server).
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+pub struct ListedTool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// Connect to every configured server now and list its tools (`capstan
+/// plugins list` and `setup` check servers this way; runs go through
+/// [`McpPool`], which starts servers when first called). A server that
+/// cannot start or answer is a [`Problem`]; the others still load. The
+/// servers stop when the tools are dropped.
 pub async fn connect_all(
     files: &[PathBuf],
     cwd: Option<&Path>,
 ) -> (Vec<Arc<McpTool>>, Vec<Problem>) {
-    let (entries, mut problems) = entries(files);
-    let connecting = entries.into_iter().map(|entry| async move {
-        let name = entry.name.clone();
-        match tokio::time::timeout(CONNECT_TIMEOUT, connect(entry, cwd)).await {
-            Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(why)) => Err(problem(Some(&name), format!("MCP server `{name}`: {why}"))),
-            Err(_) => Err(problem(
-                Some(&name),
-                format!(
-                    "MCP server `{name}` did not start and list its tools within {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                ),
-            )),
-        }
-    });
-    let mut tools = Vec::new();
-    for result in futures::future::join_all(connecting).await {
-        match result {
-            Ok(found) => tools.extend(found),
-            Err(p) => problems.push(p),
-        }
-    }
-    (tools, problems)
+    let (entries, problems) = entries(files);
+    let slots = entries
+        .into_iter()
+        .map(|entry| Arc::new(pool::Slot::new(entry, cwd.map(Path::to_path_buf), None)))
+        .collect();
+    pool::list_tools(slots, problems).await
 }
 
-async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<McpTool>>, String> {
+/// The kinds of one server's listed tools, served through its slot.
+fn tools_of(slot: &Arc<pool::Slot>, listed: &[ListedTool]) -> Vec<Arc<McpTool>> {
+    listed
+        .iter()
+        .map(|tool| {
+            Arc::new(McpTool {
+                kind: format!("mcp:{}/{}", slot.entry.name, tool.name),
+                risk: slot
+                    .entry
+                    .tool_risk
+                    .get(&tool.name)
+                    .copied()
+                    .unwrap_or(slot.entry.risk),
+                description: tool.description.clone(),
+                input_schema: tool.input_schema.clone(),
+                tool: tool.name.clone(),
+                slot: slot.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Start a server for the workspace `cwd` (spawned, or reached at its URL),
+/// complete the handshake and list its tools.
+async fn start(
+    entry: &McpServerEntry,
+    cwd: Option<&Path>,
+) -> Result<(McpServer, Vec<ListedTool>), String> {
+    let entry = entry.clone();
     let side = ClientSide {
+        name: entry.name.clone(),
         roots: cwd
             .filter(|_| entry.roots)
             .map(|dir| {
@@ -588,6 +724,7 @@ async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<Mc
             })
             .unwrap_or_default(),
         progress: Arc::default(),
+        calls: Arc::default(),
     };
     let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
     let mut private_home = None;
@@ -640,32 +777,22 @@ async fn connect(entry: McpServerEntry, cwd: Option<&Path>) -> Result<Vec<Arc<Mc
         .list_all_tools()
         .await
         .map_err(|e| format!("cannot list its tools: {e}"))?;
-    let server = Arc::new(McpServer {
+    let server = McpServer {
         entry,
         client,
         side,
         stderr_tail,
         _home: private_home,
-    });
-    Ok(listed
+    };
+    let tools = listed
         .into_iter()
-        .map(|tool| {
-            let name = tool.name.to_string();
-            Arc::new(McpTool {
-                kind: format!("mcp:{}/{name}", server.entry.name),
-                risk: server
-                    .entry
-                    .tool_risk
-                    .get(&name)
-                    .copied()
-                    .unwrap_or(server.entry.risk),
-                description: tool.description.as_deref().unwrap_or("").to_string(),
-                input_schema: Value::Object((*tool.input_schema).clone()),
-                tool: name,
-                server: server.clone(),
-            })
+        .map(|tool| ListedTool {
+            name: tool.name.to_string(),
+            description: tool.description.as_deref().unwrap_or("").to_string(),
+            input_schema: Value::Object((*tool.input_schema).clone()),
         })
-        .collect())
+        .collect();
+    Ok((server, tools))
 }
 
 /// A server's stderr, line by line, into Capstan's log (`-v` or `RUST_LOG`

@@ -35,6 +35,8 @@ pub struct App {
     pub indexes: Arc<Indexes>,
     pub broker: Arc<ApprovalBroker>,
     pub model: Arc<dyn HostModel>,
+    /// External MCP servers, started when first called and kept warm.
+    pub mcp: Arc<crate::plugins::mcp_client::McpPool>,
     events: Arc<EventWriter>,
 }
 
@@ -179,6 +181,9 @@ impl App {
         ));
         let model = crate::run::model::build(&config)?;
         let events = Arc::new(EventWriter::new(store.clone()));
+        let mcp = Arc::new(crate::plugins::mcp_client::McpPool::new(
+            dirs.cache.join("mcp-tools"),
+        ));
         Ok(Self {
             gate: WorkspaceGate::for_dirs(&dirs),
             dirs,
@@ -188,6 +193,7 @@ impl App {
             indexes,
             broker,
             model,
+            mcp,
             events,
         })
     }
@@ -195,15 +201,16 @@ impl App {
     /// The registry for a workspace: bundled plugins, the user's capstan.toml
     /// (a workspace's capstan.toml may add no plugin, see the registry), and
     /// the tools of the `[[mcp_server]]`s the
-    /// user's capstan.toml configures (connected now, for as long as the
-    /// registry lives). A workspace's file cannot add MCP servers: they are
+    /// user's capstan.toml configures (from their cached tool lists; a server
+    /// starts on its first call and stays warm in [`App::mcp`]). A workspace's file cannot add MCP servers: they are
     /// programs run outside the sandbox, and opening a checked-out repository
     /// must not start one.
     pub async fn registry(&self, workspace: Option<&Path>) -> Registry {
         let mut registry = self.plugin_registry(workspace).await;
-        let (tools, mut problems) =
-            crate::plugins::mcp_client::connect_all(&[self.dirs.user_config_file()], workspace)
-                .await;
+        let (tools, mut problems) = self
+            .mcp
+            .tools(&[self.dirs.user_config_file()], workspace)
+            .await;
         if let Some(ws) = workspace {
             let file = ws.join("capstan.toml");
             let (ignored, _) = crate::plugins::mcp_client::entries(std::slice::from_ref(&file));
@@ -281,6 +288,11 @@ impl App {
             self.indexes.clone(),
         )
         .changes(changes)
+        .sampler(Arc::new(crate::run::model::sampling::RunSampler::new(
+            self.model.clone(),
+            self.config.run.budget_usd,
+            self.config.run.budget_tokens,
+        )))
     }
 
     /// The policy for a workspace: the config's `[policy]`, with the profile

@@ -12,7 +12,7 @@ use capstan_policy::Policy;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SandboxSettings;
-use crate::plugins::context::{Capture, HostServices, RunContext};
+use crate::plugins::context::{Capture, HostServices, RunContext, Sampler};
 use crate::plugins::services::approval::ApprovalBroker;
 use crate::plugins::services::exec::Exec;
 use crate::plugins::services::index::Indexes;
@@ -41,6 +41,7 @@ pub struct RunBuilder {
     run_id: String,
     session_id: Option<String>,
     cancel: CancellationToken,
+    sampler: Option<Arc<dyn Sampler>>,
 }
 
 impl RunBuilder {
@@ -64,6 +65,7 @@ impl RunBuilder {
             run_id: String::new(),
             session_id: None,
             cancel: CancellationToken::new(),
+            sampler: None,
         }
     }
 
@@ -88,6 +90,12 @@ impl RunBuilder {
         self
     }
 
+    /// The run's model for external MCP servers' sampling requests.
+    pub fn sampler(mut self, sampler: Arc<dyn Sampler>) -> Self {
+        self.sampler = Some(sampler);
+        self
+    }
+
     /// Cancel the run when `token` fires (a client's cancel, Ctrl-C).
     pub fn cancel(mut self, token: CancellationToken) -> Self {
         self.cancel = token;
@@ -105,6 +113,7 @@ impl RunBuilder {
                 )),
                 index: Some(self.indexes),
                 approval: Some(self.broker),
+                sampler: self.sampler,
             },
             Offer::IndexOnly => HostServices {
                 index: Some(self.indexes),

@@ -283,6 +283,35 @@ impl HostModel for LlmModel {
             .collect();
         Ok((text, citations, usage))
     }
+
+    async fn sample(
+        &self,
+        req: &crate::plugins::context::SampleRequest,
+        cancel: &CancellationToken,
+    ) -> Result<(String, bool, Usage), ModelFailure> {
+        let mut messages = Vec::new();
+        if let Some(system) = &req.system {
+            messages.push(Message::system(system.clone()));
+        }
+        for (role, text) in &req.messages {
+            messages.push(if role == "assistant" {
+                Message::assistant(text.clone())
+            } else {
+                Message::user(text.clone())
+            });
+        }
+        let mut chat = self.request(messages, None);
+        chat.max_tokens = Some(req.max_tokens.max(1));
+        chat.temperature = req.temperature;
+        let done = self
+            .provider
+            .complete(chat, cancel.clone())
+            .await
+            .map_err(failure)?;
+        let usage = self.usage(done.usage);
+        let at_limit = usage.output_tokens >= u64::from(req.max_tokens.max(1));
+        Ok((done.text, at_limit, usage))
+    }
 }
 
 #[cfg(test)]

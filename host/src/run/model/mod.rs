@@ -9,6 +9,7 @@
 
 pub mod llm;
 pub mod offline;
+pub mod sampling;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -152,6 +153,21 @@ pub trait HostModel: Send + Sync {
         cancel: &CancellationToken,
         on_token: TokenSink<'_>,
     ) -> Result<(String, Vec<Citation>, Usage), ModelFailure>;
+
+    /// Answer a prompt an external MCP server sent (`sampling/createMessage`),
+    /// with at most `req.max_tokens` tokens. Returns the text, whether it
+    /// stopped at the limit, and the usage.
+    /// A model that cannot (a stand-in in a bench) says so.
+    async fn sample(
+        &self,
+        _req: &crate::plugins::context::SampleRequest,
+        _cancel: &CancellationToken,
+    ) -> Result<(String, bool, Usage), ModelFailure> {
+        Err(ModelFailure::Unavailable(format!(
+            "the model `{}` does not answer sampling requests",
+            self.id()
+        )))
+    }
 }
 
 /// The host model the config asks for: `[model]` absent or `kind = "offline"`

@@ -11,6 +11,18 @@ pub(super) struct Meter {
     warned: bool,
 }
 
+impl Meter {
+    /// The run's usage: its own model calls and what external MCP servers'
+    /// sampling requests cost (metered by the run's sampler).
+    pub(super) fn total(&self, run: &RunContext) -> Usage {
+        let mut total = self.usage;
+        if let Some(sampler) = &run.services.sampler {
+            total.add(&sampler.spent());
+        }
+        total
+    }
+}
+
 impl Host {
     /// Add a model call's usage; warn at 80% of a budget, stop past it.
     pub(super) fn account(&self, m: &mut Meter, usage: Usage, run: &RunContext) -> Option<Stop> {
@@ -21,8 +33,9 @@ impl Host {
                 model: self.model.id(),
             });
         }
-        let spent = m.usage.cost_usd.unwrap_or(0.0);
-        let tokens = m.usage.input_tokens + m.usage.output_tokens;
+        let total = m.total(run);
+        let spent = total.cost_usd.unwrap_or(0.0);
+        let tokens = total.input_tokens + total.output_tokens;
         if let Some(limit) = self.config.budget_usd {
             if spent > limit {
                 return Some(Stop::Fail(

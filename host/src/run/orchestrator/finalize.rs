@@ -23,11 +23,11 @@ impl Host {
         } = state;
         let failure = match stopped {
             None => None,
-            Some(Stop::Cancelled) => return cancelled(meter.usage, run),
+            Some(Stop::Cancelled) => return cancelled(meter.total(run), run),
             Some(Stop::Fail(reason, message)) => Some((reason, message)),
         };
         if run.cancel.is_cancelled() {
-            return cancelled(meter.usage, run);
+            return cancelled(meter.total(run), run);
         }
         let input = FinalInput {
             ctx,
@@ -59,13 +59,13 @@ impl Host {
                 });
                 (text, failure)
             }
-            Err(ModelFailure::Cancelled) => return cancelled(meter.usage, run),
+            Err(ModelFailure::Cancelled) => return cancelled(meter.total(run), run),
             Err(e) => (
                 String::new(),
                 failure.or(Some((FailureReason::Failed, e.to_string()))),
             ),
         };
-        let usage = meter.usage;
+        let usage = meter.total(run);
         match failure {
             None => {
                 events.emit(Event::RunCompleted { usage });

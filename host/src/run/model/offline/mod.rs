@@ -470,6 +470,40 @@ impl HostModel for OfflineModel {
         };
         Ok((text, citations, usage))
     }
+
+    /// No free text to generate: a fixed reply that names what was read (the
+    /// last message's size and its first words), cut at `max_tokens`, so a
+    /// server's sampling round-trip works, and is testable, with no paid API.
+    async fn sample(
+        &self,
+        req: &crate::plugins::context::SampleRequest,
+        cancel: &CancellationToken,
+    ) -> Result<(String, bool, Usage), ModelFailure> {
+        if cancel.is_cancelled() {
+            return Err(ModelFailure::Cancelled);
+        }
+        let last = req.messages.last().map(|(_, t)| t.as_str()).unwrap_or("");
+        let opening: String = last
+            .split_whitespace()
+            .take(8)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let full = format!(
+            "Capstan's offline model read a prompt of {} characters (\"{opening}\") and writes no free text; \
+             configure [model] in capstan.toml for real answers.",
+            req.chars()
+        );
+        let limit = (req.max_tokens as usize).max(1) * 4;
+        let cut = full.chars().count() > limit;
+        let text: String = full.chars().take(limit).collect();
+        let usage = Usage {
+            input_tokens: capstan_protocol::tokens_for_chars(req.chars()),
+            output_tokens: estimate_tokens(&text),
+            estimated: true,
+            cost_usd: Some(0.0),
+        };
+        Ok((text, cut, usage))
+    }
 }
 
 #[cfg(test)]
