@@ -89,11 +89,6 @@ pub trait ExecService: Send + Sync {
     fn changes(&self) -> Option<Arc<Capture>> {
         None
     }
-
-    /// Who asks the person about changes held for review.
-    fn broker(&self) -> Option<Arc<crate::plugins::services::approval::ApprovalBroker>> {
-        None
-    }
 }
 
 #[async_trait]

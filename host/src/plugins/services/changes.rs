@@ -17,6 +17,7 @@ use capstan_store::Decision;
 
 use super::approval::{ApprovalAsk, ApprovalBroker};
 use crate::config::changes::{ApplyMode, ChangesSection};
+use crate::plugins::bindings::{approval, types};
 use crate::plugins::context::{Capture, RunContext, TaskScope};
 use capstan_protocol::{ChangedFile, Event};
 
@@ -227,7 +228,6 @@ const WRITE_FIELDS: &[&str] = &["path", "output", "output_path", "dest", "destin
 /// A snapshot of the files a plugin operation declares it writes.
 pub struct PluginSnapshot {
     capture: Arc<Capture>,
-    broker: Option<Arc<ApprovalBroker>>,
     snap: capstan_changes::Snapshot,
 }
 
@@ -237,9 +237,7 @@ pub async fn snapshot_plugin(
     run: &RunContext,
     input: &serde_json::Value,
 ) -> Option<PluginSnapshot> {
-    let exec = run.services.exec.as_ref()?;
-    let capture = exec.changes()?;
-    let broker = exec.broker();
+    let capture = run.services.exec.as_ref()?.changes()?;
     let workspace = run.workspace.clone()?;
     let paths: Vec<String> = WRITE_FIELDS
         .iter()
@@ -260,11 +258,7 @@ pub async fn snapshot_plugin(
                     "the workspace is too large to picture whole: only the files the plugin names in its input are watched"
                 );
             }
-            Some(PluginSnapshot {
-                capture,
-                broker,
-                snap,
-            })
+            Some(PluginSnapshot { capture, snap })
         }
         Err(e) => {
             tracing::warn!("cannot snapshot the files a plugin writes: {e}");
@@ -290,11 +284,7 @@ pub async fn record_plugin(
         task_id: scope.task_id.clone(),
         source: source.clone(),
     };
-    let PluginSnapshot {
-        capture,
-        broker,
-        snap,
-    } = snap;
+    let PluginSnapshot { capture, snap } = snap;
     let c = capture.clone();
     let recorded = tokio::task::spawn_blocking(move || c.store.record_snapshot(snap, origin)).await;
     let record = match recorded {
@@ -318,22 +308,24 @@ pub async fn record_plugin(
     held.state = capstan_changes::ChangeSetState::Pending;
     emit(scope, &held, &reasons);
     let files = record.changes.len();
-    let ask = ApprovalAsk {
+    let ask = approval::ApprovalRequest {
         action: "workspace.changes".into(),
-        command: format!(
+        detail: format!(
             "keep the changes `{source}` made ({files} file{}, change set {})",
             if files == 1 { "" } else { "s" },
             record.id
         ),
-        cwd: ".".into(),
-        risk: capstan_policy::Risk::Write,
+        risk: types::Risk::Write,
         reasons: reasons.clone(),
     };
-    let decision = match &broker {
-        Some(b) => b.ask(scope, ask).await,
-        None => Decision::Denied,
+    let decision = match &scope.run.services.approval {
+        Some(approver) => approver.request(scope, ask).await,
+        None => approval::Decision::Denied,
     };
-    if matches!(decision, Decision::Approved | Decision::ApprovedForSession) {
+    if matches!(
+        decision,
+        approval::Decision::Approved | approval::Decision::ApprovedForSession
+    ) {
         emit(scope, &record, &reasons);
         return None;
     }

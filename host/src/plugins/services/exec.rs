@@ -415,10 +415,6 @@ impl ExecService for Exec {
         self.changes.clone()
     }
 
-    fn broker(&self) -> Option<Arc<ApprovalBroker>> {
-        Some(self.broker.clone())
-    }
-
     async fn run(
         &self,
         scope: &TaskScope,
