@@ -244,24 +244,21 @@ pub(super) async fn sample(
 ) -> Result<CreateMessageResult, McpError> {
     let server = side.name.as_str();
     let refuse = |why: String| McpError::invalid_request(why, None);
-    let (task_id, run) = side.asker().map_err(|why| {
+    // Says why in the log (and the run's feed, once the run is known) and
+    // refuses the server.
+    let refused = |run: Option<(&str, &RunContext)>, why: &str| {
         let message = format!("MCP server `{server}` asked for a model answer, refused: {why}");
-        note(server, None, "mcp.sampling", message.clone());
+        note(server, run, "mcp.sampling", message.clone());
         refuse(message)
-    })?;
+    };
+    let (task_id, run) = side.asker().map_err(|why| refused(None, &why))?;
     let (Some(sampler), Some(approver)) =
         (run.services.sampler.clone(), run.services.approval.clone())
     else {
-        let message = format!(
-            "MCP server `{server}` asked for a model answer, refused: this run offers no model or nobody to approve"
-        );
-        note(
-            server,
+        return Err(refused(
             Some((&task_id, &run)),
-            "mcp.sampling",
-            message.clone(),
-        );
-        return Err(refuse(message));
+            "this run offers no model or nobody to approve",
+        ));
     };
     let request = SampleRequest {
         system: params.system_prompt.clone(),
@@ -282,14 +279,7 @@ pub(super) async fn sample(
     let chars = request.chars();
     let prompt_tokens = capstan_protocol::tokens_for_chars(chars);
     if let Err(why) = sampler.fits(prompt_tokens, u64::from(params.max_tokens)) {
-        let message = format!("MCP server `{server}` asked for a model answer, refused: {why}");
-        note(
-            server,
-            Some((&task_id, &run)),
-            "mcp.sampling",
-            message.clone(),
-        );
-        return Err(refuse(message));
+        return Err(refused(Some((&task_id, &run)), &why));
     }
     let opening = request
         .messages
