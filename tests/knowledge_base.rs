@@ -280,3 +280,96 @@ fn the_analyzer_comes_from_capstan_toml_and_changing_it_rebuilds_the_index() {
         "{stderr}"
     );
 }
+
+/// `capstan search --json` in `ws`.
+fn search(home: &Home, ws: &Path, query: &str) -> Value {
+    let out = home
+        .capstan()
+        .args(["search", "--json", "--workspace"])
+        .arg(ws)
+        .arg(query)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "search failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn paths(data: &Value) -> Vec<&str> {
+    data["passages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect()
+}
+
+/// A search refreshes the index only when the host's own walk (the plugin's
+/// walk, run natively) shows a change: none after nothing changed (`index`
+/// is null: the plugin never walked), and every kind of change (an edit
+/// that keeps the size, a new file, a deleted one) still seen by the next
+/// search. What .gitignore leaves out changes nothing; a file the refresh
+/// reads and then skips (binary content under a name that says nothing)
+/// keeps every search refreshing, as before.
+#[test]
+fn search_refreshes_only_when_the_workspace_changed() {
+    let home = Home::new("");
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let put = |rel: &str, text: &str| {
+        let path = ws.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    put(".gitignore", "build/\n");
+    put("docs/audit.md", "# Audit\n\nThe audit is in March.\n");
+    put("docs/pager.md", "# Pager\n\nThe pager rota is weekly.\n");
+
+    let first = search(&home, ws, "audit");
+    // The two notes and the .gitignore (text the index keeps too).
+    assert_eq!(first["index"]["parsed"], 3, "{first}");
+    assert_eq!(paths(&first), ["docs/audit.md"]);
+    let unchanged = search(&home, ws, "audit");
+    assert!(
+        unchanged["index"].is_null(),
+        "refreshed for nothing: {unchanged}"
+    );
+    assert_eq!(paths(&unchanged), ["docs/audit.md"]);
+
+    // The same size, another word: only the modification time tells.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    put("docs/audit.md", "# Audit\n\nThe audit is in April.\n");
+    let edited = search(&home, ws, "april");
+    assert_eq!(edited["index"]["parsed"], 1, "{edited}");
+    assert_eq!(paths(&edited), ["docs/audit.md"]);
+
+    put(
+        "docs/oncall.md",
+        "# Oncall\n\nThe oncall swap is on Monday.\n",
+    );
+    let added = search(&home, ws, "oncall swap");
+    assert_eq!(added["index"]["parsed"], 1, "{added}");
+    assert_eq!(paths(&added), ["docs/oncall.md"]);
+
+    std::fs::remove_file(ws.join("docs/pager.md")).unwrap();
+    let removed = search(&home, ws, "pager rota");
+    assert_eq!(removed["index"]["removed"], 1, "{removed}");
+    assert!(paths(&removed).is_empty(), "{removed}");
+
+    // What the refresh ignores is no change.
+    put("build/out.md", "# Generated\n\nzebra\n");
+    let ignored = search(&home, ws, "zebra");
+    assert!(ignored["index"].is_null(), "{ignored}");
+    assert!(paths(&ignored).is_empty());
+
+    // Read, found binary, skipped: never in the index, so never current.
+    std::fs::write(ws.join("blob"), b"\x00\x01\x02binary\xff\xfe").unwrap();
+    for _ in 0..2 {
+        let sniffed = search(&home, ws, "audit");
+        assert!(sniffed["index"].is_object(), "{sniffed}");
+        assert_eq!(sniffed["index"]["parsed"], 0, "{sniffed}");
+    }
+}

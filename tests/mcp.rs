@@ -2564,15 +2564,23 @@ fn processes_with_env(marker: &str) -> Vec<u32> {
     found
 }
 
+/// A home whose one `[[mcp_server]]`, `name`, is the "everything" server
+/// with its processes marked by an environment variable (found with
+/// [`processes_with_env`]); `extra` is added to the entry.
+fn marked_everything_home(name: &str, extra: &str) -> (String, Home) {
+    let marker = format!("CAPSTAN_TEST_MARKER={name}-{}", std::process::id());
+    let (key, value) = marker.split_once('=').unwrap();
+    let home = Home::new(&format!(
+        "[[mcp_server]]\nname = {name:?}\ncommand = {:?}\nenv = {{ {key} = {value:?} }}\nrisk = \"read_only\"\n{extra}",
+        third_party_bin("mcp-server-everything"),
+    ));
+    (marker, home)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_start_on_first_call_and_stay_warm_across_runs_of_one_serve() {
     setup_sandbox_launcher();
-    let marker = format!("CAPSTAN_TEST_MARKER=lazy-{}", std::process::id());
-    let (key, value) = marker.split_once('=').unwrap();
-    let home = Home::new(&format!(
-        "[[mcp_server]]\nname = \"lazy\"\ncommand = {:?}\nenv = {{ {key} = {value:?} }}\nrisk = \"read_only\"\n",
-        third_party_bin("mcp-server-everything"),
-    ));
+    let (marker, home) = marked_everything_home("lazy", "");
     let ws = workspace();
     let root = ws.path().canonicalize().unwrap();
 
@@ -2643,4 +2651,50 @@ async fn servers_start_on_first_call_and_stay_warm_across_runs_of_one_serve() {
             .args(["-9", &pid.to_string()])
             .status();
     }
+}
+
+/// A started server left without a call for `idle_secs` is stopped (its
+/// process exits), and the next call starts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_idle_past_idle_secs_is_stopped_and_the_next_call_starts_it() {
+    setup_sandbox_launcher();
+    let (marker, home) = marked_everything_home("idle", "idle_secs = 1\n");
+    let ws = workspace();
+    let root = ws.path().canonicalize().unwrap();
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(&root)).await;
+    let (run, _recorder) = direct_run(&app, &root);
+    let echo = |message: &str| task("mcp:idle/echo", json!({"message": message}));
+
+    let first = run_task(&app.runtime, &registry, &echo("one"), &run)
+        .await
+        .unwrap();
+    assert!(first.data.to_string().contains("one"), "{:?}", first.data);
+    let started = processes_with_env(&marker);
+    assert_eq!(started.len(), 1, "{started:?}");
+    // Idle: stopped by the pool, while the app lives on.
+    let stopped = tokio::task::spawn_blocking({
+        let marker = marker.clone();
+        move || {
+            wait_until("the idle server to stop", || {
+                processes_with_env(&marker).is_empty()
+            })
+        }
+    });
+    stopped.await.unwrap();
+    assert!(app.mcp.running().is_empty(), "{:?}", app.mcp.running());
+
+    let again = run_task(&app.runtime, &registry, &echo("two"), &run)
+        .await
+        .unwrap();
+    assert!(again.data.to_string().contains("two"), "{:?}", again.data);
+    let restarted = processes_with_env(&marker);
+    assert_eq!(restarted.len(), 1, "{restarted:?}");
+    assert_ne!(restarted, started, "a new process");
+    drop(app);
+    wait_until("the server to stop with its app", || {
+        processes_with_env(&marker).is_empty()
+    });
 }

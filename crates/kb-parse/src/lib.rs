@@ -1,9 +1,10 @@
 //! Parsing of untrusted workspace files into heading-aware passages for `local_kb_retrieval`.
 //!
 //! This crate runs inside the kb-retrieval plugin (a `wasm32-wasip2` component, workspace
-//! mounted read-only), so it is pure Rust: no threads, no mmap, no C code. It never reads
-//! the file system itself: the caller hands it a path (for the format and the heading of
-//! source files) and the file's bytes.
+//! mounted read-only), so it is pure Rust: no threads, no mmap, no C code. Parsing never
+//! reads the file system: the caller hands it a path (for the format and the heading of
+//! source files) and the file's bytes. Only [`walk`] lists files: which ones a refresh of
+//! the index considers, the same for the plugin and the host.
 //!
 //! [`parse`] picks a format by the path's extension (see [`detect_format`]), or for a file
 //! whose name says nothing (`copyright`, `GPL-2`, `Apache-2.0`) by its content (see
@@ -37,6 +38,7 @@ mod lines;
 mod markdown;
 mod rst;
 mod text;
+pub mod walk;
 
 pub use ignore_rules::{BUILTIN_SKIPS, IgnoreRules};
 

@@ -48,6 +48,14 @@ pub struct McpServerEntry {
     /// of the directories their args name; `false` keeps their args.
     #[serde(default = "offer_roots")]
     pub roots: bool,
+    /// A started server is stopped after this many seconds without a call
+    /// (the next call starts it again); `0` keeps it until Capstan exits.
+    #[serde(default = "default_idle")]
+    pub idle_secs: u64,
+}
+
+fn default_idle() -> u64 {
+    600
 }
 
 fn offer_roots() -> bool {

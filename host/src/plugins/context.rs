@@ -107,6 +107,11 @@ pub trait IndexService: Send + Sync {
         query: String,
         limit: u32,
     ) -> Result<Vec<wit::index::Hit>, String>;
+    /// Whether a refresh of `workspace`'s index would find nothing to do, so a
+    /// search may skip it. `false` whenever that is not known for sure.
+    async fn is_current(&self, _workspace: &std::path::Path) -> bool {
+        false
+    }
 }
 
 #[async_trait]
@@ -175,4 +180,7 @@ pub trait Sampler: Send + Sync {
     async fn sample(&self, scope: &TaskScope, req: SampleRequest) -> Result<SampleAnswer, String>;
     /// What sampling has cost this run so far.
     fn spent(&self) -> capstan_protocol::Usage;
+    /// What one of the run's own model calls cost, so [`Sampler::fits`]
+    /// weighs a request against everything the run spent.
+    fn note_run_usage(&self, usage: &capstan_protocol::Usage);
 }

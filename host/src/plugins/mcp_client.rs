@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
@@ -103,6 +103,8 @@ pub struct ClientSide {
 struct Calls {
     next: u64,
     running: Vec<(u64, String, RunContext)>,
+    /// When the last call ended (`None`: none has).
+    last_end: Option<Instant>,
 }
 
 impl ClientSide {
@@ -129,6 +131,17 @@ impl ClientSide {
         Ok((task_id.clone(), run.clone()))
     }
 
+    /// How long no call has been running on it (zero while one runs);
+    /// `started`: when it started, for a server never called.
+    fn idle_for(&self, started: Instant) -> Duration {
+        let calls = self.calls.lock();
+        if calls.running.is_empty() {
+            calls.last_end.unwrap_or(started).elapsed()
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// Note a call as running until the guard drops.
     fn begin_call(&self, task_id: &str, run: &RunContext) -> CallGuard {
         let mut calls = self.calls.lock();
@@ -150,10 +163,9 @@ struct CallGuard {
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.calls
-            .lock()
-            .running
-            .retain(|(id, _, _)| *id != self.id);
+        let mut calls = self.calls.lock();
+        calls.running.retain(|(id, _, _)| *id != self.id);
+        calls.last_end = Some(Instant::now());
     }
 }
 
@@ -266,6 +278,7 @@ pub struct McpServer {
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     /// A spawned server's HOME, removed with it.
     _home: Option<tempfile::TempDir>,
+    started: Instant,
 }
 
 /// How a server runs, for `capstan plugins list`: `sandbox = false` written
@@ -779,12 +792,18 @@ async fn start(
         side,
         stderr_tail,
         _home: private_home,
+        started: Instant::now(),
     };
     let tools = server.list_tools().await?;
     Ok((server, tools))
 }
 
 impl McpServer {
+    /// How long no call has been running on it.
+    pub(super) fn idle_for(&self) -> Duration {
+        self.side.idle_for(self.started)
+    }
+
     /// Its tools, as it lists them now.
     async fn list_tools(&self) -> Result<Vec<ListedTool>, String> {
         let listed = self

@@ -448,11 +448,6 @@ impl App {
             writer: self.events.clone(),
             frontend,
         });
-        let ctx = self
-            .run_builder(workspace)
-            .ids(run_id.clone(), Some(session_id.clone()))
-            .cancel(cancel)
-            .build(events.clone());
         // A session budget is what is left of it; the run stops at the smaller limit.
         let session_left = match self.config.run.session_budget_usd {
             Some(limit) => Some(
@@ -470,6 +465,17 @@ impl App {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // Sampling for external MCP servers is held to the same limit.
+        let ctx = self
+            .run_builder(workspace)
+            .sampler(Arc::new(crate::run::model::sampling::RunSampler::new(
+                self.model.clone(),
+                budget_usd,
+                self.config.run.budget_tokens,
+            )))
+            .ids(run_id.clone(), Some(session_id.clone()))
+            .cancel(cancel)
+            .build(events.clone());
         let host = Host {
             runtime: self.runtime.clone(),
             registry,

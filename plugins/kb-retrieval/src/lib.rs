@@ -2,8 +2,10 @@
 //!
 //! Untrusted files are parsed here, inside the sandbox (workspace mounted
 //! read-only); the host's tantivy index receives only normalised passages through
-//! the `index` import. Every search first refreshes the index incrementally, so a
-//! question never needs a separate `capstan index`.
+//! the `index` import. A search first refreshes the index incrementally, so a
+//! question never needs a separate `capstan index`; the host passes
+//! `refresh: false` when its own walk (the same [`capstan_kb_parse::walk`])
+//! shows nothing changed since the index was written.
 
 mod walk;
 

@@ -13,7 +13,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 
-use capstan_kb_parse::{ChunkOptions, IgnoreRules, ParseError};
+use capstan_kb_parse::walk::{Candidate, Skip};
+use capstan_kb_parse::{ChunkOptions, ParseError};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -54,36 +55,6 @@ impl Batch {
 
 /// Directories deeper than this are skipped with a warning (a guard against
 /// pathological trees, not a limit anyone should meet).
-const MAX_DEPTH: usize = 64;
-
-/// Why a file was not indexed. Each is counted in the report's summary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Skip {
-    /// Binary content, or an extension that is never text (images, archives...).
-    Binary,
-    /// Over the size limit.
-    TooLarge,
-    /// Could not be read (permissions, vanished while walking).
-    Unreadable,
-    /// A known format that did not parse (a broken .docx).
-    Malformed,
-    /// A dot file or a key file with no known format: never judged by content, since it
-    /// may hold secrets.
-    Private,
-}
-
-impl Skip {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Skip::Binary => "binary",
-            Skip::TooLarge => "too large",
-            Skip::Unreadable => "unreadable",
-            Skip::Malformed => "malformed",
-            Skip::Private => "private",
-        }
-    }
-}
-
 /// How a refresh treats an index it cannot write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -154,12 +125,6 @@ impl Report {
     }
 }
 
-struct Candidate {
-    path: String,
-    size: u64,
-    mtime_ms: u64,
-}
-
 fn warn(report: &mut Report, message: String) {
     emit(&Activity {
         kind: "kb.warning".into(),
@@ -169,112 +134,17 @@ fn warn(report: &mut Report, message: String) {
     report.warnings.push(message);
 }
 
-fn read_text(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Every indexable file, respecting .gitignore and .capstanignore.
+/// Every indexable file, respecting .gitignore and .capstanignore (see
+/// [`capstan_kb_parse::walk`]), its warnings and skips counted in `report`.
 fn collect(opts: &ChunkOptions, report: &mut Report) -> Vec<Candidate> {
-    let mut rules = IgnoreRules::new();
-    let mut out = Vec::new();
-    // (dir path relative to the root, "" for the root; depth)
-    let mut stack = vec![(String::new(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        let fs_dir = if dir.is_empty() {
-            ".".to_string()
-        } else {
-            dir.clone()
-        };
-        let join = |name: &str| {
-            if dir.is_empty() {
-                name.to_string()
-            } else {
-                format!("{dir}/{name}")
-            }
-        };
-        for w in rules.add_dir(
-            &dir,
-            &read_text(&format!("{fs_dir}/.gitignore")),
-            &read_text(&format!("{fs_dir}/.capstanignore")),
-        ) {
-            warn(report, w);
-        }
-        let entries = match std::fs::read_dir(&fs_dir) {
-            Ok(e) => e,
-            Err(e) => {
-                warn(report, format!("{fs_dir}: cannot list directory: {e}"));
-                continue;
-            }
-        };
-        let mut names: Vec<(String, std::fs::FileType)> = Vec::new();
-        for entry in entries.flatten() {
-            let Ok(ft) = entry.file_type() else { continue };
-            names.push((entry.file_name().to_string_lossy().into_owned(), ft));
-        }
-        names.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, ft) in names {
-            let rel = join(&name);
-            if ft.is_symlink() {
-                continue;
-            }
-            if ft.is_dir() {
-                if IgnoreRules::is_builtin_skip(&name) || rules.is_ignored(&rel, true) {
-                    continue;
-                }
-                if depth + 1 > MAX_DEPTH {
-                    warn(
-                        report,
-                        format!("{rel}: deeper than {MAX_DEPTH} levels, skipped"),
-                    );
-                    continue;
-                }
-                stack.push((rel, depth + 1));
-            } else if ft.is_file() {
-                if rules.is_ignored(&rel, false) {
-                    continue;
-                }
-                if capstan_kb_parse::detect_format(&rel).is_none()
-                    && !capstan_kb_parse::may_sniff(&rel)
-                {
-                    report.skip(if capstan_kb_parse::is_binary_extension(&rel) {
-                        Skip::Binary
-                    } else {
-                        Skip::Private
-                    });
-                    continue;
-                }
-                let Ok(meta) = std::fs::symlink_metadata(&rel) else {
-                    report.skip(Skip::Unreadable);
-                    warn(report, format!("{rel}: cannot read metadata"));
-                    continue;
-                };
-                if meta.len() > opts.max_file_bytes {
-                    report.skip(Skip::TooLarge);
-                    warn(
-                        report,
-                        format!(
-                            "{rel}: {} bytes is over the {}-byte limit, skipped",
-                            meta.len(),
-                            opts.max_file_bytes
-                        ),
-                    );
-                    continue;
-                }
-                let mtime_ms = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0);
-                out.push(Candidate {
-                    path: rel,
-                    size: meta.len(),
-                    mtime_ms,
-                });
-            }
-        }
+    let found = capstan_kb_parse::walk::walk(std::path::Path::new("."), opts);
+    for why in found.skipped {
+        report.skip(why);
     }
-    out
+    for w in found.warnings {
+        warn(report, w);
+    }
+    found.candidates
 }
 
 /// The first [`capstan_kb_parse::SNIFF_BYTES`] of a file.

@@ -93,6 +93,10 @@ async fn kb_task(
         .run_builder(Some(root))
         .offer(Offer::IndexOnly)
         .build(sink);
+    let input = match op {
+        "search" => crate::plugins::services::index::search_input(&run, input).await,
+        _ => input,
+    };
     let task = TaskRequest {
         id: op.into(),
         kind: RETRIEVAL_KIND.into(),

@@ -15,8 +15,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -51,7 +52,7 @@ impl Slot {
     }
 
     /// The running server, started now when it is not running (or exited).
-    pub(super) async fn server(&self) -> Result<Arc<McpServer>, String> {
+    pub(super) async fn server(self: &Arc<Self>) -> Result<Arc<McpServer>, String> {
         let mut running = self.running.lock().await;
         if let Some(server) = running.as_ref()
             && !server.client.is_closed()
@@ -80,12 +81,19 @@ impl Slot {
         self.remember(listed);
         let server = Arc::new(server);
         *running = Some(server.clone());
+        if self.entry.idle_secs > 0 {
+            tokio::spawn(stop_when_idle(
+                Arc::downgrade(self),
+                Arc::downgrade(&server),
+                Duration::from_secs(self.entry.idle_secs),
+            ));
+        }
         Ok(server)
     }
 
     /// Its tools: listed again if its server said they changed, else known,
     /// cached, or listed by starting it.
-    async fn tools(&self) -> Result<Vec<ListedTool>, String> {
+    async fn tools(self: &Arc<Self>) -> Result<Vec<ListedTool>, String> {
         if self.tools_changed.swap(false, Ordering::AcqRel) {
             let running = self.running.lock().await.clone();
             if let Some(server) = running.filter(|s| !s.client.is_closed()) {
@@ -152,6 +160,37 @@ impl Slot {
             .map(|r| r.as_ref().is_some_and(|s| !s.client.is_closed()))
             // Locked: it is being started or checked by a call.
             .unwrap_or(true)
+    }
+}
+
+/// Stops `server` once no call has run on it for `idle` (the next call
+/// starts it again); ends when the slot, the server or its connection does.
+async fn stop_when_idle(slot: Weak<Slot>, server: Weak<McpServer>, idle: Duration) {
+    let check = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(check).await;
+        let (Some(slot), Some(started)) = (slot.upgrade(), server.upgrade()) else {
+            return;
+        };
+        if started.client.is_closed() {
+            return;
+        }
+        if started.idle_for() < idle {
+            continue;
+        }
+        let mut running = slot.running.lock().await;
+        // Still this server, still idle: a call may have started meanwhile.
+        if running.as_ref().is_some_and(|s| Arc::ptr_eq(s, &started)) && started.idle_for() >= idle
+        {
+            *running = None;
+            tracing::info!(
+                target: "capstan::mcp_server",
+                server = %slot.entry.name,
+                "stopped after {} s without a call; the next call starts it again",
+                idle.as_secs()
+            );
+            return;
+        }
     }
 }
 

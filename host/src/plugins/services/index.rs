@@ -14,12 +14,14 @@ use async_trait::async_trait;
 use capstan_index::{IndexOptions, WorkspaceIndex};
 
 use crate::plugins::bindings::index as wit;
-use crate::plugins::context::{IndexService, TaskScope};
+use crate::plugins::context::{IndexService, RunContext, TaskScope};
 
+/// Cloned handles share the open indexes.
+#[derive(Clone)]
 pub struct Indexes {
     root: PathBuf,
     options: IndexOptions,
-    open: Mutex<HashMap<PathBuf, Arc<WorkspaceIndex>>>,
+    open: Arc<Mutex<HashMap<PathBuf, Arc<WorkspaceIndex>>>>,
 }
 
 impl Indexes {
@@ -29,7 +31,7 @@ impl Indexes {
         Self {
             root,
             options,
-            open: Mutex::new(HashMap::new()),
+            open: Arc::default(),
         }
     }
 
@@ -62,6 +64,30 @@ impl Indexes {
         let ix = Arc::new(ix);
         open.insert(workspace.to_path_buf(), ix.clone());
         Ok(ix)
+    }
+
+    /// Whether a refresh of `workspace`'s index would find nothing to do:
+    /// every file the refresh would consider is in the index with the size
+    /// and modification time it has now, and the index holds no other file.
+    /// The host walks natively (one `lstat` per file, no file read) with the
+    /// plugin's own walk ([`capstan_kb_parse::walk`]) and search's options, so
+    /// the two cannot disagree on which files count. A file the refresh reads
+    /// and then skips (binary content, a broken .docx) is never in the index,
+    /// so a workspace with one is never current: it is refreshed as before.
+    fn is_current_now(&self, workspace: &Path) -> Result<bool, String> {
+        let ix = self.for_workspace(workspace)?;
+        let known = ix.known_files().map_err(|e| e.to_string())?;
+        let walked = capstan_kb_parse::walk::walk(workspace, &Default::default());
+        if walked.candidates.len() != known.len() {
+            return Ok(false);
+        }
+        let known: HashMap<&str, &capstan_index::FileMeta> =
+            known.iter().map(|m| (m.path.as_str(), m)).collect();
+        Ok(walked.candidates.iter().all(|c| {
+            known
+                .get(c.path.as_str())
+                .is_some_and(|m| m.size == c.size && m.mtime_ms == c.mtime_ms)
+        }))
     }
 
     fn scoped(&self, scope: &TaskScope) -> Result<Arc<WorkspaceIndex>, String> {
@@ -174,4 +200,25 @@ impl IndexService for Indexes {
         .await?;
         Ok(hits.into_iter().map(to_wit_hit).collect())
     }
+
+    async fn is_current(&self, workspace: &Path) -> bool {
+        // Off the executor: the walk is one `lstat` per file.
+        let (indexes, workspace) = (self.clone(), workspace.to_path_buf());
+        blocking(move || indexes.is_current_now(&workspace))
+            .await
+            .unwrap_or(false)
+    }
+}
+
+/// The input of a `local_kb_retrieval` search for `run`: `refresh: false`
+/// when the run's index is current ([`Indexes::is_current_now`]), so a search
+/// of an unchanged workspace does not pay for the plugin's refresh walk.
+pub async fn search_input(run: &RunContext, mut input: serde_json::Value) -> serde_json::Value {
+    if let (Some(index), Some(ws)) = (&run.services.index, &run.workspace)
+        && input.get("refresh").is_none()
+        && index.is_current(ws).await
+    {
+        input["refresh"] = serde_json::Value::Bool(false);
+    }
+    input
 }

@@ -2,8 +2,9 @@
 //! ([`crate::plugins::context::Sampler`]). The MCP client asks the person
 //! first; this meters what the answers cost against the run's budget: a
 //! request whose worst case (its prompt, estimated, plus the most it may
-//! generate) would pass `budget_tokens`, or that comes after the run's
-//! sampling already passed `budget_usd`, is refused before the model is called.
+//! generate) would pass `budget_tokens`, or that comes after the run (its own
+//! model calls and its sampling) already spent `budget_usd` (or what is left
+//! of `session_budget_usd`, when less), is refused before the model is called.
 //! What it spends is reported as `usage` events and counted by the
 //! orchestrator with the run's own model calls.
 
@@ -20,7 +21,10 @@ pub struct RunSampler {
     model: Arc<dyn HostModel>,
     budget_usd: Option<f64>,
     budget_tokens: Option<u64>,
+    /// What sampling cost.
     spent: Mutex<Usage>,
+    /// What the run's own model calls cost.
+    run_usage: Mutex<Usage>,
 }
 
 impl RunSampler {
@@ -34,6 +38,7 @@ impl RunSampler {
             budget_usd,
             budget_tokens,
             spent: Mutex::default(),
+            run_usage: Mutex::default(),
         }
     }
 }
@@ -45,7 +50,8 @@ impl Sampler for RunSampler {
     }
 
     fn fits(&self, prompt_tokens: u64, max_tokens: u64) -> Result<(), String> {
-        let spent = *self.spent.lock();
+        let mut spent = *self.spent.lock();
+        spent.add(&self.run_usage.lock());
         if let Some(limit) = self.budget_tokens {
             let used = spent.input_tokens + spent.output_tokens;
             let worst = used + prompt_tokens + max_tokens;
@@ -61,7 +67,8 @@ impl Sampler for RunSampler {
             && cost >= limit
         {
             return Err(format!(
-                "sampling has spent ${cost:.4} of the run's ${limit:.4} budget (budget_usd in [run])"
+                "the run has spent ${cost:.4} of its ${limit:.4} budget \
+                 (budget_usd or session_budget_usd in [run])"
             ));
         }
         Ok(())
@@ -92,5 +99,45 @@ impl Sampler for RunSampler {
 
     fn spent(&self) -> Usage {
         *self.spent.lock()
+    }
+
+    fn note_run_usage(&self, usage: &Usage) {
+        self.run_usage.lock().add(usage);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::run::model::offline::OfflineModel;
+
+    fn usage(input: u64, output: u64, cost: Option<f64>) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            estimated: false,
+            cost_usd: cost,
+        }
+    }
+
+    /// The up-front check weighs a request against all the run spent, not
+    /// only what sampling spent.
+    #[test]
+    fn the_runs_own_model_calls_count_against_a_sampling_request() {
+        let sampler = RunSampler::new(Arc::new(OfflineModel), Some(0.10), Some(100));
+        assert!(sampler.fits(30, 40).is_ok());
+        sampler.note_run_usage(&usage(50, 10, Some(0.02)));
+        let refused = sampler.fits(30, 40).unwrap_err();
+        assert!(refused.contains("after 60 used"), "{refused}");
+        assert!(sampler.fits(10, 20).is_ok());
+        sampler.note_run_usage(&usage(0, 0, Some(0.09)));
+        let refused = sampler.fits(1, 1).unwrap_err();
+        assert!(refused.contains("$0.1100 of its $0.1000"), "{refused}");
+        assert_eq!(
+            sampler.spent(),
+            Usage::default(),
+            "sampling itself spent nothing"
+        );
     }
 }

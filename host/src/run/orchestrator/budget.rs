@@ -27,6 +27,9 @@ impl Host {
     /// Add a model call's usage; warn at 80% of a budget, stop past it.
     pub(super) fn account(&self, m: &mut Meter, usage: Usage, run: &RunContext) -> Option<Stop> {
         m.usage.add(&usage);
+        if let Some(sampler) = &run.services.sampler {
+            sampler.note_run_usage(&usage);
+        }
         if usage.input_tokens + usage.output_tokens > 0 {
             run.events.emit(Event::Usage {
                 usage,

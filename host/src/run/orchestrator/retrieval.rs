@@ -57,7 +57,11 @@ impl Host {
             id: task_id,
             kind: RETRIEVAL_KIND.into(),
             operation: "search".into(),
-            input: json!({"query": query, "variants": variants, "limit": self.config.retrieval_limit}),
+            input: crate::plugins::services::index::search_input(
+                run,
+                json!({"query": query, "variants": variants, "limit": self.config.retrieval_limit}),
+            )
+            .await,
         };
         let outcome = run_task(&self.runtime, &self.registry, &task, run).await;
         ctx.retrievals = attempt;
