@@ -253,6 +253,96 @@ fn always_for_this_workspace_writes_the_rule_and_the_next_run_needs_no_approval(
     );
 }
 
+/// The AG-UI events of one `POST /agui` until its stream ends.
+async fn agui(server: &common::server::Server, body: Value) -> Vec<Value> {
+    let resp = server
+        .client()
+        .post(server.url("/agui"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let mut events = Vec::new();
+    common::sse::SseReader::new(resp).rest(&mut events).await;
+    events
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agui_interrupt_offers_always_for_this_workspace_and_resuming_with_it_writes_the_rule() {
+    let p = server();
+    let rule = format!("127.0.0.1:{p}");
+    let home = Home::new(
+        "[policy]\nprofile = \"trusted\"\n\n[network]\nask = true\n\n\
+         [network.workspace.\"/elsewhere\"]\nallow = [\"example.org\"]\n",
+    );
+    let file = home.path().join("config/capstan.toml");
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let server = common::server::Server::start(&home, &["-w", root.to_str().unwrap()]);
+    let forwarded = json!({"workspace": root});
+    let events = agui(
+        &server,
+        json!({"threadId": "t-always", "runId": "r1", "forwardedProps": forwarded,
+               "messages": [{"id": "m1", "role": "user",
+                   "content": format!("run `curl -sS -f -m 20 http://127.0.0.1:{p}/`")}]}),
+    )
+    .await;
+    let finished = events.last().unwrap();
+    assert_eq!(finished["type"], "RUN_FINISHED", "{events:?}");
+    assert_eq!(finished["outcome"]["type"], "interrupt", "{finished}");
+    let interrupt = &finished["outcome"]["interrupts"][0];
+    assert_eq!(interrupt["metadata"]["capstan"]["always"], rule.as_str());
+    let answers = &interrupt["responseSchema"]["properties"]["decision"]["enum"];
+    assert!(
+        answers
+            .as_array()
+            .unwrap()
+            .contains(&json!("approved-always")),
+        "{interrupt}"
+    );
+    let id = interrupt["id"].as_str().unwrap();
+
+    let events = agui(
+        &server,
+        json!({"threadId": "t-always", "runId": "r2", "forwardedProps": forwarded,
+               "resume": [{"interruptId": id, "status": "resolved",
+                           "payload": {"decision": "approved-always"}}]}),
+    )
+    .await;
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"]["type"], "success", "{events:?}");
+    let raw: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "RAW")
+        .map(|e| &e["event"])
+        .collect();
+    assert!(
+        raw.iter()
+            .any(|e| e["type"] == "approval.decided" && e["decision"] == "approved-always"),
+        "{raw:?}"
+    );
+    assert!(
+        raw.iter().any(|e| e["type"] == "network.connect"
+            && e["verdict"] == "allowed"
+            && e["rule"] == rule.as_str()),
+        "{raw:?}"
+    );
+    // Added under this workspace's own entry; the other entry is untouched.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("[network.workspace.\"/elsewhere\"]\nallow = [\"example.org\"]\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "[network.workspace.\"{}\"]\nallow = [\"{rule}\"]",
+            root.display()
+        )),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_bad_network_rule_stops_capstan_with_the_rule_and_its_fix() {
     let home = Home::new("[network]\nallow = [\"https://crates.io\"]\n");
