@@ -358,7 +358,9 @@ impl Forwarder {
     }
 
     /// Ask the client (elicitation) or deny at once. Runs on its own task so
-    /// progress keeps flowing while a person decides.
+    /// progress keeps flowing while a person decides. (The fields of one
+    /// `approval.requested`, moved into the task.)
+    #[allow(clippy::too_many_arguments)]
     fn approval(
         &self,
         id: String,
