@@ -498,3 +498,31 @@ pub async fn answer_approvals(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn w_answers_only_an_approval_that_offers_always_for_this_workspace() {
+        let offered = Ask {
+            approval_id: "apr_1".into(),
+            always: Some("api.example.com".into()),
+        };
+        let plain = Ask {
+            approval_id: "apr_2".into(),
+            always: None,
+        };
+        assert_eq!(
+            parse_decision(" W ", &offered),
+            Some(Decision::ApprovedAlways)
+        );
+        assert_eq!(parse_decision("w", &plain), None, "asks again");
+        assert_eq!(
+            parse_decision("a", &plain),
+            Some(Decision::ApprovedForSession)
+        );
+        assert!(answer_hint(&offered).contains(" w "));
+        assert!(!answer_hint(&plain).contains(" w "));
+    }
+}
