@@ -2093,6 +2093,70 @@ async fn external_servers_get_the_workspace_as_root_progress_and_keep_images() {
     assert!(png["data"].as_str().unwrap().len() > 100);
 }
 
+/// A server that adds a tool and says so (`notifications/tools/list_changed`,
+/// tests/npm/mcp-servers/media.mjs): the next registry has the new tool,
+/// although the list was cached, and the cache for the next process has it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_list_changed_brings_its_new_tools_into_the_next_registry() {
+    setup_sandbox_launcher();
+    let media = common::npm_modules("mcp-servers")
+        .parent()
+        .unwrap()
+        .join("media.mjs");
+    let home = Home::new(&format!(
+        "[[mcp_server]]\nname = \"media\"\ncommand = \"node\"\nargs = [{media:?}]\nrisk = \"read_only\"\n"
+    ));
+    let ws = workspace();
+    let root = ws.path().canonicalize().unwrap();
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(&root)).await;
+    assert!(registry.problems().is_empty(), "{:?}", registry.problems());
+    assert!(registry.external_tool("mcp:media/extra").is_none());
+    // Listed and cached: without the notification this list would stay.
+    let again = app.registry(Some(&root)).await;
+    assert!(again.external_tool("mcp:media/extra").is_none());
+
+    let (run, _recorder) = direct_run(&app, &root);
+    run_task(
+        &app.runtime,
+        &registry,
+        &task("mcp:media/grow", json!({})),
+        &run,
+    )
+    .await
+    .unwrap();
+    // The notification is handled on the client's own task: poll briefly.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let grown = loop {
+        let registry = app.registry(Some(&root)).await;
+        if registry.external_tool("mcp:media/extra").is_some() {
+            break registry;
+        }
+        assert!(Instant::now() < deadline, "mcp:media/extra never appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let extra = run_task(
+        &app.runtime,
+        &grown,
+        &task("mcp:media/extra", json!({})),
+        &run,
+    )
+    .await
+    .unwrap();
+    assert_eq!(extra.summary, "extra ran");
+    drop(app);
+
+    // A new process plans from the refreshed cache.
+    let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
+        .await
+        .unwrap();
+    let registry = app.registry(Some(&root)).await;
+    assert!(registry.external_tool("mcp:media/extra").is_some());
+    assert!(app.mcp.running().is_empty(), "{:?}", app.mcp.running());
+}
+
 /// An external server on streamable HTTP (a real `capstan mcp --listen`,
 /// on 127.0.0.1) killed with SIGKILL in the middle of a two-minute call: the
 /// call fails as a lost connection, long before its 300 s timeout.

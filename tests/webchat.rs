@@ -859,3 +859,85 @@ fn the_web_chat_shows_changes_and_undoes_them_without_clobbering_a_persons_edit(
         "a refused request changed the workspace"
     );
 }
+
+/// A run whose tools answered with images: the reference "everything"
+/// server's PNG and a hostile server's SVG with a script, a "PNG" whose data
+/// breaks out of an attribute, HTML posing as an image and a resource link.
+/// The real images are shown with the answer (and again when the session is
+/// replayed on a phone); the rest is named as kept, never loaded.
+#[test]
+fn the_web_chat_shows_tool_images_and_names_what_it_will_not_load() {
+    let modules = common::npm_modules("webchat");
+    let script = modules.parent().unwrap().join("media.mjs");
+    let everything = common::npm_bin("mcp-servers", "mcp-server-everything");
+    let media = common::npm_modules("mcp-servers")
+        .parent()
+        .unwrap()
+        .join("media.mjs");
+    let home = Home::new(&format!(
+        "[[mcp_server]]\nname = \"every\"\ncommand = {everything:?}\nrisk = \"read_only\"\n\n\
+         [[mcp_server]]\nname = \"media\"\ncommand = \"node\"\nargs = [{media:?}]\nrisk = \"read_only\"\n"
+    ));
+    let ws = handbook();
+    let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
+    let shots = artifacts();
+    for name in ["desktop", "dark", "390-dark", "failure"] {
+        let _ = std::fs::remove_file(shots.join(format!("webchat-media-{name}.png")));
+    }
+    let out = Command::new("node")
+        .arg(&script)
+        .arg(&server.chat_url)
+        .arg(&shots)
+        .output()
+        .expect("node is installed (bash tests/run installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "media.mjs failed: {stderr}");
+    let s: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("media.mjs printed no summary ({e}): {stderr}"));
+    assert_eq!(s["errors"], json!([]), "{s}");
+    assert_eq!(s["dialogs"], json!([]), "{s}");
+    assert_eq!(s["pwned"], false);
+    let origin = server.url("");
+    let origin = origin.trim_end_matches('/');
+    assert!(
+        s["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o == origin),
+        "a request left the server's origin: {s}"
+    );
+
+    for view in [&s["desktop"], &s["phone"]] {
+        let images = view["images"].as_array().unwrap();
+        assert_eq!(
+            images.len(),
+            2,
+            "the tiny image and the red PNG only: {view}"
+        );
+        for img in images {
+            assert_eq!(img["type"], "data:image/png", "{img}");
+            assert!(img["width"].as_u64().unwrap() > 0, "not decoded: {img}");
+            assert_eq!(img["attributes"], json!(["src", "alt"]), "{img}");
+        }
+        let mut captions = strings(&view["captions"]);
+        captions.sort_unstable();
+        assert_eq!(
+            captions,
+            ["from mcp:every/get-tiny-image", "from mcp:media/pictures"]
+        );
+        let notes = strings(&view["notes"]).join("\n");
+        for what in [
+            "image content (image/svg+xml)",
+            "image content (image/png)",
+            "image content (text/html)",
+            "link file:///etc/passwd",
+        ] {
+            assert!(notes.contains(what), "{what} not named: {notes}");
+        }
+    }
+    assert!(
+        s["phone"]["overflow"].as_i64().unwrap() <= 0,
+        "the phone scrolls sideways: {s}"
+    );
+}

@@ -26,7 +26,10 @@ pub use pool::McpPool;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use rmcp::model::{
@@ -90,6 +93,9 @@ pub struct ClientSide {
     roots: Vec<Root>,
     progress: Arc<Mutex<Progress>>,
     calls: Arc<Mutex<Calls>>,
+    /// Set when the server says its tools changed
+    /// (`notifications/tools/list_changed`): the next registry lists them again.
+    tools_changed: Arc<AtomicBool>,
 }
 
 /// The calls running on one server, by a number of their own.
@@ -105,7 +111,7 @@ impl ClientSide {
     /// which call a server's request is for; with calls of several runs at
     /// once, nobody is asked).
     fn asker(&self) -> Result<(String, RunContext), String> {
-        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let calls = self.calls.lock();
         let Some((_, task_id, run)) = calls.running.last() else {
             return Err("no call of Capstan's is running on it".into());
         };
@@ -125,7 +131,7 @@ impl ClientSide {
 
     /// Note a call as running until the guard drops.
     fn begin_call(&self, task_id: &str, run: &RunContext) -> CallGuard {
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let mut calls = self.calls.lock();
         calls.next += 1;
         let id = calls.next;
         calls.running.push((id, task_id.to_string(), run.clone()));
@@ -146,7 +152,6 @@ impl Drop for CallGuard {
     fn drop(&mut self) {
         self.calls
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .running
             .retain(|(id, _, _)| *id != self.id);
     }
@@ -229,12 +234,17 @@ impl ClientHandler for ClientSide {
         asks::sample(self, params).await
     }
 
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::info!(target: "capstan::mcp_server", server = %self.name, "its tool list changed");
+        self.tools_changed.store(true, Ordering::Release);
+    }
+
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let mut progress = self.progress.lock();
         match progress.routes.get(&params.progress_token) {
             Some(route) => route.emit(params),
             None => {
@@ -487,14 +497,7 @@ impl Call<'_> {
     fn lost(&self, error: ServiceError) -> TaskFailure {
         let server = &self.server.entry.name;
         let tool = &self.tool.tool;
-        let tail: Vec<String> = self
-            .server
-            .stderr_tail
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .cloned()
-            .collect();
+        let tail: Vec<String> = self.server.stderr_tail.lock().iter().cloned().collect();
         let how = match (&self.server.entry.command, tail.is_empty()) {
             (Some(cmd), true) => format!("check `{cmd}` in its [[mcp_server]] entry"),
             (Some(cmd), false) => format!(
@@ -534,7 +537,7 @@ struct RouteGuard {
 
 impl RouteGuard {
     fn register(side: &ClientSide, token: ProgressToken, route: ProgressRoute) -> Self {
-        let mut progress = side.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let mut progress = side.progress.lock();
         let (early, later): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut progress.early)
             .into_iter()
             .partition(|p| p.progress_token == token);
@@ -553,12 +556,7 @@ impl RouteGuard {
 
 impl Drop for RouteGuard {
     fn drop(&mut self) {
-        self.side
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .routes
-            .remove(&self.token);
+        self.side.progress.lock().routes.remove(&self.token);
     }
 }
 
@@ -708,6 +706,7 @@ fn tools_of(slot: &Arc<pool::Slot>, listed: &[ListedTool]) -> Vec<Arc<McpTool>> 
 async fn start(
     entry: &McpServerEntry,
     cwd: Option<&Path>,
+    tools_changed: Arc<AtomicBool>,
 ) -> Result<(McpServer, Vec<ListedTool>), String> {
     let entry = entry.clone();
     let side = ClientSide {
@@ -725,6 +724,7 @@ async fn start(
             .unwrap_or_default(),
         progress: Arc::default(),
         calls: Arc::default(),
+        tools_changed,
     };
     let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
     let mut private_home = None;
@@ -773,10 +773,6 @@ async fn start(
         }
         (None, None) => return Err("give a `command` or a `url`".into()),
     };
-    let listed = client
-        .list_all_tools()
-        .await
-        .map_err(|e| format!("cannot list its tools: {e}"))?;
     let server = McpServer {
         entry,
         client,
@@ -784,15 +780,27 @@ async fn start(
         stderr_tail,
         _home: private_home,
     };
-    let tools = listed
-        .into_iter()
-        .map(|tool| ListedTool {
-            name: tool.name.to_string(),
-            description: tool.description.as_deref().unwrap_or("").to_string(),
-            input_schema: Value::Object((*tool.input_schema).clone()),
-        })
-        .collect();
+    let tools = server.list_tools().await?;
     Ok((server, tools))
+}
+
+impl McpServer {
+    /// Its tools, as it lists them now.
+    async fn list_tools(&self) -> Result<Vec<ListedTool>, String> {
+        let listed = self
+            .client
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("cannot list its tools: {e}"))?;
+        Ok(listed
+            .into_iter()
+            .map(|tool| ListedTool {
+                name: tool.name.to_string(),
+                description: tool.description.as_deref().unwrap_or("").to_string(),
+                input_schema: Value::Object((*tool.input_schema).clone()),
+            })
+            .collect())
+    }
 }
 
 /// A server's stderr, line by line, into Capstan's log (`-v` or `RUST_LOG`
@@ -805,7 +813,7 @@ async fn log_stderr(
     let mut lines = tokio::io::BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         tracing::info!(target: "capstan::mcp_server", server = %server, "{line}");
-        let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tail = tail.lock();
         if tail.len() == STDERR_TAIL {
             tail.pop_front();
         }

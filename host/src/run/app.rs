@@ -502,17 +502,20 @@ impl App {
             RunStatus::Failed => capstan_store::RunStatus::Failed,
             RunStatus::Cancelled => capstan_store::RunStatus::Cancelled,
         };
+        // Its events are stored before the run is marked ended: a replica
+        // following it through the store stops at an ended run with nothing
+        // left to read, so nothing may be left behind in the writer.
+        if let Err(e) = self.events.flush() {
+            crate::term::warn(format_args!(
+                "some events of run {run_id} were not saved: {e}"
+            ));
+        }
         store.finish_run(
             &run_id,
             status,
             outcome.reason.map(|r| r.as_str()),
             Some(outcome.usage),
         )?;
-        if let Err(e) = self.events.flush() {
-            crate::term::warn(format_args!(
-                "some events of run {run_id} were not saved: {e}"
-            ));
-        }
         Ok(AskOutcome {
             run_id,
             session_id,

@@ -285,6 +285,8 @@ struct Mapper {
     session_id: String,
     open_steps: Vec<String>,
     text_open: bool,
+    /// The text of the open message sent so far.
+    streamed: String,
     plan: Vec<PlanEntry>,
     feed: Vec<Value>,
     /// Events to send before the next mapped one (the opening of a resumed run).
@@ -308,6 +310,7 @@ impl Mapper {
             session_id: run.session_id.clone(),
             open_steps: Vec::new(),
             text_open: false,
+            streamed: String::new(),
             plan: Vec::new(),
             feed: Vec::new(),
             pending: Vec::new(),
@@ -462,11 +465,18 @@ impl Mapper {
     /// The answer's end: a message opened (and closed) even when nothing
     /// streamed, then its citations.
     fn response_completed(&mut self, text: &str, citations: &[Citation], out: &mut Vec<Value>) {
-        if !self.text_open && !text.is_empty() {
+        // The store coalesces deltas into the completed text, so a stream
+        // read from it may have seen only the first deltas, or none: what was
+        // not streamed yet is sent now.
+        let rest = text.strip_prefix(self.streamed.as_str()).unwrap_or("");
+        if !self.text_open && !rest.is_empty() {
             out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": self.message_id(), "role": "assistant"}));
-            out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": self.message_id(), "delta": text}));
             self.text_open = true;
         }
+        if !rest.is_empty() {
+            out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": self.message_id(), "delta": rest}));
+        }
+        self.streamed.clear();
         if self.text_open {
             self.text_open = false;
             out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": self.message_id()}));
@@ -616,9 +626,11 @@ impl Mapper {
             Event::ResponseDelta { text } => {
                 if !self.text_open {
                     self.text_open = true;
+                    self.streamed.clear();
                     out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": self.message_id(), "role": "assistant"}));
                 }
                 if !text.is_empty() {
+                    self.streamed.push_str(text);
                     out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": self.message_id(), "delta": text}));
                 }
             }
@@ -661,5 +673,71 @@ impl Mapper {
             events: out,
             segment_over,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn mapper() -> Mapper {
+        Mapper {
+            thread_id: "t".into(),
+            agui_run_id: "r".into(),
+            run_id: "run_1".into(),
+            session_id: "s".into(),
+            open_steps: Vec::new(),
+            text_open: false,
+            streamed: String::new(),
+            plan: Vec::new(),
+            feed: Vec::new(),
+            pending: Vec::new(),
+            resumed: Vec::new(),
+            interrupts: Vec::new(),
+            interrupted: false,
+            started: true,
+            model: String::new(),
+        }
+    }
+
+    fn text_of(mapper: &mut Mapper, events: Vec<Event>) -> String {
+        let mut text = String::new();
+        for (seq, event) in events.into_iter().enumerate() {
+            let env = Envelope {
+                seq: seq as u64,
+                run_id: "run_1".into(),
+                ts: String::new(),
+                event,
+            };
+            for e in mapper.map(&env, |_| false).events {
+                if e["type"] == "TEXT_MESSAGE_CONTENT" {
+                    text.push_str(e["delta"].as_str().unwrap());
+                }
+            }
+        }
+        text
+    }
+
+    fn delta(text: &str) -> Event {
+        Event::ResponseDelta { text: text.into() }
+    }
+
+    fn completed(text: &str) -> Event {
+        Event::ResponseCompleted {
+            text: text.into(),
+            citations: Vec::new(),
+        }
+    }
+
+    /// A stream read from the store may lack the deltas the completed text
+    /// replaced: the message still carries the whole answer, once.
+    #[test]
+    fn the_completed_text_supplies_what_coalesced_deltas_did_not() {
+        let all = vec![delta("Hel"), delta("lo"), completed("Hello")];
+        assert_eq!(text_of(&mut mapper(), all), "Hello");
+        let some = vec![delta("Hel"), completed("Hello")];
+        assert_eq!(text_of(&mut mapper(), some), "Hello");
+        assert_eq!(text_of(&mut mapper(), vec![completed("Hello")]), "Hello");
     }
 }

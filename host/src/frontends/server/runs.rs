@@ -369,7 +369,7 @@ impl RunManager {
             cancel: CancellationToken::new(),
             feed: Mutex::default(),
         });
-        let events = run.subscribe(self.bind_slot(slot, &run.run_id));
+        let events = self.stream(&run, self.bind_slot(slot, &run.run_id))?;
         self.active.lock().insert(run.run_id.clone(), run.clone());
         if let Some(replica) = &self.replica
             && let Err(e) = replica.claim(&run.run_id)
@@ -476,10 +476,21 @@ impl RunManager {
         slot
     }
 
+    /// The events of a run this replica runs. With a shared store even these
+    /// streams read the store: a client never sees an event that a kill -9 of
+    /// this replica (its event writer still holding it) would take from the
+    /// replay every other replica serves.
+    fn stream(&self, run: &ActiveRun, slot: StreamSlot) -> Result<Subscription, ApiError> {
+        if self.replica.is_some() {
+            return super::replica::tail(self.app.store.clone(), &run.run_id, slot);
+        }
+        Ok(run.subscribe(slot))
+    }
+
     /// Events of a run, live or stored.
     pub fn subscribe(self: &Arc<Self>, run_id: &str) -> Result<Subscription, ApiError> {
         if let Some(run) = self.active_run(run_id) {
-            return Ok(run.subscribe(self.stream_slot(run_id)?));
+            return self.stream(&run, self.stream_slot(run_id)?);
         }
         self.require_run(run_id)?;
         let slot = self.stream_slot(run_id)?;

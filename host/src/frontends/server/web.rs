@@ -58,8 +58,10 @@ const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 
 /// The policy on every page response. `img-src data:` is for the blank
-/// favicon only; Markdown images are never turned into `<img>` (see
-/// markdown.js), and this keeps a slip from loading a remote one.
+/// favicon and the raster images a tool answered with (app.js `showMedia`:
+/// PNG, JPEG, GIF or WebP, base64, bounded); Markdown images are never turned
+/// into `<img>` (see markdown.js), and this keeps a slip from loading a
+/// remote one.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'; require-trusted-types-for 'script'; \

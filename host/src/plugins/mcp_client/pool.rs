@@ -9,11 +9,16 @@
 //! server stays running in the [`McpPool`] (one per process, held by the
 //! app): `capstan serve` reuses it across runs for the same entry and
 //! workspace, and a server that died is started again on the next call.
-//! Every start lists the tools again and refreshes the cache.
+//! Every start lists the tools again and refreshes the cache, and so does
+//! the next registry after a running server says its tools changed
+//! (`notifications/tools/list_changed`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
 
 use sha2::{Digest, Sha256};
 
@@ -29,6 +34,8 @@ pub struct Slot {
     cache: Option<PathBuf>,
     running: tokio::sync::Mutex<Option<Arc<McpServer>>>,
     listed: Mutex<Option<Vec<ListedTool>>>,
+    /// Set by its running server's `tools/list_changed`.
+    tools_changed: Arc<AtomicBool>,
 }
 
 impl Slot {
@@ -39,6 +46,7 @@ impl Slot {
             cache,
             running: tokio::sync::Mutex::new(None),
             listed: Mutex::new(None),
+            tools_changed: Arc::default(),
         }
     }
 
@@ -51,15 +59,17 @@ impl Slot {
             return Ok(server.clone());
         }
         *running = None;
-        let started =
-            tokio::time::timeout(CONNECT_TIMEOUT, start(&self.entry, self.cwd.as_deref()))
-                .await
-                .map_err(|_| {
-                    format!(
-                        "did not start and list its tools within {} s",
-                        CONNECT_TIMEOUT.as_secs()
-                    )
-                })?;
+        let started = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            start(&self.entry, self.cwd.as_deref(), self.tools_changed.clone()),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "did not start and list its tools within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            )
+        })?;
         let (server, listed) = started?;
         tracing::info!(
             target: "capstan::mcp_server",
@@ -73,13 +83,29 @@ impl Slot {
         Ok(server)
     }
 
-    /// Its tools: known, cached, or listed by starting it.
+    /// Its tools: listed again if its server said they changed, else known,
+    /// cached, or listed by starting it.
     async fn tools(&self) -> Result<Vec<ListedTool>, String> {
+        if self.tools_changed.swap(false, Ordering::AcqRel) {
+            let running = self.running.lock().await.clone();
+            if let Some(server) = running.filter(|s| !s.client.is_closed()) {
+                match server.list_tools().await {
+                    Ok(listed) => {
+                        self.remember(listed.clone());
+                        return Ok(listed);
+                    }
+                    Err(why) => tracing::warn!(
+                        "MCP server `{}` said its tools changed, then: {why}",
+                        self.entry.name
+                    ),
+                }
+            }
+        }
         if let Some(listed) = self.known() {
             return Ok(listed);
         }
         if let Some(listed) = self.read_cache() {
-            *self.listed.lock().unwrap_or_else(|e| e.into_inner()) = Some(listed.clone());
+            *self.listed.lock() = Some(listed.clone());
             return Ok(listed);
         }
         self.server().await?;
@@ -87,10 +113,7 @@ impl Slot {
     }
 
     fn known(&self) -> Option<Vec<ListedTool>> {
-        self.listed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.listed.lock().clone()
     }
 
     fn read_cache(&self) -> Option<Vec<ListedTool>> {
@@ -119,7 +142,7 @@ impl Slot {
                 );
             }
         }
-        *self.listed.lock().unwrap_or_else(|e| e.into_inner()) = Some(listed);
+        *self.listed.lock() = Some(listed);
     }
 
     /// Whether its server is running now.
@@ -189,7 +212,7 @@ impl McpPool {
 
     /// The names of the servers running now.
     pub fn running(&self) -> Vec<String> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = self.slots.lock();
         let mut names: Vec<String> = slots
             .values()
             .filter(|s| s.is_running())
@@ -201,7 +224,7 @@ impl McpPool {
 
     fn slot(&self, entry: McpServerEntry, cwd: Option<&Path>) -> Arc<Slot> {
         let key = key(&entry, cwd);
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.slots.lock();
         slots
             .entry(key.clone())
             .or_insert_with(|| {

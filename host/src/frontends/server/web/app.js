@@ -341,17 +341,18 @@ function addAssistantMessage(workspaceId) {
   const answer = el("div", { class: "answer markdown" });
   const approvals = el("div", { class: "approvals" });
   const citations = el("ol", { class: "citations", "aria-label": "Sources" });
+  const media = el("div", { class: "media" });
   const feedList = el("ul", { class: "activity" });
   const feedSummary = el("summary", { text: "What Capstan is doing" });
   const feed = el("details", { class: "feed", hidden: "" }, feedSummary, feedList);
   const status = el("div", { class: "run-status" });
   const copy = el("button", { type: "button", class: "copy-answer small", hidden: "", text: "Copy answer" });
   const footer = el("div", { class: "answer-tools" }, status, copy);
-  const li = el("li", { class: "assistant" }, approvals, answer, citations, feed, footer);
+  const li = el("li", { class: "assistant" }, approvals, answer, media, citations, feed, footer);
   $("#messages").append(li);
   updateEmpty();
   const view = {
-    li, answer, approvals, citations, feedList, feed, feedSummary, status, copy,
+    li, answer, approvals, citations, media, feedList, feed, feedSummary, status, copy,
     text: "", cites: [], workspaceId, scheduled: false, replaying: false, steps: 0,
   };
   copy.addEventListener("click", () => copyText(copy, view.text));
@@ -528,6 +529,33 @@ function addTaskSummary(id, summary) {
   if (!li) return;
   const hasSteps = li.querySelector(".trace .step");
   addTraceNote(id, hasSteps ? summary.split("\n")[0] : summary);
+}
+
+// What a tool answered besides text (an MCP server's images, resources):
+// shown with the answer, since the feed folds when the run ends. The server
+// is not trusted: only raster images of a known type, as base64 `data:` URLs
+// of bounded size, become <img> (an SVG could carry script if ever opened
+// on its own); everything else is named, never loaded.
+const IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+const MAX_IMAGE_BASE64 = 8 * 1024 * 1024;
+
+function showMedia(view, ev) {
+  const blocks = ev.data && Array.isArray(ev.data.content) ? ev.data.content : [];
+  const source = (view.kinds && view.kinds[ev.task_id]) || ev.task_id;
+  for (const block of blocks) {
+    if (!block || typeof block !== "object") continue;
+    const data = typeof block.data === "string" ? block.data : "";
+    if (block.type === "image" && IMAGE_TYPES.has(block.mimeType) && data.length <= MAX_IMAGE_BASE64
+        && /^[A-Za-z0-9+/]+={0,2}$/.test(data)) {
+      const img = el("img", { src: `data:${block.mimeType};base64,${data}`, alt: `Image from ${source}` });
+      view.media.append(el("figure", {}, img, el("figcaption", { class: "muted", text: `from ${source}` })));
+    } else {
+      const what = block.type === "resource" || block.type === "resource_link"
+        ? `${block.type === "resource" ? "resource" : "link"} ${block.resource?.uri || block.uri || ""}`
+        : `${String(block.type)} content${block.mimeType ? ` (${String(block.mimeType)})` : ""}`;
+      view.media.append(el("p", { class: "muted", text: `${source} also returned ${what.trim()}; it is kept with the run.` }));
+    }
+  }
 }
 
 function addTerminalStep(ev) {
@@ -708,6 +736,7 @@ function handle(view, ev) {
       addFeed(view, `workspace required: ${ev.message}`, "error");
       break;
     case "plan.created":
+      view.kinds = Object.fromEntries(ev.tasks.map((t) => [t.id, t.kind]));
       renderPlan(ev.tasks);
       break;
     case "plan.updated":
@@ -721,6 +750,7 @@ function handle(view, ev) {
       break;
     case "task.completed":
       addTaskSummary(ev.task_id, ev.summary);
+      showMedia(view, ev);
       break;
     case "capability.status":
       addTraceNote(ev.task_id, `${ev.status}: ${ev.message}`);
