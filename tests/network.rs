@@ -146,6 +146,203 @@ fn an_unlisted_host_asks_and_approve_none_denies_naming_the_rule() {
     );
 }
 
+/// `invoke` with `--approve ask`, the person's answers on stdin.
+fn invoke_answering(home: &Home, ws: &Path, command: &str, answers: &str) -> Vec<Value> {
+    let mut child = home
+        .capstan()
+        .args([
+            "invoke",
+            "terminal_exec",
+            "--json",
+            "--approve",
+            "ask",
+            "--workspace",
+        ])
+        .arg(ws)
+        .args(["--input", &json!({ "command": command }).to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kept open until the run ends: end of input would deny.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(answers.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn always_for_this_workspace_writes_the_rule_and_the_next_run_needs_no_approval() {
+    let p = server();
+    let rule = format!("127.0.0.1:{p}");
+    let config = "# my settings, kept as written\n[policy]\nprofile = \"trusted\"\n\n\
+                  [network]\nask = true   # ask me about new hosts\n";
+    let home = Home::new(config);
+    let file = home.path().join("config/capstan.toml");
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let command = format!("curl -sS -f -m 20 http://127.0.0.1:{p}/");
+
+    // The person answers "always for this workspace" (w).
+    let events = invoke_answering(&home, ws.path(), &command, "w\n");
+    let asked = of_type(&events, "approval.requested");
+    assert_eq!(asked.len(), 1, "{events:?}");
+    assert_eq!(asked[0]["action"], "network.connect");
+    assert_eq!(asked[0]["always"], rule.as_str(), "{asked:?}");
+    let decided = of_type(&events, "approval.decided");
+    assert_eq!(decided[0]["decision"], "approved-always", "{events:?}");
+    assert_eq!(decided[0]["by"], "user");
+    let step = of_type(&events, "terminal.step");
+    assert_eq!(step[0]["exit_code"], 0, "{events:?}");
+    assert!(step[0]["output_tail"].as_str().unwrap().contains("hello"));
+    let conns = of_type(&events, "network.connect");
+    assert_eq!(conns[0]["verdict"], "allowed", "{conns:?}");
+    assert_eq!(conns[0]["decided_by"], "person");
+    assert_eq!(conns[0]["rule"], rule.as_str());
+    let written: Vec<_> = of_type(&events, "activity")
+        .into_iter()
+        .filter(|e| e["kind"] == "network.rule_written")
+        .collect();
+    assert_eq!(written.len(), 1, "{events:?}");
+    assert!(
+        written[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&file.display().to_string()),
+        "{written:?}"
+    );
+
+    // The user's file has the rule under the workspace, its text kept.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with(config), "{text}");
+    assert!(
+        text.contains(&format!(
+            "[network.workspace.\"{}\"]\nallow = [\"{rule}\"]",
+            root.display()
+        )),
+        "{text}"
+    );
+    // Nothing in the workspace was written.
+    assert!(!ws.path().join("capstan.toml").exists());
+
+    // A new process reads it: no approval, allowed by the policy.
+    let events = invoke(&home, ws.path(), "none", &command);
+    assert!(
+        of_type(&events, "approval.requested").is_empty(),
+        "{events:?}"
+    );
+    let step = of_type(&events, "terminal.step");
+    assert_eq!(step[0]["exit_code"], 0, "{events:?}");
+    let conns = of_type(&events, "network.connect");
+    assert_eq!(conns[0]["verdict"], "allowed", "{conns:?}");
+    assert_eq!(conns[0]["decided_by"], "policy");
+    assert_eq!(conns[0]["rule"], rule.as_str());
+
+    // Another workspace is not covered: it still asks.
+    let other = tempfile::tempdir().unwrap();
+    let events = invoke(&home, other.path(), "none", &command);
+    assert_eq!(
+        of_type(&events, "approval.requested").len(),
+        1,
+        "{events:?}"
+    );
+}
+
+/// The AG-UI events of one `POST /agui` until its stream ends.
+async fn agui(server: &common::server::Server, body: Value) -> Vec<Value> {
+    let resp = server
+        .client()
+        .post(server.url("/agui"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let mut events = Vec::new();
+    common::sse::SseReader::new(resp).rest(&mut events).await;
+    events
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agui_interrupt_offers_always_for_this_workspace_and_resuming_with_it_writes_the_rule() {
+    let p = server();
+    let rule = format!("127.0.0.1:{p}");
+    let home = Home::new(
+        "[policy]\nprofile = \"trusted\"\n\n[network]\nask = true\n\n\
+         [network.workspace.\"/elsewhere\"]\nallow = [\"example.org\"]\n",
+    );
+    let file = home.path().join("config/capstan.toml");
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let server = common::server::Server::start(&home, &["-w", root.to_str().unwrap()]);
+    let forwarded = json!({"workspace": root});
+    let events = agui(
+        &server,
+        json!({"threadId": "t-always", "runId": "r1", "forwardedProps": forwarded,
+               "messages": [{"id": "m1", "role": "user",
+                   "content": format!("run `curl -sS -f -m 20 http://127.0.0.1:{p}/`")}]}),
+    )
+    .await;
+    let finished = events.last().unwrap();
+    assert_eq!(finished["type"], "RUN_FINISHED", "{events:?}");
+    assert_eq!(finished["outcome"]["type"], "interrupt", "{finished}");
+    let interrupt = &finished["outcome"]["interrupts"][0];
+    assert_eq!(interrupt["metadata"]["capstan"]["always"], rule.as_str());
+    let answers = &interrupt["responseSchema"]["properties"]["decision"]["enum"];
+    assert!(
+        answers
+            .as_array()
+            .unwrap()
+            .contains(&json!("approved-always")),
+        "{interrupt}"
+    );
+    let id = interrupt["id"].as_str().unwrap();
+
+    let events = agui(
+        &server,
+        json!({"threadId": "t-always", "runId": "r2", "forwardedProps": forwarded,
+               "resume": [{"interruptId": id, "status": "resolved",
+                           "payload": {"decision": "approved-always"}}]}),
+    )
+    .await;
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"]["type"], "success", "{events:?}");
+    let raw: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "RAW")
+        .map(|e| &e["event"])
+        .collect();
+    assert!(
+        raw.iter()
+            .any(|e| e["type"] == "approval.decided" && e["decision"] == "approved-always"),
+        "{raw:?}"
+    );
+    assert!(
+        raw.iter().any(|e| e["type"] == "network.connect"
+            && e["verdict"] == "allowed"
+            && e["rule"] == rule.as_str()),
+        "{raw:?}"
+    );
+    // Added under this workspace's own entry; the other entry is untouched.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("[network.workspace.\"/elsewhere\"]\nallow = [\"example.org\"]\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "[network.workspace.\"{}\"]\nallow = [\"{rule}\"]",
+            root.display()
+        )),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_bad_network_rule_stops_capstan_with_the_rule_and_its_fix() {
     let home = Home::new("[network]\nallow = [\"https://crates.io\"]\n");

@@ -239,6 +239,23 @@ async fn an_approval_is_answered_over_http() {
             .unwrap()
             .contains("approved-for-session")
     );
+    // "Always for this workspace" is offered only where a rule can be
+    // written (a host no [network] rule names): refused here, and the
+    // approval still waits for an answer.
+    assert!(asked.get("always").is_none(), "{asked}");
+    let (s, err) = post(
+        &server,
+        &format!("/v1/approvals/{id}"),
+        json!({"decision": "approved-always"}),
+    )
+    .await;
+    assert_eq!(s, 400, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("does not offer `approved-always`")
+            && message.contains("send approved, approved-for-session, denied or aborted"),
+        "{message}"
+    );
     let (s, ok) = post(
         &server,
         &format!("/v1/approvals/{id}"),

@@ -153,13 +153,22 @@ pub enum Event {
         risk: Risk,
         /// Why it needs approval (classifier and policy), each said once.
         reasons: Vec<String>,
+        /// When the person may also answer `approved-always` ("always for
+        /// this workspace"): the rule that answer writes into the user's
+        /// capstan.toml under `[network.workspace."<root>"] allow` (e.g.
+        /// `api.example.com` or `api.example.com:8443`). Only a
+        /// `network.connect` in a workspace offers it; absent, that answer is
+        /// refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        always: Option<String>,
     },
     /// How an `approval.requested` was answered.
     #[serde(rename = "approval.decided")]
     ApprovalDecided {
         /// The `approval_id` of the request.
         approval_id: String,
-        /// `approved`, `approved-for-session`, `denied`, `aborted`, `expired`.
+        /// `approved`, `approved-for-session`, `approved-always`, `denied`,
+        /// `aborted`, `expired`.
         decision: String,
         /// `user`, `policy` or `flag`.
         by: String,

@@ -110,6 +110,11 @@ text_enum! {
         Approved => "approved",
         /// Approved, and the same action is approved for the rest of the session.
         ApprovedForSession => "approved-for-session",
+        /// Approved, and a rule allowing it from now on was written to the
+        /// user's configuration (offered only where such a rule exists: a
+        /// connection to a host no `[network]` rule names, whose
+        /// `approval.requested` carries `always`).
+        ApprovedAlways => "approved-always",
         /// Refused; the action did not run.
         Denied => "denied",
         /// The run was cancelled while the question was open.

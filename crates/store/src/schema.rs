@@ -155,6 +155,39 @@ CREATE TABLE run_requests (
 ) STRICT;
 CREATE INDEX run_requests_by_target ON run_requests(target, id);
 "#,
+    // v6: the decision `approved-always` (a person allowed a host for the
+    // workspace from now on, which wrote a `[network]` rule). SQLite cannot
+    // change a CHECK in place: the table is rebuilt with its rows and index.
+    // Nothing references `approvals`, so dropping the old table touches no
+    // other row.
+    r#"
+CREATE TABLE approvals_v6 (
+    id         TEXT PRIMARY KEY,
+    run_id     TEXT NOT NULL REFERENCES runs(id),
+    task_id    TEXT NOT NULL,
+    action     TEXT NOT NULL,
+    command    TEXT NOT NULL DEFAULT '',
+    cwd        TEXT NOT NULL DEFAULT '',
+    risk       TEXT NOT NULL,
+    reasons    TEXT NOT NULL DEFAULT '[]'
+               CHECK (json_valid(reasons) AND json_type(reasons) = 'array'),
+    decision   TEXT NOT NULL CHECK (decision IN
+                   ('approved', 'approved-for-session', 'approved-always', 'denied',
+                    'aborted', 'expired')),
+    decided_by TEXT NOT NULL CHECK (decided_by IN ('user', 'policy', 'flag')),
+    created_at TEXT NOT NULL,
+    decided_at TEXT NOT NULL
+) STRICT;
+INSERT INTO approvals_v6
+    (id, run_id, task_id, action, command, cwd, risk, reasons, decision, decided_by,
+     created_at, decided_at)
+SELECT id, run_id, task_id, action, command, cwd, risk, reasons, decision, decided_by,
+       created_at, decided_at
+FROM approvals;
+DROP TABLE approvals;
+ALTER TABLE approvals_v6 RENAME TO approvals;
+CREATE INDEX approvals_by_run ON approvals(run_id, created_at);
+"#,
 ];
 
 /// Reads the header and refuses files this build must not touch. Writes

@@ -765,6 +765,7 @@ fn approvals_round_trip(kind: Kind) {
     for (i, (decision, by)) in [
         (Decision::Denied, DecidedBy::Policy),
         (Decision::Expired, DecidedBy::Flag),
+        (Decision::ApprovedAlways, DecidedBy::User),
     ]
     .into_iter()
     .enumerate()
@@ -793,7 +794,8 @@ fn approvals_round_trip(kind: Kind) {
         vec![a.clone()]
     );
     let all = store.list_approvals(None, 10).unwrap();
-    assert_eq!(all.len(), 3);
+    assert_eq!(all.len(), 4);
+    assert_eq!(all[3].decision, Decision::ApprovedAlways);
     assert_eq!(all[0], a);
     assert_eq!(all[1].decision, Decision::Denied);
     assert_eq!(all[2].decided_by, DecidedBy::Flag);
@@ -801,7 +803,7 @@ fn approvals_round_trip(kind: Kind) {
     // Bounded to the most recent, still oldest first.
     let last = store.list_approvals(None, 1).unwrap();
     assert_eq!(last.len(), 1);
-    assert_eq!(last[0].id, "apr_other1");
+    assert_eq!(last[0].id, "apr_other2");
 
     let again = NewApproval {
         id: &id,
@@ -917,6 +919,71 @@ fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() 
     assert_eq!(profile("ws_chosen"), Some(Profile::Trusted));
     store.set_profile("ws_chosen", None).unwrap();
     assert_eq!(profile("ws_chosen"), None);
+}
+
+#[test]
+fn a_version_5_file_keeps_its_approvals_and_accepts_approved_always() {
+    let (dir, store) = fresh_file();
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let approval = |id: &'static str, decision| NewApproval {
+        id,
+        run_id: &run.id,
+        task_id: "t1",
+        action: "network.connect",
+        command: "connect example.com:443",
+        cwd: "",
+        risk: "network",
+        reasons: &[],
+        decision,
+        decided_by: DecidedBy::User,
+        requested_at: "2026-01-01T00:00:00Z",
+    };
+    store
+        .record_approval(&approval("apr_old", Decision::Denied))
+        .unwrap();
+    drop(store);
+    // Put back version 5's table: the same columns, without `approved-always`.
+    let raw = rusqlite_open(&dir.path().join("capstan.db"));
+    raw.execute_batch(
+        "CREATE TABLE approvals_v5 (
+             id TEXT PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id),
+             task_id TEXT NOT NULL, action TEXT NOT NULL,
+             command TEXT NOT NULL DEFAULT '', cwd TEXT NOT NULL DEFAULT '',
+             risk TEXT NOT NULL,
+             reasons TEXT NOT NULL DEFAULT '[]'
+                 CHECK (json_valid(reasons) AND json_type(reasons) = 'array'),
+             decision TEXT NOT NULL CHECK (decision IN
+                 ('approved', 'approved-for-session', 'denied', 'aborted', 'expired')),
+             decided_by TEXT NOT NULL CHECK (decided_by IN ('user', 'policy', 'flag')),
+             created_at TEXT NOT NULL, decided_at TEXT NOT NULL) STRICT;
+         INSERT INTO approvals_v5 SELECT * FROM approvals;
+         DROP TABLE approvals;
+         ALTER TABLE approvals_v5 RENAME TO approvals;
+         CREATE INDEX approvals_by_run ON approvals(run_id, created_at);
+         PRAGMA user_version = 5;",
+    )
+    .unwrap();
+    assert!(
+        raw.execute("UPDATE approvals SET decision = 'approved-always'", [])
+            .is_err(),
+        "version 5 refuses the new decision"
+    );
+    drop(raw);
+    let store = reopen_file(&dir);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    store
+        .record_approval(&approval("apr_new", Decision::ApprovedAlways))
+        .unwrap();
+    let all = store.list_approvals(Some(&run.id), 10).unwrap();
+    let decisions: Vec<_> = all.iter().map(|a| (a.id.as_str(), a.decision)).collect();
+    assert_eq!(
+        decisions,
+        [
+            ("apr_old", Decision::Denied),
+            ("apr_new", Decision::ApprovedAlways)
+        ]
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@ pub mod changes;
 pub mod check;
 mod mcp_server;
 pub mod network;
+pub mod network_always;
 pub mod network_report;
 pub mod store;
 

@@ -270,7 +270,7 @@ impl NetworkSection {
 }
 
 /// Whether `[…workspace."<root>"]` names the workspace `ws` (canonical).
-fn same_root(root: &Path, ws: &Path, home: Option<&Path>) -> bool {
+pub(super) fn same_root(root: &Path, ws: &Path, home: Option<&Path>) -> bool {
     let root = super::expand_home(root, home);
     root == ws || std::fs::canonicalize(&root).is_ok_and(|r| r == ws)
 }

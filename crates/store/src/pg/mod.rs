@@ -49,6 +49,7 @@ use crate::notify::Notifier;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0001_init.sql"),
     include_str!("../../migrations/postgres/0002_run_requests.sql"),
+    include_str!("../../migrations/postgres/0003_approved_always.sql"),
 ];
 
 /// The PostgreSQL schema version this build reads and writes.

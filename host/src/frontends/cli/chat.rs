@@ -12,7 +12,7 @@ use capstan_store::Decision;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::feed::{ApproveSource, Ask, Feed, Outcomes, parse_decision, stdin_lines};
+use super::feed::{ApproveSource, Ask, Feed, Outcomes, answer_hint, parse_decision, stdin_lines};
 use super::{GlobalArgs, workspace_root};
 use crate::plugins::services::approval::ApproveMode;
 use crate::run::app::{App, AskRequest};
@@ -260,18 +260,18 @@ impl Chat {
             cancel.cancel();
             return;
         }
-        match parse_decision(line) {
+        let Some(ask) = waiting.front() else { return };
+        match parse_decision(line, ask) {
             Some(decision) => {
-                if let Some(ask) = waiting.pop_front() {
-                    let _ = self.app.broker.decide(
-                        &ask.approval_id,
-                        decision,
-                        crate::plugins::services::approval::Via::Terminal,
-                    );
-                }
+                let _ = self.app.broker.decide(
+                    &ask.approval_id,
+                    decision,
+                    crate::plugins::services::approval::Via::Terminal,
+                );
+                waiting.pop_front();
             }
             None => {
-                err!("    please answer y, n, a or b: ");
+                err!("{}", answer_hint(ask));
             }
         }
     }

@@ -4,7 +4,8 @@
 //! lines. Each fact is said once: events that repeat another (an `activity`
 //! echoing an approval decision or a command the feed already showed) are not
 //! printed. Approvals that wait for a person are handed to the input loop,
-//! which reads the answer from stdin (y / n / a / b). Everything goes through
+//! which reads the answer from stdin (y / n / a / b, and w "always for this
+//! workspace" where the approval offers it). Everything goes through
 //! `crate::term`, so text from files, commands and models is inert.
 
 use std::sync::Arc;
@@ -25,6 +26,8 @@ use capstan_protocol::{
 #[derive(Debug, Clone)]
 pub struct Ask {
     pub approval_id: String,
+    /// The rule `w` ("always for this workspace") writes; `None`: not offered.
+    pub always: Option<String>,
 }
 
 /// How the approval mode was chosen, so a decision nobody typed is explained
@@ -101,12 +104,17 @@ impl Feed {
 
     fn render(&self, env: &Envelope) {
         let event = &env.event;
-        if let Event::ApprovalRequested { approval_id, .. } = event
+        if let Event::ApprovalRequested {
+            approval_id,
+            always,
+            ..
+        } = event
             && self.broker.is_open(approval_id)
         {
             print_approval(event);
             let _ = self.asks.send(Ask {
                 approval_id: approval_id.clone(),
+                always: always.clone(),
             });
         }
         if self.json {
@@ -369,6 +377,7 @@ pub fn print_approval(event: &Event) {
         risk,
         reasons,
         cwd,
+        always,
         ..
     } = event
     {
@@ -381,7 +390,13 @@ pub fn print_approval(event: &Event) {
         for r in reasons {
             errln!("      - {r}");
         }
-        err!("    run it? [y]es / [n]o / [a]lways this session / a[b]ort: ");
+        match always {
+            Some(rule) => err!(
+                "    run it? [y]es / [n]o / [a]lways this session / always for this [w]orkspace \
+                 (writes \"{rule}\" to your capstan.toml) / a[b]ort: "
+            ),
+            None => err!("    run it? [y]es / [n]o / [a]lways this session / a[b]ort: "),
+        }
     }
 }
 
@@ -403,14 +418,25 @@ fn status_word(s: TaskStatus) -> &'static str {
     }
 }
 
-/// A person's answer to an approval prompt; `None` asks again.
-pub fn parse_decision(line: &str) -> Option<Decision> {
+/// A person's answer to `ask`'s prompt; `None` asks again (`w` only where
+/// the approval offers "always for this workspace").
+pub fn parse_decision(line: &str, ask: &Ask) -> Option<Decision> {
     match line.trim().to_lowercase().as_str() {
         "y" | "yes" => Some(Decision::Approved),
         "n" | "no" => Some(Decision::Denied),
         "a" | "always" => Some(Decision::ApprovedForSession),
+        "w" | "workspace" if ask.always.is_some() => Some(Decision::ApprovedAlways),
         "b" | "abort" => Some(Decision::Aborted),
         _ => None,
+    }
+}
+
+/// What to type, when a line was not an answer.
+pub fn answer_hint(ask: &Ask) -> &'static str {
+    if ask.always.is_some() {
+        "    please answer y, n, a, w or b: "
+    } else {
+        "    please answer y, n, a or b: "
     }
 }
 
@@ -456,7 +482,7 @@ pub async fn answer_approvals(
                 );
                 break;
             };
-            match parse_decision(&line) {
+            match parse_decision(&line, &ask) {
                 Some(d) => {
                     let _ = broker.decide(
                         &ask.approval_id,
@@ -466,9 +492,37 @@ pub async fn answer_approvals(
                     break;
                 }
                 None => {
-                    err!("    please answer y, n, a or b: ");
+                    err!("{}", answer_hint(&ask));
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn w_answers_only_an_approval_that_offers_always_for_this_workspace() {
+        let offered = Ask {
+            approval_id: "apr_1".into(),
+            always: Some("api.example.com".into()),
+        };
+        let plain = Ask {
+            approval_id: "apr_2".into(),
+            always: None,
+        };
+        assert_eq!(
+            parse_decision(" W ", &offered),
+            Some(Decision::ApprovedAlways)
+        );
+        assert_eq!(parse_decision("w", &plain), None, "asks again");
+        assert_eq!(
+            parse_decision("a", &plain),
+            Some(Decision::ApprovedForSession)
+        );
+        assert!(answer_hint(&offered).contains(" w "));
+        assert!(!answer_hint(&plain).contains(" w "));
     }
 }

@@ -290,6 +290,7 @@ impl Forwarder {
                 cwd,
                 risk,
                 reasons,
+                always,
                 ..
             } => {
                 self.approval(
@@ -298,6 +299,7 @@ impl Forwarder {
                     command.clone(),
                     cwd.clone(),
                     risk.to_string(),
+                    always.clone(),
                     reasons.clone(),
                 );
                 (
@@ -356,7 +358,9 @@ impl Forwarder {
     }
 
     /// Ask the client (elicitation) or deny at once. Runs on its own task so
-    /// progress keeps flowing while a person decides.
+    /// progress keeps flowing while a person decides. (The fields of one
+    /// `approval.requested`, moved into the task.)
+    #[allow(clippy::too_many_arguments)]
     fn approval(
         &self,
         id: String,
@@ -364,6 +368,7 @@ impl Forwarder {
         command: String,
         cwd: String,
         risk: String,
+        always: Option<String>,
         reasons: Vec<String>,
     ) {
         let broker = self.host.app.broker.clone();
@@ -407,10 +412,16 @@ impl Forwarder {
             for reason in distinct_reasons(&reasons, &message) {
                 message.push_str(&format!("\n- {reason}"));
             }
+            if let Some(rule) = &always {
+                message.push_str(&format!(
+                    "\napprove_always: always for this workspace (writes \"{rule}\" to your \
+                     capstan.toml)"
+                ));
+            }
             let params = ElicitRequestParams::FormElicitationParams {
                 meta: None,
                 message,
-                requested_schema: approval_schema(),
+                requested_schema: approval_schema(always.is_some()),
             };
             let decision = match peer.create_elicitation(params).await {
                 Ok(result) => {
@@ -424,6 +435,9 @@ impl Forwarder {
                         (ElicitationAction::Accept, "approve") => capstan_store::Decision::Approved,
                         (ElicitationAction::Accept, "approve_for_session") => {
                             capstan_store::Decision::ApprovedForSession
+                        }
+                        (ElicitationAction::Accept, "approve_always") if always.is_some() => {
+                            capstan_store::Decision::ApprovedAlways
                         }
                         _ => {
                             notes.lock().push(ApprovalNote::Declined { action: label });
@@ -474,13 +488,15 @@ fn distinct_reasons<'a>(reasons: &'a [String], headline: &str) -> Vec<&'a str> {
     kept
 }
 
-fn approval_schema() -> ElicitationSchema {
-    let choices = EnumSchema::builder(vec![
-        "approve".into(),
-        "approve_for_session".into(),
-        "deny".into(),
-    ])
-    .build();
+/// The answers of an approval; `always`: it offers "always for this
+/// workspace" (`approve_always`).
+fn approval_schema(always: bool) -> ElicitationSchema {
+    let mut answers = vec!["approve".into(), "approve_for_session".into()];
+    if always {
+        answers.push("approve_always".into());
+    }
+    answers.push("deny".into());
+    let choices = EnumSchema::builder(answers).build();
     ElicitationSchema::builder()
         .required_enum_schema("decision", choices)
         .build_unchecked()

@@ -48,6 +48,17 @@ static DECISION_SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(||
     })
 });
 
+/// [`DECISION_SCHEMA`] of an approval that offers "always for this
+/// workspace" (`approval.requested` with `always`).
+static DECISION_SCHEMA_ALWAYS: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+    json!({
+        "type": "object",
+        "properties": {"decision": {"enum":
+            ["approved", "approved-for-session", "approved-always", "denied", "aborted"]}},
+        "required": ["decision"],
+    })
+});
+
 /// The AG-UI protocol version this endpoint speaks.
 pub const AGUI_PROTOCOL_VERSION: &str = "1.0";
 
@@ -148,7 +159,8 @@ fn resume(
                 .ok_or_else(|| {
                     ApiError::unprocessable(format!(
                         "resume entry for `{}` needs payload.decision: approved, \
-                         approved-for-session, denied or aborted",
+                         approved-for-session, denied or aborted (or approved-always when \
+                         the interrupt's responseSchema lists it)",
                         entry.interrupt_id
                     ))
                 })??,
@@ -582,9 +594,10 @@ impl Mapper {
                 cwd,
                 risk,
                 reasons,
+                always,
             } => {
                 out.push(raw());
-                let interrupt = json!({
+                let mut interrupt = json!({
                     "id": approval_id,
                     "reason": "capstan.approval",
                     "message": format!("Allow {action} `{command}` ({risk})?"),
@@ -593,6 +606,11 @@ impl Mapper {
                     "metadata": {"capstan": {"runId": self.run_id, "taskId": task_id,
                         "command": command, "cwd": cwd, "risk": risk, "reasons": reasons}},
                 });
+                if let Some(rule) = always {
+                    // "Always for this workspace" is one more answer here.
+                    interrupt["responseSchema"] = DECISION_SCHEMA_ALWAYS.clone();
+                    interrupt["metadata"]["capstan"]["always"] = json!(rule);
+                }
                 self.interrupts
                     .push((approval_id.clone(), interrupt.clone()));
                 if is_open(approval_id) && !self.resumed.contains(approval_id) {

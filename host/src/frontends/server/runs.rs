@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::error::{ApiError, ErrorKind};
-use crate::plugins::services::approval::Via;
+use crate::plugins::services::approval::{DecideError, Via};
 use crate::run::app::{App, AskRequest, Frontend};
 use crate::run::lease::Replica;
 use crate::workspace_gate::{Caller, Refusal};
@@ -549,11 +549,13 @@ impl RunManager {
     }
 
     /// A frontend's decision as sent on the wire: `approved`,
-    /// `approved-for-session`, `denied` or `aborted`.
+    /// `approved-for-session`, `approved-always` (where offered), `denied`
+    /// or `aborted`.
     pub fn parse_decision(decision: &str) -> Result<Decision, ApiError> {
         decision.parse().map_err(|_| {
             ApiError::unprocessable(format!(
-                "`decision` must be one of approved, approved-for-session, denied, aborted \
+                "`decision` must be one of approved, approved-for-session, denied, aborted, \
+                 or approved-always where the approval.requested carries `always` \
                  (got {decision:?})"
             ))
         })
@@ -569,13 +571,18 @@ impl RunManager {
             ));
         }
         let local = self.app.broker.decide(approval_id, decision, via);
-        if local.is_err()
+        // Open here but refused (`approved-always` not offered): not another
+        // replica's.
+        if matches!(local, Err(DecideError::NotOpen(_)))
             && let Some(replica) = &self.replica
             && super::replica::forward_decision(replica, approval_id, decision, via)?
         {
             return Ok(());
         }
-        local.map_err(|e| ApiError::not_found(e.to_string()))
+        local.map_err(|e| match e {
+            DecideError::NotOpen(e) => ApiError::not_found(e.to_string()),
+            e @ DecideError::AlwaysNotOffered(_) => ApiError::bad_request(e.to_string()),
+        })
     }
 
     /// The session an AG-UI thread maps to (made on first use).

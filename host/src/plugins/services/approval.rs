@@ -29,6 +29,22 @@ use capstan_protocol::Event;
 #[error("no open approval `{0}`: it was already decided, it expired, or its run ended")]
 pub struct NotOpen(pub String);
 
+/// Why a decision was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    #[error(transparent)]
+    NotOpen(#[from] NotOpen),
+    /// `approved-always` on a request whose `approval.requested` has no
+    /// `always` (only a connection to an unlisted host in a workspace offers
+    /// it); the request still waits for a decision.
+    #[error(
+        "approval `{0}` does not offer `approved-always` (only a network connection to a host \
+         no [network] rule names, in a workspace, does: its approval.requested carries \
+         `always`); send approved, approved-for-session, denied or aborted"
+    )]
+    AlwaysNotOffered(String),
+}
+
 /// How approvals are answered when nobody is asked interactively.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
@@ -83,12 +99,22 @@ pub struct ApprovalAsk {
     pub cwd: String,
     pub risk: capstan_policy::Risk,
     pub reasons: Vec<String>,
+    /// The rule "always for this workspace" would write (`approved-always`
+    /// offered); `None` for every other kind of approval.
+    pub always: Option<String>,
+}
+
+/// An open request: where its decision goes, and whether `approved-always`
+/// is one of the answers.
+struct Pending {
+    tx: oneshot::Sender<(Decision, Via)>,
+    offers_always: bool,
 }
 
 pub struct ApprovalBroker {
     mode: ApproveMode,
     timeout: Duration,
-    pending: Mutex<HashMap<String, oneshot::Sender<(Decision, Via)>>>,
+    pending: Mutex<HashMap<String, Pending>>,
     /// (session or run, command, cwd) granted for the session.
     grants: Mutex<HashSet<(String, String, String)>>,
     store: Option<Arc<Store>>,
@@ -111,16 +137,38 @@ impl ApprovalBroker {
 
     /// Answer an open request (from a prompt or a frontend, `via`). Errors
     /// when no request with that id waits (unknown, decided, expired, or its
-    /// run ended).
-    pub fn decide(&self, approval_id: &str, decision: Decision, via: Via) -> Result<(), NotOpen> {
-        let sender = self
-            .pending
-            .lock()
-            .remove(approval_id)
-            .ok_or_else(|| NotOpen(approval_id.to_string()))?;
-        sender
+    /// run ended), or on `approved-always` for a request that does not offer
+    /// it (which then still waits).
+    pub fn decide(
+        &self,
+        approval_id: &str,
+        decision: Decision,
+        via: Via,
+    ) -> Result<(), DecideError> {
+        let pending = {
+            let mut open = self.pending.lock();
+            let Some(p) = open.get(approval_id) else {
+                return Err(NotOpen(approval_id.to_string()).into());
+            };
+            if decision == Decision::ApprovedAlways && !p.offers_always {
+                return Err(DecideError::AlwaysNotOffered(approval_id.to_string()));
+            }
+            open.remove(approval_id)
+        };
+        pending
+            .ok_or_else(|| NotOpen(approval_id.to_string()))?
+            .tx
             .send((decision, via))
-            .map_err(|_| NotOpen(approval_id.to_string()))
+            .map_err(|_| NotOpen(approval_id.to_string()).into())
+    }
+
+    /// Whether this open request offers `approved-always` (false when it is
+    /// not open).
+    pub fn offers_always(&self, approval_id: &str) -> bool {
+        self.pending
+            .lock()
+            .get(approval_id)
+            .is_some_and(|p| p.offers_always)
     }
 
     /// Whether this request waits for a person (true from before its
@@ -144,7 +192,10 @@ impl ApprovalBroker {
         // must answer it or a grant or flag is about to.
         let waiting = (!granted && self.mode == ApproveMode::Ask).then(|| {
             let (tx, rx) = oneshot::channel();
-            self.pending.lock().insert(id.clone(), tx);
+            let offers_always = ask.always.is_some();
+            self.pending
+                .lock()
+                .insert(id.clone(), Pending { tx, offers_always });
             rx
         });
         scope.run.events.emit(Event::ApprovalRequested {
@@ -155,6 +206,7 @@ impl ApprovalBroker {
             cwd: ask.cwd.clone(),
             risk: ask.risk,
             reasons: ask.reasons.clone(),
+            always: ask.always.clone(),
         });
         if waiting.is_some() {
             // So a feed built from `activity` alone shows the run waiting.
@@ -283,10 +335,15 @@ impl Approver for ApprovalBroker {
             cwd: String::new(),
             risk: req.risk.into(),
             reasons: req.reasons,
+            always: None,
         };
         match self.ask(scope, ask).await {
             Decision::Approved => wit::Decision::Approved,
-            Decision::ApprovedForSession => wit::Decision::ApprovedForSession,
+            // Never offered to a plugin's request; a session grant is the
+            // nearest the plugin's WIT can say.
+            Decision::ApprovedForSession | Decision::ApprovedAlways => {
+                wit::Decision::ApprovedForSession
+            }
             Decision::Aborted => wit::Decision::Aborted,
             Decision::Denied | Decision::Expired => wit::Decision::Denied,
         }

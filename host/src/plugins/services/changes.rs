@@ -108,9 +108,12 @@ impl Capture {
                 cwd: cwd.to_owned(),
                 risk: capstan_policy::Risk::Write,
                 reasons: reasons.clone(),
+                always: None,
             };
             match broker.ask(scope, ask).await {
-                Decision::Approved | Decision::ApprovedForSession => self.land(&id).await?,
+                Decision::Approved | Decision::ApprovedForSession | Decision::ApprovedAlways => {
+                    self.land(&id).await?
+                }
                 _ => {
                     let me = self.clone();
                     let id2 = id.clone();

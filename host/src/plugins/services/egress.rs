@@ -82,9 +82,26 @@ pub fn start(
         })
     };
     let scope = scope.clone();
+    let always = network.always.clone();
+    let home = network.home.clone();
     let hook = move |ask: Ask| {
         let (broker, scope, cwd) = (broker.clone(), scope.clone(), cwd.clone());
+        let (always, home) = (always.clone(), home.clone());
         async move {
+            let mut reasons = vec![format!(
+                "a command wants to reach {}:{}, which no [network] rule names; \
+                 to allow it always, add \"{}\" to [network] allow in capstan.toml",
+                ask.host, ask.port, ask.rule
+            )];
+            if let Some((file, root)) = &always {
+                reasons.push(format!(
+                    "\"always for this workspace\" writes \"{}\" under \
+                     [network.workspace.\"{}\"] allow in {}",
+                    ask.rule,
+                    root.display(),
+                    file.display()
+                ));
+            }
             let decision = broker
                 .ask(
                     &scope,
@@ -93,17 +110,19 @@ pub fn start(
                         command: format!("connect {}:{}", ask.host, ask.port),
                         cwd,
                         risk: capstan_policy::Risk::Network,
-                        reasons: vec![format!(
-                            "a command wants to reach {}:{}, which no [network] rule names; \
-                             to allow it always, add \"{}\" to [network] allow in capstan.toml",
-                            ask.host, ask.port, ask.rule
-                        )],
+                        reasons,
+                        always: always.as_ref().map(|_| ask.rule.clone()),
                     },
                 )
                 .await;
-            match decision {
-                Decision::Approved => EgressDecision::Once,
-                Decision::ApprovedForSession => EgressDecision::Session,
+            match (decision, always) {
+                (Decision::Approved, _) => EgressDecision::Once,
+                (Decision::ApprovedForSession, _) => EgressDecision::Session,
+                (Decision::ApprovedAlways, Some((file, root))) => {
+                    super::egress_always::write(&scope, file, root, ask.rule, home).await
+                }
+                // Not offered, so not accepted by the broker.
+                (Decision::ApprovedAlways, None) => EgressDecision::Session,
                 _ => EgressDecision::Deny,
             }
         }

@@ -267,6 +267,7 @@ impl Exec {
             cwd: cwd_rel.to_string(),
             risk,
             reasons: reasons.clone(),
+            always: None,
         };
         match verdict {
             Verdict::Deny { reason } => {
@@ -277,7 +278,7 @@ impl Exec {
                 )));
             }
             Verdict::Ask => match self.broker.ask(scope, ask).await {
-                Decision::Approved | Decision::ApprovedForSession => {}
+                Decision::Approved | Decision::ApprovedForSession | Decision::ApprovedAlways => {}
                 Decision::Aborted => return Err(wit::ExecError::Cancelled),
                 Decision::Denied => {
                     return Err(wit::ExecError::Denied(format!(

@@ -10,6 +10,7 @@
 pub mod approval;
 pub mod changes;
 pub mod egress;
+mod egress_always;
 pub mod exec;
 pub mod index;
 

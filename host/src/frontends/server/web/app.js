@@ -599,6 +599,11 @@ function showApproval(view, ev) {
     ["Always this session", "approved-for-session", ""],
     ["Deny", "denied", "danger"],
   ];
+  // Offered only where a rule can be written (a host no [network] rule names):
+  // `always` is that rule.
+  if (typeof ev.always === "string" && ev.always) {
+    choices.splice(2, 0, [`Always for this workspace (${ev.always})`, "approved-always", ""]);
+  }
   const send = async (value) => {
     for (const x of buttons.querySelectorAll("button")) x.disabled = true;
     try {
