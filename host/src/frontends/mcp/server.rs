@@ -293,15 +293,15 @@ impl Forwarder {
                 always,
                 ..
             } => {
-                self.approval(
-                    approval_id.clone(),
-                    action.clone(),
-                    command.clone(),
-                    cwd.clone(),
-                    risk.to_string(),
-                    always.clone(),
-                    reasons.clone(),
-                );
+                self.approval(Asked {
+                    id: approval_id.clone(),
+                    action: action.clone(),
+                    command: command.clone(),
+                    cwd: cwd.clone(),
+                    risk: risk.to_string(),
+                    always: always.clone(),
+                    reasons: reasons.clone(),
+                });
                 (
                     LoggingLevel::Notice,
                     format!("waiting for approval: {command} ({risk})"),
@@ -358,19 +358,17 @@ impl Forwarder {
     }
 
     /// Ask the client (elicitation) or deny at once. Runs on its own task so
-    /// progress keeps flowing while a person decides. (The fields of one
-    /// `approval.requested`, moved into the task.)
-    #[allow(clippy::too_many_arguments)]
-    fn approval(
-        &self,
-        id: String,
-        action: String,
-        command: String,
-        cwd: String,
-        risk: String,
-        always: Option<String>,
-        reasons: Vec<String>,
-    ) {
+    /// progress keeps flowing while a person decides.
+    fn approval(&self, asked: Asked) {
+        let Asked {
+            id,
+            action,
+            command,
+            cwd,
+            risk,
+            always,
+            reasons,
+        } = asked;
         let broker = self.host.app.broker.clone();
         if broker.mode() != ApproveMode::Ask {
             return; // the flag decides; the broker already knows
@@ -486,6 +484,19 @@ fn distinct_reasons<'a>(reasons: &'a [String], headline: &str) -> Vec<&'a str> {
         }
     }
     kept
+}
+
+/// What an elicitation shows of one `approval.requested` (owned: it moves
+/// into the task that waits for the person).
+struct Asked {
+    id: String,
+    action: String,
+    command: String,
+    cwd: String,
+    risk: String,
+    /// The rule "always for this workspace" would write, when offered.
+    always: Option<String>,
+    reasons: Vec<String>,
 }
 
 /// The answers of an approval; `always`: it offers "always for this
