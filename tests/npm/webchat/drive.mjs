@@ -15,17 +15,12 @@
 // (the URLs are the `http://127.0.0.1:PORT/?token=...` capstan serve printed)
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { chromium } from "playwright-core";
+import { launchChromium } from "./browser.mjs";
 
 const require = createRequire(import.meta.url);
 const axeSource = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
 const [startUrl, workspace, artifacts, unregistered, mdUrl] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  // No name resolves: a request meant for another host fails here, on this machine.
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
-});
+const browser = await launchChromium();
 const summary = { errors: [], dialogs: [], requests: [], cspViolations: [] };
 const origins = [new URL(startUrl).origin, new URL(mdUrl).origin];
 

@@ -7,23 +7,16 @@
 // <artifacts-dir>/webchat-media-*.png.
 //
 // usage: node media.mjs <chat-url> <artifacts-dir>
-import { chromium } from "playwright-core";
+import { launchChromium, watchPage } from "./browser.mjs";
 
 const [startUrl, artifacts] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
-});
+const browser = await launchChromium();
 const summary = { errors: [], dialogs: [], requests: [] };
 let current = null;
 
 function watch(page) {
   current = page;
-  page.setDefaultTimeout(60_000);
-  page.on("pageerror", (e) => summary.errors.push(String(e)));
-  page.on("console", (m) => { if (m.type() === "error") summary.errors.push(m.text()); });
-  page.on("dialog", async (d) => { summary.dialogs.push(d.message()); await d.dismiss(); });
+  watchPage(page, summary);
   page.on("request", (r) => { if (!r.url().startsWith("data:")) summary.requests.push(new URL(r.url()).origin); });
 }
 

@@ -7,23 +7,16 @@
 //
 // usage: node undo.mjs <chat-url> <workspace> <artifacts-dir>
 import { writeFileSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { launchChromium, watchPage } from "./browser.mjs";
 
 const [startUrl, workspace, artifacts] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
-});
+const browser = await launchChromium();
 const summary = { errors: [], dialogs: [] };
 let current = null;
 
 function watch(page) {
   current = page;
-  page.setDefaultTimeout(60_000);
-  page.on("pageerror", (e) => summary.errors.push(String(e)));
-  page.on("console", (m) => { if (m.type() === "error") summary.errors.push(m.text()); });
-  page.on("dialog", async (d) => { summary.dialogs.push(d.message()); await d.dismiss(); });
+  watchPage(page, summary);
 }
 
 const shot = (name, p, fullPage = true) => p.screenshot({ path: `${artifacts}/webchat-changes-${name}.png`, fullPage });

@@ -303,11 +303,22 @@ struct Mapper {
 
 impl Mapper {
     fn new(input: &RunAgentInput, run: &ActiveRun) -> Self {
+        Self::for_run(
+            input.thread_id.clone(),
+            input.run_id.clone(),
+            run.run_id.clone(),
+            run.session_id.clone(),
+        )
+    }
+
+    /// A mapper for one Capstan run seen as the AG-UI run `agui_run_id` of
+    /// `thread_id`, nothing mapped yet.
+    fn for_run(thread_id: String, agui_run_id: String, run_id: String, session_id: String) -> Self {
         Self {
-            thread_id: input.thread_id.clone(),
-            agui_run_id: input.run_id.clone(),
-            run_id: run.run_id.clone(),
-            session_id: run.session_id.clone(),
+            thread_id,
+            agui_run_id,
+            run_id,
+            session_id,
             open_steps: Vec::new(),
             text_open: false,
             streamed: String::new(),
@@ -682,23 +693,9 @@ mod tests {
     use super::*;
 
     fn mapper() -> Mapper {
-        Mapper {
-            thread_id: "t".into(),
-            agui_run_id: "r".into(),
-            run_id: "run_1".into(),
-            session_id: "s".into(),
-            open_steps: Vec::new(),
-            text_open: false,
-            streamed: String::new(),
-            plan: Vec::new(),
-            feed: Vec::new(),
-            pending: Vec::new(),
-            resumed: Vec::new(),
-            interrupts: Vec::new(),
-            interrupted: false,
-            started: true,
-            model: String::new(),
-        }
+        let mut mapper = Mapper::for_run("t".into(), "r".into(), "run_1".into(), "s".into());
+        mapper.started = true;
+        mapper
     }
 
     fn text_of(mapper: &mut Mapper, events: Vec<Event>) -> String {
