@@ -78,6 +78,9 @@ pub(crate) struct LaunchConfig {
     /// copying it back.
     #[serde(default)]
     pub capture: Option<PathBuf>,
+    /// The workspace is bound read-only (no quota layer, no capture).
+    #[serde(default)]
+    pub workspace_read_only: bool,
     /// Bench only: the whole host read-only instead of the allowlist view.
     #[cfg(feature = "bench-whole-host")]
     #[serde(default)]
@@ -342,6 +345,7 @@ fn view_spec<'a>(
         write_quota: config.limits.workspace_write_quota,
         user_ns,
         capture: config.capture.as_deref(),
+        workspace_read_only: config.workspace_read_only,
     }
 }
 
@@ -727,9 +731,17 @@ fn exec_command(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces) -> ! {
 
     if config.confine {
         drop_capabilities();
-        let writable = [config.workspace.clone(), PathBuf::from(crate::view::TMP)];
+        let writable: Vec<PathBuf> = if config.workspace_read_only {
+            vec![PathBuf::from(crate::view::TMP)]
+        } else {
+            vec![config.workspace.clone(), PathBuf::from(crate::view::TMP)]
+        };
         let connect_port = config.proxy.as_ref().map(|p| p.port);
-        match crate::landlock::restrict(&writable, &config.read, config.network, connect_port) {
+        let mut read = config.read.clone();
+        if config.workspace_read_only {
+            read.push(config.workspace.clone());
+        }
+        match crate::landlock::restrict(&writable, &read, config.network, connect_port) {
             Ok(crate::landlock::Enforced::Fully) => {}
             Ok(crate::landlock::Enforced::Partially(msg)) => ctrl.warn(msg),
             Err(what) => fail(Report::Unsupported { what }),

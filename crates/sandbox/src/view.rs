@@ -95,6 +95,9 @@ pub(crate) struct ViewSpec<'a> {
     pub user_ns: bool,
     /// Capture directory: the upper layer is staged there, not copied back.
     pub capture: Option<&'a Path>,
+    /// The workspace is read-only like the rest of the view (`write_quota`
+    /// and `capture` are then unset).
+    pub workspace_read_only: bool,
 }
 
 /// Builds the view and makes it this process's root. See the module docs.
@@ -186,10 +189,15 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
         (None, Some(fd)) => {
             mkdir_p(&ws)?;
             crate::identity::attach(fd, &ws)?;
+            if spec.workspace_read_only {
+                remount_read_only(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+            }
             None
         }
         (None, None) => {
-            bind(spec.workspace, &ws, false)?;
+            // Read-only here, not only by `read_only_except` below: a
+            // workspace under the host's /tmp lies beneath the writable /tmp.
+            bind(spec.workspace, &ws, spec.workspace_read_only)?;
             None
         }
         (Some(bytes), fd) => {
@@ -217,8 +225,12 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
         }
     };
 
-    let writable = [ws.as_path(), tmp.as_path(), proc_dir.as_path()];
-    read_only_except(root, &writable)?;
+    let writable: &[&Path] = if spec.workspace_read_only {
+        &[tmp.as_path(), proc_dir.as_path()]
+    } else {
+        &[ws.as_path(), tmp.as_path(), proc_dir.as_path()]
+    };
+    read_only_except(root, writable)?;
     enter(root)?;
     Ok(quota)
 }
