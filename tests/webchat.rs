@@ -941,3 +941,135 @@ fn the_web_chat_shows_tool_images_and_names_what_it_will_not_load() {
         "the phone scrolls sideways: {s}"
     );
 }
+
+/// A one-answer-per-connection HTTP server on 127.0.0.1 (its port), and how
+/// many connections reached it.
+fn hello_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read as _, Write as _};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = hits.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n",
+            );
+        }
+    });
+    (port, hits)
+}
+
+/// The network approval in the page: a command reaches a host no
+/// `[network]` rule names, the card offers "Always for this workspace" with
+/// the rule, the person clicks it, the command gets through, the rule lands
+/// in the user's capstan.toml (never the workspace's), the task's trace
+/// shows the connection, and the next run in the same server needs no
+/// approval.
+#[test]
+fn the_web_chat_allows_a_host_always_for_the_workspace_and_writes_the_rule() {
+    let modules = common::npm_modules("webchat");
+    let script = modules.parent().unwrap().join("always.mjs");
+    let (port, hits) = hello_server();
+    let rule = format!("127.0.0.1:{port}");
+    let config = "[policy]\nprofile = \"trusted\"\n\n[network]\nask = true\n";
+    let home = Home::new(config);
+    let file = home.path().join("config/capstan.toml");
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let server = Server::start(&home, &["-w", root.to_str().unwrap()]);
+
+    let shots = artifacts();
+    for name in ["asked", "always", "again", "failure"] {
+        let _ = std::fs::remove_file(shots.join(format!("webchat-network-{name}.png")));
+    }
+    let out = Command::new("node")
+        .arg(&script)
+        .arg(&server.chat_url)
+        .arg(format!("curl -sS -f -m 20 http://127.0.0.1:{port}/"))
+        .arg(&shots)
+        .output()
+        .expect("node is installed (bash tests/run installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "always.mjs failed: {stderr}");
+    let s: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("always.mjs printed no summary ({e}): {stderr}"));
+    assert_eq!(s["errors"], json!([]), "errors in the page: {s}");
+    assert_eq!(s["dialogs"], json!([]));
+
+    // The card: the connection, the rule, the four answers.
+    let card = &s["card"];
+    assert_eq!(card["command"], format!("connect {rule}"), "{card}");
+    assert_eq!(
+        card["buttons"],
+        json!([
+            "Approve",
+            "Always this session",
+            format!("Always for this workspace ({rule})"),
+            "Deny"
+        ]),
+        "{card}"
+    );
+    assert!(
+        strings(&card["reasons"])
+            .iter()
+            .any(|r| r.contains(&format!("add \"{rule}\" to [network] allow"))),
+        "{card}"
+    );
+    assert!(
+        s["decision"]
+            .as_str()
+            .unwrap()
+            .starts_with("approved-always (by user"),
+        "{s}"
+    );
+
+    // The command got through; the trace shows the connection it made.
+    assert!(
+        strings(&s["trace"]["output"])
+            .iter()
+            .any(|o| o.contains("hello")),
+        "{s}"
+    );
+    let allowed = format!("network: {rule} allowed (person, rule {rule})");
+    assert!(
+        strings(&s["trace"]["notes"])
+            .iter()
+            .any(|n| n.starts_with(&allowed)),
+        "no `{allowed}` line in the trace: {s}"
+    );
+
+    // The rule is in the user's file, under the workspace, the rest kept.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with(config), "{text}");
+    assert!(
+        text.contains(&format!(
+            "[network.workspace.\"{}\"]\nallow = [\"{rule}\"]",
+            root.display()
+        )),
+        "{text}"
+    );
+    assert!(!ws.path().join("capstan.toml").exists());
+
+    // The next run in the same server: no card, allowed by the rule.
+    assert_eq!(s["again"]["cards"], json!(0), "asked again: {s}");
+    let by_policy = format!("network: {rule} allowed (policy, rule {rule})");
+    assert!(
+        strings(&s["again"]["trace"]["notes"])
+            .iter()
+            .any(|n| n.starts_with(&by_policy)),
+        "no `{by_policy}` line in the trace: {s}"
+    );
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    for name in ["asked", "always", "again"] {
+        let len = std::fs::metadata(shots.join(format!("webchat-network-{name}.png")))
+            .unwrap_or_else(|_| panic!("no {name} screenshot"))
+            .len();
+        assert!(len > 1000, "{name} screenshot is {len} bytes");
+    }
+}

@@ -254,6 +254,8 @@ impl NetworkSection {
                     ask = w.ask.unwrap_or(ask);
                 }
             }
+            // Written by "always for this workspace" since start-up.
+            allow.extend(super::network_always::written_for(ws));
         }
         if allow.is_empty() && deny.is_empty() && presets.is_empty() && !ask {
             return None;

@@ -29,11 +29,43 @@ pub enum Written {
     AlreadyThere,
 }
 
+/// Rules this process wrote (workspace root, rule): a long-lived process
+/// (`capstan serve`) read its configuration at start-up, so its later runs
+/// add these to the workspace's policy (`NetworkSection::policy_for`) rather
+/// than asking again for a host the person allowed always.
+static WRITTEN: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// The rules this process wrote for the workspace `root` (see [`WRITTEN`]).
+pub fn written_for(root: &Path) -> Vec<String> {
+    let written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
+    written
+        .iter()
+        .filter(|(r, _)| r == root)
+        .map(|(_, rule)| rule.clone())
+        .collect()
+}
+
 /// Adds `rule` to `[network.workspace."<root>"] allow` in `file` (the user's
 /// capstan.toml; made when missing). An entry whose key names `root` another
 /// way (`~/project`, a symlink) gets the rule; else a new entry is keyed by
-/// `root`. Errors name the file and what is wrong.
+/// `root`. Errors name the file and what is wrong. Once in the file, the
+/// rule also applies to this process's later runs ([`written_for`]).
 pub fn write_rule(file: &Path, root: &Path, rule: &str, home: Option<&Path>) -> Result<Written> {
+    let written = write_rule_to_file(file, root, rule, home)?;
+    let mut remembered = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = (root.to_path_buf(), rule.to_owned());
+    if !remembered.contains(&entry) {
+        remembered.push(entry);
+    }
+    Ok(written)
+}
+
+fn write_rule_to_file(
+    file: &Path,
+    root: &Path,
+    rule: &str,
+    home: Option<&Path>,
+) -> Result<Written> {
     capstan_egress::Policy::new(&[rule.to_owned()], &[], &[], false)
         .map_err(|e| anyhow!("{rule:?} is not a [network] rule: {e}"))?;
     let workspace_file = root.join("capstan.toml");

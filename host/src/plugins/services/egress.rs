@@ -6,7 +6,7 @@
 //! "for this session" answers it, and the audit keeps the decision.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use capstan_egress::{Ask, Ca, ConnectionRecord, Credential, Decision as EgressDecision, Proxy};
@@ -29,12 +29,35 @@ pub struct CommandProxy {
     pub env: Vec<(String, String)>,
     proxy: Proxy,
     cancel: CancellationToken,
+    /// Why connections were refused, one line each (deduplicated).
+    refused: Arc<Mutex<Vec<String>>>,
 }
 
+/// Refusals named on the command's stderr at most (the events keep them all).
+const REFUSALS_SHOWN: usize = 5;
+
 impl CommandProxy {
-    /// Waits briefly until the command's last connections are recorded.
-    pub async fn finish(self) {
+    /// Waits briefly until the command's last connections are recorded, then
+    /// returns a note for the command's stderr naming each refused
+    /// connection and the rule to add (empty when none was refused). Tools
+    /// such as pip and npm print only "403"; the note is what tells the
+    /// agent and the person which `[network]` rule would let them through.
+    pub async fn finish(self) -> String {
         self.proxy.idle(Duration::from_secs(2)).await;
+        let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let mut note = String::new();
+        for r in refused.iter().take(REFUSALS_SHOWN) {
+            note.push_str(&format!(
+                "\ncapstan: the egress proxy refused a connection: {r}\n"
+            ));
+        }
+        if refused.len() > REFUSALS_SHOWN {
+            note.push_str(&format!(
+                "capstan: and {} more refused connections (see the network.connect events)\n",
+                refused.len() - REFUSALS_SHOWN
+            ));
+        }
+        note
     }
 }
 
@@ -64,7 +87,19 @@ pub fn start(
 
     let events = scope.run.events.clone();
     let task_id = scope.task_id.clone();
+    let refused = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = refused.clone();
     let audit = move |r: ConnectionRecord| {
+        if r.verdict != capstan_egress::Verdict::Allowed {
+            let line = match &r.reason {
+                Some(why) => why.clone(),
+                None => format!("{}:{}", r.host, r.port),
+            };
+            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            if !seen.contains(&line) {
+                seen.push(line);
+            }
+        }
         events.emit(Event::NetworkConnect {
             task_id: task_id.clone(),
             host: r.host.clone(),
@@ -148,6 +183,7 @@ pub fn start(
         env,
         proxy,
         cancel,
+        refused,
     })
 }
 

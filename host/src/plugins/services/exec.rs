@@ -465,11 +465,15 @@ impl ExecService for Exec {
         };
         spec.capture = staging.as_ref().map(|(_, (_, dir))| dir.clone());
         let outcome = capstan_sandbox::run(spec, scope.run.cancel.child_token()).await;
-        if let Some(proxy) = egress {
-            proxy.finish().await;
-        }
+        let refused = match egress {
+            Some(proxy) => proxy.finish().await,
+            None => String::new(),
+        };
         let mut outcome = match outcome {
-            Ok(o) => o,
+            Ok(mut o) => {
+                o.stderr.push_str(&refused);
+                o
+            }
             Err(e) => {
                 if let Some((_, (_, dir))) = &staging {
                     let _ = std::fs::remove_dir_all(dir);

@@ -517,6 +517,15 @@ function setTaskStatus(id, status) {
   badge.textContent = status;
 }
 
+// One line per connection the egress proxy decided: the audit the feed and
+// SQLite keep, in the task's trace.
+function networkLine(ev) {
+  const how = ev.verdict === "allowed"
+    ? `allowed (${ev.decided_by}${ev.rule ? `, rule ${ev.rule}` : ""})`
+    : `${ev.verdict} (${ev.decided_by})${ev.reason ? `: ${ev.reason}` : ""}`;
+  return `network: ${ev.host}:${ev.port} ${how} · ${ev.bytes_up} B up, ${ev.bytes_down} B down · ${ev.duration_ms} ms`;
+}
+
 function addTraceNote(id, text) {
   const li = planTask(id);
   if (li) li.querySelector(".trace").append(el("p", { class: "note", text }));
@@ -757,6 +766,9 @@ function handle(view, ev) {
       break;
     case "terminal.step":
       addTerminalStep(ev);
+      break;
+    case "network.connect":
+      addTraceNote(ev.task_id, networkLine(ev));
       break;
     case "workspace.changes":
       showChanges(view, ev);
