@@ -50,6 +50,10 @@ use crate::cgroup::{Controller, TaskCgroup};
 use crate::{LimitHit, Limits, Mechanism};
 
 pub(crate) const LAUNCH_FLAG: &str = "__capstan_sandbox_launch";
+/// Second argument of a launcher whose command reads its standard input from
+/// the launcher's fd 3 (a pipe of the caller's; see `spawn_stdio`) instead
+/// of `/dev/null`.
+pub(crate) const STDIN_FD3_FLAG: &str = "--stdin-fd3";
 
 /// Everything the launcher needs, sent by `run` over the control socket.
 #[derive(Debug, Serialize, Deserialize)]
@@ -78,6 +82,10 @@ pub(crate) struct LaunchConfig {
     /// copying it back.
     #[serde(default)]
     pub capture: Option<PathBuf>,
+    /// The workspace is bound read-only and Landlock lets the command only
+    /// read it.
+    #[serde(default)]
+    pub workspace_read_only: bool,
     /// Bench only: the whole host read-only instead of the allowlist view.
     #[cfg(feature = "bench-whole-host")]
     #[serde(default)]
@@ -153,12 +161,22 @@ pub fn launcher_main() -> ! {
         std::process::exit(2);
     }
     let ctrl = Ctrl(ctrl);
+    let stdin_fd3 = std::env::args_os()
+        .nth(2)
+        .is_some_and(|a| a == STDIN_FD3_FLAG);
     // SAFETY: as above.
     unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if null >= 0 {
-            libc::dup2(null, 0);
-            libc::close(null);
+        if stdin_fd3 && libc::fcntl(3, libc::F_GETFD) >= 0 {
+            // The caller's pipe becomes the command's stdin (fd 3 itself is
+            // closed: nothing else inherits it).
+            libc::dup2(3, 0);
+            libc::close(3);
+        } else {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if null >= 0 {
+                libc::dup2(null, 0);
+                libc::close(null);
+            }
         }
     }
     match launch(ctrl) {
@@ -342,6 +360,7 @@ fn view_spec<'a>(
         write_quota: config.limits.workspace_write_quota,
         user_ns,
         capture: config.capture.as_deref(),
+        workspace_read_only: config.workspace_read_only,
     }
 }
 
@@ -727,9 +746,18 @@ fn exec_command(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces) -> ! {
 
     if config.confine {
         drop_capabilities();
-        let writable = [config.workspace.clone(), PathBuf::from(crate::view::TMP)];
         let connect_port = config.proxy.as_ref().map(|p| p.port);
-        match crate::landlock::restrict(&writable, &config.read, config.network, connect_port) {
+        let (writable, read) = if config.workspace_read_only {
+            let mut read = config.read.clone();
+            read.push(config.workspace.clone());
+            (vec![PathBuf::from(crate::view::TMP)], read)
+        } else {
+            (
+                vec![config.workspace.clone(), PathBuf::from(crate::view::TMP)],
+                config.read.clone(),
+            )
+        };
+        match crate::landlock::restrict(&writable, &read, config.network, connect_port) {
             Ok(crate::landlock::Enforced::Fully) => {}
             Ok(crate::landlock::Enforced::Partially(msg)) => ctrl.warn(msg),
             Err(what) => fail(Report::Unsupported { what }),

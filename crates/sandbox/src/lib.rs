@@ -81,6 +81,7 @@ mod launcher;
 mod output;
 mod quota;
 mod seccomp;
+mod stdio;
 mod view;
 
 use std::io::Write as _;
@@ -98,6 +99,7 @@ use tokio_util::sync::CancellationToken;
 pub use check::{SupportReport, check};
 pub use identity::{SANDBOX_GID, SANDBOX_UID};
 pub use launcher::launcher_main;
+pub use stdio::{StdioTask, spawn_stdio};
 
 /// The first argument that turns the capstan binary into the sandbox launcher.
 pub const LAUNCH_FLAG: &str = launcher::LAUNCH_FLAG;
@@ -312,6 +314,10 @@ pub struct ExecSpec {
     /// unset) and [`ExecOutcome::changes`] says what the command changed;
     /// nothing lands until the caller lands it.
     pub capture: Option<PathBuf>,
+    /// The workspace is visible but read-only (sandbox required only): bound
+    /// read-only, readable but not writable under Landlock, never the quota
+    /// overlay. The command can then write only its private `/tmp`.
+    pub workspace_read_only: bool,
     /// Bench only: the whole host read-only instead of the allowlist view.
     #[cfg(feature = "bench-whole-host")]
     pub whole_host_view: bool,
@@ -335,6 +341,7 @@ impl ExecSpec {
             limits: Limits::default(),
             read: Vec::new(),
             capture: None,
+            workspace_read_only: false,
             #[cfg(feature = "bench-whole-host")]
             whole_host_view: false,
         }
@@ -821,7 +828,12 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         (Some(dir), true) => Some(std::fs::canonicalize(dir).map_err(SandboxError::TaskDir)?),
         _ => None,
     };
+    let workspace_read_only = confine && spec.workspace_read_only;
+    let capture = capture.filter(|_| !workspace_read_only);
     let mut limits = spec.limits.clone();
+    if workspace_read_only {
+        limits.workspace_write_quota = None;
+    }
     if capture.is_some() {
         limits.workspace_write_quota =
             Some(limits.workspace_write_quota.unwrap_or(DEFAULT_WRITE_QUOTA));
@@ -837,6 +849,7 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         confine,
         limits,
         capture,
+        workspace_read_only,
         grace_ms: KILL_GRACE.as_millis() as u64,
         cgroup: cgroup.clone(),
         read,

@@ -95,6 +95,8 @@ pub(crate) struct ViewSpec<'a> {
     pub user_ns: bool,
     /// Capture directory: the upper layer is staged there, not copied back.
     pub capture: Option<&'a Path>,
+    /// The workspace is remounted read-only with the rest of the view.
+    pub workspace_read_only: bool,
 }
 
 /// Builds the view and makes it this process's root. See the module docs.
@@ -217,8 +219,17 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
         }
     };
 
-    let writable = [ws.as_path(), tmp.as_path(), proc_dir.as_path()];
-    read_only_except(root, &writable)?;
+    let writable: &[&Path] = if spec.workspace_read_only {
+        &[tmp.as_path(), proc_dir.as_path()]
+    } else {
+        &[ws.as_path(), tmp.as_path(), proc_dir.as_path()]
+    };
+    read_only_except(root, writable)?;
+    if spec.workspace_read_only {
+        // Explicitly: a workspace under the host's /tmp is mounted beneath
+        // the private /tmp, which stays writable.
+        remount_read_only(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+    }
     enter(root)?;
     Ok(quota)
 }

@@ -197,7 +197,11 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         for server in &servers {
             let info = server_json(&server.name);
             match info["problem"].as_str() {
-                Some(problem) => errln!("mcp server {} [error]\n  {problem}", server.name),
+                Some(problem) => errln!(
+                    "mcp server {} [error]\n  sandbox:    {}\n  {problem}",
+                    server.name,
+                    crate::plugins::mcp_client::sandbox_word(server)
+                ),
                 None => {
                     outln!("mcp server {} [ok]", server.name);
                     outln!(
