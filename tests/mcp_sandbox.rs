@@ -29,14 +29,19 @@ fn servers_dir() -> PathBuf {
         .unwrap()
 }
 
-/// The user's capstan.toml: the probe server, readable where its script is,
-/// with `extra` lines added to its entry.
+/// The user's capstan.toml: the probe server, readable where its script is
+/// (unless `extra` says `read` or `sandbox = false` itself), with `extra`
+/// lines added to its entry.
 fn config(extra: &str) -> String {
     let dir = servers_dir();
+    let read = if extra.contains("read =") || extra.contains("sandbox = false") {
+        String::new()
+    } else {
+        format!("read = [{:?}]\n", dir.display().to_string())
+    };
     format!(
-        "[[mcp_server]]\nname = \"probe\"\ncommand = \"node\"\nargs = [{script:?}]\nread = [{dir:?}]\nrisk = \"read_only\"\n{extra}\n",
+        "[[mcp_server]]\nname = \"probe\"\ncommand = \"node\"\nargs = [{script:?}]\n{read}risk = \"read_only\"\n{extra}\n",
         script = dir.join("probe.mjs").display().to_string(),
-        dir = dir.display().to_string(),
     )
 }
 
@@ -176,7 +181,10 @@ fn a_sandboxed_server_sees_neither_home_nor_workspace_and_reaches_no_host() {
     assert!(!host_tmp.exists());
 
     // No network: neither directly nor through a proxy (it has none).
-    let answer = s.answer("connect", json!({ "url": format!("http://127.0.0.1:{port}/") }));
+    let answer = s.answer(
+        "connect",
+        json!({ "url": format!("http://127.0.0.1:{port}/") }),
+    );
     assert!(answer.contains("direct: error"), "{answer}");
     assert!(answer.contains("proxy: no proxy"), "{answer}");
     assert_eq!(seen(&hits), 0);

@@ -774,7 +774,14 @@ fn an_mcp_command_server_gets_a_scrubbed_environment_and_plugins_list_says_how_i
         for n in &names {
             assert!(
                 [
-                    "PATH", "LANG", "HOME", "LOG_LEVEL", "PASSED", "LC_CTYPE", "LC_ALL", "TERM",
+                    "PATH",
+                    "LANG",
+                    "HOME",
+                    "LOG_LEVEL",
+                    "PASSED",
+                    "LC_CTYPE",
+                    "LC_ALL",
+                    "TERM",
                     "TMPDIR"
                 ]
                 .contains(n),

@@ -5,8 +5,8 @@
 //! stdout and stderr; dropping the [`StdioTask`] ends the whole task (the
 //! launcher sees its control socket close and kills every process of it).
 //!
-//! The launcher is started as `<exe> __capstan_sandbox_launch --stdin-fd3`
-//! with the read end of a pipe on its fd 3, which becomes the command's
+//! The launcher is started as `<exe> __capstan_sandbox_launch --stdin-fd=N`
+//! with the read end of a pipe on its fd N, which becomes the command's
 //! stdin (instead of `/dev/null`); the control socket is its stdin as for
 //! [`crate::run`].
 
@@ -60,26 +60,23 @@ pub async fn spawn_stdio(spec: ExecSpec) -> Result<StdioTask, SandboxError> {
     (&ours).write_all(&framed)?;
     ours.set_nonblocking(true)?;
 
-    let (stdin_r, stdin_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| SandboxError::Io(e.into()))?;
+    let (stdin_r, stdin_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SandboxError::Io(e.into()))?;
     let stdin_fd = stdin_r.as_raw_fd();
     let mut cmd = tokio::process::Command::new(&launcher_path);
     cmd.arg(LAUNCH_FLAG)
-        .arg(launcher::STDIN_FD3_FLAG)
+        .arg(format!("{}{stdin_fd}", launcher::STDIN_FD_FLAG))
         .env_clear()
         .stdin(Stdio::from(OwnedFd::from(theirs)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+    // The pipe keeps its number (no dup2 onto a fixed one, which could be the
+    // launcher executable's own descriptor) and only loses close-on-exec.
+    // SAFETY: only an async-signal-safe call (fcntl) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            let r = if stdin_fd == 3 {
-                libc::fcntl(3, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(stdin_fd, 3)
-            };
-            if r < 0 {
+            if libc::fcntl(stdin_fd, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -123,7 +120,10 @@ impl StdioTask {
     /// the launcher to exit, then reads its reports. `None` when it is still
     /// running or the command itself ran and exited.
     pub async fn failure(&mut self, bound: Duration) -> Option<SandboxError> {
-        if tokio::time::timeout(bound, self.child.wait()).await.is_err() {
+        if tokio::time::timeout(bound, self.child.wait())
+            .await
+            .is_err()
+        {
             return None;
         }
         let reports = match self.reports.take() {

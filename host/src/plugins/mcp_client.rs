@@ -282,7 +282,7 @@ pub struct McpServer {
     started: Instant,
     /// A sandboxed server's task and egress proxy, ended with it (after the
     /// client above, whose drop closes the server's stdin).
-    _confined: Option<confine::Confined>,
+    confined: Option<confine::Confined>,
 }
 
 /// How a server runs, for `capstan plugins list`: sandboxed (with its
@@ -462,7 +462,7 @@ impl ExternalTool for McpTool {
             }
         };
         // The server's connections during the call are the call's events.
-        if let Some(confined) = &started._confined {
+        if let Some(confined) = &started.confined {
             confined.settle().await;
         }
         let result = match response.map_err(|e| this.lost(e))? {
@@ -670,7 +670,9 @@ fn validate(entry: &McpServerEntry) -> Result<(), String> {
     }
     match (&entry.command, &entry.url) {
         (Some(_), None) | (None, Some(_)) => Ok(()),
-        _ => Err::<(), String>("give exactly one of `command` (a program to spawn) or `url`".into()),
+        _ => {
+            Err::<(), String>("give exactly one of `command` (a program to spawn) or `url`".into())
+        }
     }?;
     confine::validate(entry)
 }
@@ -744,7 +746,8 @@ async fn start(
         roots: cwd
             .filter(|_| entry.roots)
             .filter(|_| {
-                !confine::sandboxed(&entry) || entry.workspace != crate::config::WorkspaceAccess::None
+                !confine::sandboxed(&entry)
+                    || entry.workspace != crate::config::WorkspaceAccess::None
             })
             .map(|dir| {
                 let mut root = Root::new(format!(
@@ -769,7 +772,9 @@ async fn start(
                 .map_err(|e| format!("cannot start `{program}`: {e}"))?;
             let (Some(stdout), Some(stdin)) = (task.task.stdout.take(), task.task.stdin.take())
             else {
-                return Err(format!("cannot start `{program}`: its pipes were not set up"));
+                return Err(format!(
+                    "cannot start `{program}`: its pipes were not set up"
+                ));
             };
             if let Some(stderr) = task.task.stderr.take() {
                 tokio::spawn(log_stderr(entry.name.clone(), stderr, stderr_tail.clone()));
@@ -849,7 +854,7 @@ async fn start(
         stderr_tail,
         _home: private_home,
         started: Instant::now(),
-        _confined: confined,
+        confined,
     };
     let tools = server.list_tools().await?;
     Ok((server, tools))

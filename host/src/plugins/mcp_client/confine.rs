@@ -113,7 +113,7 @@ pub fn describe(entry: &McpServerEntry) -> String {
 /// task (every process of it) and stops its proxy.
 pub struct Confined {
     pub task: StdioTask,
-    _proxy: Option<ServerProxy>,
+    proxy: Option<ServerProxy>,
     _cwd: Option<tempfile::TempDir>,
 }
 
@@ -192,7 +192,7 @@ pub async fn spawn(
         .map_err(|e| sandbox_error(entry, e))?;
     Ok(Confined {
         task,
-        _proxy: proxy,
+        proxy,
         _cwd: private_cwd,
     })
 }
@@ -201,7 +201,7 @@ impl Confined {
     /// Waits (briefly) until the connections the server opened during a
     /// call are closed and recorded, so their events belong to that call.
     pub async fn settle(&self) {
-        if let Some(p) = &self._proxy {
+        if let Some(p) = &self.proxy {
             p.proxy.idle(Duration::from_secs(2)).await;
         }
     }
