@@ -549,6 +549,59 @@ fn undo_inside_a_git_repo_never_touches_the_index() {
     assert_eq!(git(&["status", "--porcelain"]), "");
 }
 
+/// A command judged read-only runs on a read-only workspace: it works (git
+/// included, whose status would refresh a stale index), no change set is
+/// made, and nothing in the workspace moves, index included. The next
+/// command that writes is captured as before.
+#[test]
+fn a_read_only_command_runs_on_a_read_only_workspace_and_makes_no_change_set() {
+    let home = Home::new("");
+    let (_d, ws) = workspace();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    };
+    git(&["init", "-q"]);
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    git(&["add", "a.txt"]);
+    git(&["commit", "-qm", "init"]);
+    // Same content, new mtime: the index is stale and `git status` would
+    // rewrite it if it could.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let before = tree(&ws);
+    let index = std::fs::metadata(ws.join(".git/index")).unwrap();
+    let out = exec(
+        &home,
+        &ws,
+        "none",
+        "git status --porcelain && ls && cat a.txt && grep -c one a.txt",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let steps = events(&out, "terminal.step");
+    assert_eq!(steps[0]["risk"], "read_only", "{}", steps[0]);
+    assert_eq!(steps[0]["exit_code"], 0, "{}", steps[0]);
+    assert!(events(&out, "workspace.changes").is_empty());
+    assert!(changes_json(&home).is_empty(), "{:?}", changes_json(&home));
+    assert_eq!(tree(&ws), before);
+    let after = std::fs::metadata(ws.join(".git/index")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (after.ino(), after.mtime(), after.mtime_nsec()),
+        (index.ino(), index.mtime(), index.mtime_nsec()),
+        "the index was rewritten"
+    );
+
+    let out = exec(&home, &ws, "all", "echo two >> a.txt");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(events(&out, "workspace.changes").len(), 1);
+}
+
 /// `capstan invoke --approve ask` answering each approval from `answers`
 /// (one line each: the operation's own approval, then the review).
 fn invoke_answering(home: &Home, ws: &Path, op: &str, input: Value, answers: &str) -> Output {

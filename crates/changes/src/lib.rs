@@ -15,9 +15,7 @@
 //!   or wholly new. After a crash (kill -9), [`Store::open`] finishes every
 //!   journal it finds (roll forward: the new contents are still staged, the
 //!   old ones are in the store). A set of one operation (one file, the
-//!   common case) is one rename and skips the journal. The record's new state
-//!   is written by rename without a disk sync: only the journal, which
-//!   recovery depends on, is synced.
+//!   common case) is one rename and skips the journal.
 //! * [`Store::discard`] drops a set nobody approved: the workspace never saw it.
 //! * [`Store::undo`] puts the previous versions back, through the same
 //!   journal. It first checks that every file is still exactly what the set
@@ -27,7 +25,16 @@
 //!   (overwrite).
 //!
 //! Everything is plain files under the store's root: it works with or
-//! without git and never touches a git index. Retention: sets older than
+//! without git and never touches a git index.
+//!
+//! Durability: records and kept versions are written by rename (never half
+//! written) but without a disk sync, so a killed process loses nothing (the
+//! page cache outlives it) and a small command does not wait for the disk
+//! (a sync costs 7 ms at the median here, 30 ms at p90). Only the journal,
+//! which recovery depends on, is synced. After a power loss the newest sets
+//! may be missing from the store.
+//!
+//! Retention: sets older than
 //! [`Retention::keep_days`] are forgotten and, past
 //! [`Retention::max_bytes`] of kept versions, the oldest sets go first
 //! ([`Store::gc`]).
@@ -590,7 +597,7 @@ impl Store {
             if let Some(s) = record.staging.take() {
                 let _ = std::fs::remove_dir_all(s);
             }
-            self.save_state(&record)?;
+            self.save(&record)?;
             return Ok(record);
         }
         let journal = Journal {
@@ -789,7 +796,7 @@ impl Store {
                 record.kept = journal.kept.clone();
             }
         }
-        self.save_state(&record)?;
+        self.save(&record)?;
         let _ = std::fs::remove_file(&jpath);
         let _ = std::fs::remove_file(&dpath);
         Ok(())
@@ -875,16 +882,11 @@ impl Store {
         Ok(out)
     }
 
+    /// Saves a record atomically (rename) without waiting for the disk (see
+    /// the crate docs). After a power loss a landed record may still say
+    /// `pending`, and landing it again is a no-op (every operation can run
+    /// twice).
     fn save(&self, record: &Record) -> Result<()> {
-        let bytes = serde_json::to_vec(record).map_err(|e| Error::Invalid(e.to_string()))?;
-        write_synced(&self.set_path(&record.id), &bytes)
-    }
-
-    /// Saves a record's new state after its operations ran: atomically
-    /// (rename) but without waiting for the disk. A process crash cannot lose
-    /// it; after a power loss the record may still say `pending`, and landing
-    /// it again is a no-op (every operation can run twice).
-    fn save_state(&self, record: &Record) -> Result<()> {
         let bytes = serde_json::to_vec(record).map_err(|e| Error::Invalid(e.to_string()))?;
         let path = self.set_path(&record.id);
         let tmp = path.with_extension(format!("tmp-{}", fastrand::u32(..)));

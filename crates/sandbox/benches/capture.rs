@@ -2,7 +2,9 @@
 //! (no overlay), through the write-quota overlay copied back by init (the
 //! default before capture), and captured (staged, classified, previous
 //! versions kept, landed through the journal by `capstan-changes`); then
-//! undo of 1,000 files. Median wall time of each (the modes interleaved run
+//! undo of 1,000 files. A command the policy judges read-only (`true`) is
+//! run as the host runs it in capture mode: on a read-only workspace, with no
+//! layer to capture. Median wall time of each (the modes interleaved run
 //! by run), one Markdown table.
 //!
 //! Reproduce: `cargo bench -p capstan-sandbox --bench capture`
@@ -88,7 +90,12 @@ async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
         Mode::Direct => None,
         _ => Some(1 << 30),
     };
-    let staged = (mode == Mode::Capture).then(|| store.new_staging().unwrap());
+    // As the host does: a command judged read-only gets a read-only
+    // workspace and nothing to capture.
+    let read_only = mode == Mode::Capture
+        && capstan_policy::classify_shell(case.command).risk == capstan_policy::Risk::ReadOnly;
+    spec.workspace_read_only = read_only;
+    let staged = (mode == Mode::Capture && !read_only).then(|| store.new_staging().unwrap());
     spec.capture = staged.as_ref().map(|(_, d)| d.clone());
     let started = Instant::now();
     let out = run(spec, CancellationToken::new()).await.unwrap();

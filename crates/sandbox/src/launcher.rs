@@ -82,8 +82,7 @@ pub(crate) struct LaunchConfig {
     /// copying it back.
     #[serde(default)]
     pub capture: Option<PathBuf>,
-    /// The workspace is bound read-only and Landlock lets the command only
-    /// read it.
+    /// The workspace is bound read-only (no quota layer, no capture).
     #[serde(default)]
     pub workspace_read_only: bool,
     /// Bench only: the whole host read-only instead of the allowlist view.
@@ -747,17 +746,16 @@ fn exec_command(config: &LaunchConfig, ctrl: Ctrl, ns: &Namespaces) -> ! {
 
     if config.confine {
         drop_capabilities();
-        let connect_port = config.proxy.as_ref().map(|p| p.port);
-        let (writable, read) = if config.workspace_read_only {
-            let mut read = config.read.clone();
-            read.push(config.workspace.clone());
-            (vec![PathBuf::from(crate::view::TMP)], read)
+        let writable: Vec<PathBuf> = if config.workspace_read_only {
+            vec![PathBuf::from(crate::view::TMP)]
         } else {
-            (
-                vec![config.workspace.clone(), PathBuf::from(crate::view::TMP)],
-                config.read.clone(),
-            )
+            vec![config.workspace.clone(), PathBuf::from(crate::view::TMP)]
         };
+        let connect_port = config.proxy.as_ref().map(|p| p.port);
+        let mut read = config.read.clone();
+        if config.workspace_read_only {
+            read.push(config.workspace.clone());
+        }
         match crate::landlock::restrict(&writable, &read, config.network, connect_port) {
             Ok(crate::landlock::Enforced::Fully) => {}
             Ok(crate::landlock::Enforced::Partially(msg)) => ctrl.warn(msg),

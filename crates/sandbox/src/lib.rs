@@ -314,9 +314,11 @@ pub struct ExecSpec {
     /// unset) and [`ExecOutcome::changes`] says what the command changed;
     /// nothing lands until the caller lands it.
     pub capture: Option<PathBuf>,
-    /// The workspace is visible but read-only (sandbox required only): bound
-    /// read-only, readable but not writable under Landlock, never the quota
-    /// overlay. The command can then write only its private `/tmp`.
+    /// The workspace is mounted read-only (sandbox required only): no write
+    /// reaches it, by any path or program (`EROFS`), so there is no layer to
+    /// mount and nothing to capture ([`ExecSpec::capture`] and the write
+    /// quota are ignored). For commands judged read-only, so that the
+    /// judgement is enforced rather than trusted. Default `false`.
     pub workspace_read_only: bool,
     /// Bench only: the whole host read-only instead of the allowlist view.
     #[cfg(feature = "bench-whole-host")]
@@ -824,17 +826,15 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         }
     }
     let cgroup = cgroup::TaskCgroup::create(spec.limits.max_processes, spec.limits.max_memory);
-    let capture = match (&spec.capture, confine) {
+    let read_only = confine && spec.workspace_read_only;
+    let capture = match (&spec.capture, confine && !read_only) {
         (Some(dir), true) => Some(std::fs::canonicalize(dir).map_err(SandboxError::TaskDir)?),
         _ => None,
     };
-    let workspace_read_only = confine && spec.workspace_read_only;
-    let capture = capture.filter(|_| !workspace_read_only);
     let mut limits = spec.limits.clone();
-    if workspace_read_only {
+    if read_only {
         limits.workspace_write_quota = None;
-    }
-    if capture.is_some() {
+    } else if capture.is_some() {
         limits.workspace_write_quota =
             Some(limits.workspace_write_quota.unwrap_or(DEFAULT_WRITE_QUOTA));
     }
@@ -849,7 +849,7 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         confine,
         limits,
         capture,
-        workspace_read_only,
+        workspace_read_only: read_only,
         grace_ms: KILL_GRACE.as_millis() as u64,
         cgroup: cgroup.clone(),
         read,

@@ -95,7 +95,8 @@ pub(crate) struct ViewSpec<'a> {
     pub user_ns: bool,
     /// Capture directory: the upper layer is staged there, not copied back.
     pub capture: Option<&'a Path>,
-    /// The workspace is remounted read-only with the rest of the view.
+    /// The workspace is read-only like the rest of the view (`write_quota`
+    /// and `capture` are then unset).
     pub workspace_read_only: bool,
 }
 
@@ -188,10 +189,15 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
         (None, Some(fd)) => {
             mkdir_p(&ws)?;
             crate::identity::attach(fd, &ws)?;
+            if spec.workspace_read_only {
+                remount_read_only(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+            }
             None
         }
         (None, None) => {
-            bind(spec.workspace, &ws, false)?;
+            // Read-only here, not only by `read_only_except` below: a
+            // workspace under the host's /tmp lies beneath the writable /tmp.
+            bind(spec.workspace, &ws, spec.workspace_read_only)?;
             None
         }
         (Some(bytes), fd) => {
@@ -225,11 +231,6 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
         &[ws.as_path(), tmp.as_path(), proc_dir.as_path()]
     };
     read_only_except(root, writable)?;
-    if spec.workspace_read_only {
-        // Explicitly: a workspace under the host's /tmp is mounted beneath
-        // the private /tmp, which stays writable.
-        remount_read_only(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
-    }
     enter(root)?;
     Ok(quota)
 }

@@ -1571,3 +1571,84 @@ async fn a_flood_of_empty_files_hits_the_quota() {
     let made = std::fs::read_dir(f.ws.join("d")).unwrap().count();
     assert!(made < 1100, "{made} files reached the workspace");
 }
+
+/// A read-only workspace (what a command judged read-only gets) refuses every
+/// way of changing it, while reading, `/tmp` and the exit status still work;
+/// with capture asked as well, nothing is staged.
+#[tokio::test]
+async fn a_read_only_workspace_refuses_every_write() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.ws.join("src")).unwrap();
+    std::fs::write(f.ws.join("src/keep.txt"), "kept\n").unwrap();
+    std::os::unix::fs::symlink("keep.txt", f.ws.join("src/link")).unwrap();
+    let before = tree(&f.ws);
+    let attempts = [
+        "echo x > new.txt",
+        "echo x >> src/keep.txt",
+        "rm src/keep.txt",
+        "rm -rf src",
+        "mv src/keep.txt src/moved.txt",
+        "chmod 000 src/keep.txt",
+        "mkdir made",
+        "ln -s /etc/passwd src/pw",
+        "touch -d 2000-01-01 src/keep.txt",
+        "truncate -s 0 src/keep.txt",
+        "echo x > src/link",
+        "python3 -c \"open('py.txt','w').write('x')\"",
+        "mkfifo fifo",
+        "cd src && echo x > ../up.txt",
+    ];
+    for cmd in attempts {
+        let mut spec = f.spec(cmd);
+        spec.workspace_read_only = true;
+        let capture = tempfile::tempdir().unwrap();
+        spec.capture = Some(capture.path().to_path_buf());
+        let out = run(spec, CancellationToken::new()).await.unwrap();
+        assert!(failed(&out), "{cmd}: {out:?}");
+        assert!(out.changes.is_none(), "{cmd}: {:?}", out.changes);
+        assert_eq!(tree(&f.ws), before, "{cmd} changed the workspace");
+        assert_eq!(
+            std::fs::read_dir(capture.path()).unwrap().count(),
+            0,
+            "{cmd} staged something"
+        );
+    }
+    let mut spec = f.spec("cat src/keep.txt && ls src && echo t > /tmp/t && cat /tmp/t");
+    spec.workspace_read_only = true;
+    let out = run(spec, CancellationToken::new()).await.unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(out.stdout, "kept\nkeep.txt\nlink\nt\n");
+}
+
+/// Every entry under `dir`: path, type, mode, size, mtime and content.
+fn tree(dir: &Path) -> Vec<(String, u32, u64, i64, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let content = if m.is_file() {
+                std::fs::read(&p).unwrap()
+            } else if m.file_type().is_symlink() {
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            } else {
+                stack.push(p.clone());
+                Vec::new()
+            };
+            out.push((
+                p.strip_prefix(dir).unwrap().to_string_lossy().into_owned(),
+                m.mode(),
+                m.len(),
+                m.mtime(),
+                content,
+            ));
+        }
+    }
+    out.sort();
+    out
+}

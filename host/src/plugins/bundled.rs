@@ -12,10 +12,34 @@ pub const PLUGIN_BUILD_DIR: &str = env!("CAPSTAN_PLUGIN_BUILD_DIR");
 pub fn component(name: &str) -> Option<&'static [u8]> {
     BUNDLED
         .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, bytes)| *bytes)
+        .find(|(n, ..)| *n == name)
+        .map(|(_, bytes, _)| *bytes)
+}
+
+/// The hex SHA-256 of a builtin component, computed when the binary was built.
+pub fn sha256(name: &str) -> Option<&'static str> {
+    BUNDLED
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .map(|(.., sha)| *sha)
 }
 
 pub fn names() -> Vec<&'static str> {
-    BUNDLED.iter().map(|(n, _)| *n).collect()
+    BUNDLED.iter().map(|(n, ..)| *n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The hash build.rs recorded is the hash of the bytes it embedded.
+    #[test]
+    fn every_builtin_hash_matches_its_bytes() {
+        for name in super::names() {
+            let bytes = super::component(name).unwrap_or_default();
+            assert_eq!(
+                super::sha256(name),
+                Some(crate::plugins::manifest::sha256_hex(bytes).as_str()),
+                "{name}"
+            );
+        }
+    }
 }

@@ -223,7 +223,7 @@ impl Runtime {
         fingerprint: Option<verified::Fingerprint>,
     ) -> Result<verified::Verified, LoadError> {
         let fail = |message: String| load_error(spec, message);
-        let sha256 = sha256_hex(bytes);
+        let sha256 = component_sha256(spec, bytes);
         // Before compiling: code that does not match its pin never runs.
         check_pin(spec, &sha256).map_err(fail)?;
         let (component, cache_hit) = self
@@ -359,7 +359,8 @@ impl Runtime {
         if self.verified.is_fresh(&spec.source) {
             return false;
         }
-        component_bytes(spec).is_ok_and(|bytes| !self.cache.contains(&sha256_hex(&bytes)))
+        component_bytes(spec)
+            .is_ok_and(|bytes| !self.cache.contains(&component_sha256(spec, &bytes)))
     }
 
     async fn describe(
@@ -657,6 +658,17 @@ fn component_bytes(spec: &PluginSpec) -> Result<std::borrow::Cow<'static, [u8]>,
         crate::plugins::manifest::ComponentSource::File(path) => std::fs::read(path)
             .map(std::borrow::Cow::Owned)
             .map_err(|e| unreadable(spec, e)),
+    }
+}
+
+/// The component's SHA-256: a builtin's was computed when the binary was
+/// built (its bytes are the binary's), a file's is computed now.
+fn component_sha256(spec: &PluginSpec, bytes: &[u8]) -> String {
+    match &spec.source {
+        crate::plugins::manifest::ComponentSource::Builtin(name) => {
+            crate::plugins::bundled::sha256(name).map_or_else(|| sha256_hex(bytes), str::to_owned)
+        }
+        crate::plugins::manifest::ComponentSource::File(_) => sha256_hex(bytes),
     }
 }
 

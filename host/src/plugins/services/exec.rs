@@ -452,7 +452,17 @@ impl ExecService for Exec {
 
         let mut spec = self.spec(command, &workspace, cwd, &req);
         let egress = self.egress(scope, &mut spec, &cwd_rel)?;
-        let staging = self.staging(spec.mode)?;
+        // A command judged read-only gets a read-only workspace: the
+        // judgement is enforced, and with nothing to capture it needs no
+        // change layer (which is most of a small command's cost).
+        spec.workspace_read_only = risk == PolicyRisk::ReadOnly;
+        let read_only =
+            spec.workspace_read_only && spec.mode == capstan_sandbox::SandboxMode::Required;
+        let staging = if spec.workspace_read_only {
+            None
+        } else {
+            self.staging(spec.mode)?
+        };
         spec.capture = staging.as_ref().map(|(_, (_, dir))| dir.clone());
         let outcome = capstan_sandbox::run(spec, scope.run.cancel.child_token()).await;
         if let Some(proxy) = egress {
@@ -467,6 +477,16 @@ impl ExecService for Exec {
                 return Err(wit::ExecError::Failed(e.to_string()));
             }
         };
+        if read_only
+            && outcome.exit_code != Some(0)
+            && outcome.stderr.contains("Read-only file system")
+        {
+            outcome.stderr.push_str(
+                "\ncapstan: this command was judged read-only, so the workspace was read-only while it ran. \
+                 To change files, run a command that says so (a redirect, or a program that writes); \
+                 if this program writes without saying so, report it: the classifier is wrong about it.\n",
+            );
+        }
         scope.run.events.emit(Event::TerminalStep {
             task_id: scope.task_id.clone(),
             command: text.clone(),
