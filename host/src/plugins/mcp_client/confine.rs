@@ -158,7 +158,15 @@ pub async fn spawn(
         (None, Some(ws)) => ws.to_path_buf(),
         (None, None) => unreachable!("no workspace means a private directory"),
     };
-    let mut argv = vec![program.to_string()];
+    // An absolute program path is resolved on the host: inside the view only
+    // its real location may exist (`a/b/../c` needs `a/b`, which may not).
+    let program = match Path::new(program) {
+        p if p.is_absolute() => std::fs::canonicalize(p)
+            .map(|real| real.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| program.to_string()),
+        _ => program.to_string(),
+    };
+    let mut argv = vec![program];
     argv.extend(entry.args.iter().cloned());
     let mut spec = ExecSpec::new(Command::Argv(argv), &root);
     spec.env = env;
