@@ -766,7 +766,8 @@ fn listings_have_json_and_plugins_list_shows_mcp_servers_with_their_tools() {
     let inner = Home::new("");
     let inner_ws = tempfile::tempdir().unwrap();
     let home = Home::new(&format!(
-        "[[mcp_server]]\nname = \"inner\"\ncommand = {:?}\nargs = [\"mcp\", \"--workspace\", {:?}]\nenv = {{ CAPSTAN_HOME = {:?} }}\nrisk = \"read_only\"\n",
+        "[[mcp_server]]\nname = \"inner\"\ncommand = {:?}\nargs = [\"mcp\", \"--workspace\", {:?}]\nenv = {{ CAPSTAN_HOME = {:?} }}\nrisk = \"read_only\"\n\
+         # capstan mcp runs its own sandbox, which cannot nest in another\nsandbox = false\n",
         env!("CARGO_BIN_EXE_capstan"),
         inner_ws.path().display().to_string(),
         inner.path().display().to_string(),

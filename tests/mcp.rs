@@ -746,6 +746,10 @@ args = ["mcp", "--approve", "all", "--workspace", {ws:?}]
 env = {{ CAPSTAN_HOME = {home:?} }}
 risk = "read_only"
 tool_risk = {{ "docx.create" = "write" }}
+# Unconfined on purpose: `capstan mcp` runs its own commands in the OS
+# sandbox, which cannot nest inside another (its seccomp filter refuses
+# new namespaces), and it needs its own home and workspace.
+sandbox = false
 
 [[mcp_server]]
 name = "ghost"
@@ -946,7 +950,8 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
         server.openai_base_url()
     );
     let home = Home::new(&third_party_config(root.path(), &model));
-    let ws = workspace();
+    // The filesystem server serves the workspace, which its entry lets it write.
+    let ws = &root;
     let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
         .await
         .unwrap();
@@ -987,6 +992,17 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
 
 // ---- Third-party MCP servers: the reference servers from the npm registry ----
 
+/// The `read` line that lets a sandboxed server started from
+/// tests/npm/mcp-servers (node_modules, hand-written scripts) read its files.
+fn npm_read() -> String {
+    let dir = common::npm_modules("mcp-servers")
+        .parent()
+        .unwrap()
+        .canonicalize()
+        .unwrap();
+    format!("read = [{:?}]", dir.display().to_string())
+}
+
 fn third_party_bin(bin: &str) -> String {
     common::npm_bin("mcp-servers", bin).display().to_string()
 }
@@ -1006,15 +1022,20 @@ args = [{root:?}]
 roots = false
 risk = "read_only"
 tool_risk = {{ write_file = "write" }}
+# Sandboxed: the folder is the workspace, which it may write.
+workspace = "write"
+{read}
 
 [[mcp_server]]
 name = "everything"
 command = {everything:?}
 timeout_secs = 1
+{read}
 "#,
         fs = third_party_bin("mcp-server-filesystem"),
         everything = third_party_bin("mcp-server-everything"),
         root = root.display().to_string(),
+        read = npm_read(),
     )
 }
 
@@ -1073,7 +1094,8 @@ async fn third_party_servers_are_called_and_their_annotations_never_lower_the_ri
     assert_eq!(hint(&fs_hints, "write_file"), Some(false));
 
     let home = Home::new(&third_party_config(root.path(), ""));
-    let ws = workspace();
+    // The filesystem server serves the workspace, which its entry lets it write.
+    let ws = &root;
     let app = capstan::run::app::App::open(home.dirs(), ApproveMode::None)
         .await
         .unwrap();
@@ -1219,7 +1241,8 @@ async fn a_slow_third_party_tool_times_out_per_its_entry() {
     setup_sandbox_launcher();
     let root = tempfile::tempdir().unwrap();
     let home = Home::new(&third_party_config(root.path(), ""));
-    let ws = workspace();
+    // The filesystem server serves the workspace, which its entry lets it write.
+    let ws = &root;
     let app = capstan::run::app::App::open(home.dirs(), ApproveMode::All)
         .await
         .unwrap();
@@ -1965,15 +1988,20 @@ fn roots_config() -> String {
 name = "fsroots"
 command = {fs:?}
 risk = "read_only"
+# Sandboxed: it sees the workspace it is offered as its root, read-only.
+workspace = "read"
+{read}
 
 [[mcp_server]]
 name = "every"
 command = {everything:?}
 risk = "read_only"
 timeout_secs = 120
+{read}
 "#,
         fs = third_party_bin("mcp-server-filesystem"),
         everything = third_party_bin("mcp-server-everything"),
+        read = npm_read(),
     )
 }
 
@@ -2104,7 +2132,8 @@ async fn a_servers_list_changed_brings_its_new_tools_into_the_next_registry() {
         .unwrap()
         .join("media.mjs");
     let home = Home::new(&format!(
-        "[[mcp_server]]\nname = \"media\"\ncommand = \"node\"\nargs = [{media:?}]\nrisk = \"read_only\"\n"
+        "[[mcp_server]]\nname = \"media\"\ncommand = \"node\"\nargs = [{media:?}]\nrisk = \"read_only\"\n{}\n",
+        npm_read()
     ));
     let ws = workspace();
     let root = ws.path().canonicalize().unwrap();
@@ -2232,8 +2261,10 @@ name = "every"
 command = {everything:?}
 risk = "read_only"
 timeout_secs = 120
+{read}
 "#,
         everything = third_party_bin("mcp-server-everything"),
+        read = npm_read(),
     );
     if let Some(url) = fixtures_url {
         config.push_str(&format!(
@@ -2571,8 +2602,9 @@ fn marked_everything_home(name: &str, extra: &str) -> (String, Home) {
     let marker = format!("CAPSTAN_TEST_MARKER={name}-{}", std::process::id());
     let (key, value) = marker.split_once('=').unwrap();
     let home = Home::new(&format!(
-        "[[mcp_server]]\nname = {name:?}\ncommand = {:?}\nenv = {{ {key} = {value:?} }}\nrisk = \"read_only\"\n{extra}",
+        "[[mcp_server]]\nname = {name:?}\ncommand = {:?}\nenv = {{ {key} = {value:?} }}\nrisk = \"read_only\"\n{}\n{extra}",
         third_party_bin("mcp-server-everything"),
+        npm_read(),
     ));
     (marker, home)
 }

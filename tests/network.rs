@@ -727,7 +727,8 @@ fn an_mcp_command_server_gets_a_scrubbed_environment_and_plugins_list_says_how_i
     };
     let home = Home::new(&format!(
         "{}{}",
-        entry("envy", &seen, ""),
+        // Sandboxed: it writes its report into the workspace it may write.
+        entry("envy", &seen, "workspace = \"write\""),
         entry("loose", &seen_off, "sandbox = false")
     ));
     let out = home
@@ -735,7 +736,8 @@ fn an_mcp_command_server_gets_a_scrubbed_environment_and_plugins_list_says_how_i
         .env("ANTHROPIC_API_KEY", "sk-ant-netwire-must-not-leak")
         .env("OPENAI_API_KEY", "sk-netwire-must-not-leak")
         .env("NETWIRE_PASSED", "passed-on")
-        .args(["plugins", "list", "--json"])
+        .args(["plugins", "list", "--json", "--workspace"])
+        .arg(dir.path())
         .output()
         .unwrap();
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -767,10 +769,22 @@ fn an_mcp_command_server_gets_a_scrubbed_environment_and_plugins_list_says_how_i
             serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
         let mut names: Vec<&str> = env.keys().map(String::as_str).collect();
         names.sort();
-        // Only PATH, LANG (when Capstan has it), HOME and the entry's own.
+        // Only PATH, LANG (when Capstan has it), HOME and the entry's own
+        // (sandboxed: the sandbox's fixed LC_ALL, TERM and TMPDIR too).
         for n in &names {
             assert!(
-                ["PATH", "LANG", "HOME", "LOG_LEVEL", "PASSED", "LC_CTYPE"].contains(n),
+                [
+                    "PATH",
+                    "LANG",
+                    "HOME",
+                    "LOG_LEVEL",
+                    "PASSED",
+                    "LC_CTYPE",
+                    "LC_ALL",
+                    "TERM",
+                    "TMPDIR"
+                ]
+                .contains(n),
                 "{n} reached the server: {names:?}"
             );
         }

@@ -874,9 +874,12 @@ fn the_web_chat_shows_tool_images_and_names_what_it_will_not_load() {
         .parent()
         .unwrap()
         .join("media.mjs");
+    // Sandboxed, the servers read their files from tests/npm/mcp-servers.
+    let servers = media.parent().unwrap().canonicalize().unwrap();
+    let read = format!("read = [{:?}]", servers.display().to_string());
     let home = Home::new(&format!(
-        "[[mcp_server]]\nname = \"every\"\ncommand = {everything:?}\nrisk = \"read_only\"\n\n\
-         [[mcp_server]]\nname = \"media\"\ncommand = \"node\"\nargs = [{media:?}]\nrisk = \"read_only\"\n"
+        "[[mcp_server]]\nname = \"every\"\ncommand = {everything:?}\nrisk = \"read_only\"\n{read}\n\n\
+         [[mcp_server]]\nname = \"media\"\ncommand = \"node\"\nargs = [{media:?}]\nrisk = \"read_only\"\n{read}\n"
     ));
     let ws = handbook();
     let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);

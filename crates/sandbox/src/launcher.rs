@@ -50,6 +50,10 @@ use crate::cgroup::{Controller, TaskCgroup};
 use crate::{LimitHit, Limits, Mechanism};
 
 pub(crate) const LAUNCH_FLAG: &str = "__capstan_sandbox_launch";
+/// Second argument of a launcher whose command reads its standard input from
+/// a pipe of the caller's (`--stdin-fd=N`: the launcher's fd N; see
+/// `spawn_stdio`) instead of `/dev/null`.
+pub(crate) const STDIN_FD_FLAG: &str = "--stdin-fd=";
 
 /// Everything the launcher needs, sent by `run` over the control socket.
 #[derive(Debug, Serialize, Deserialize)]
@@ -156,12 +160,23 @@ pub fn launcher_main() -> ! {
         std::process::exit(2);
     }
     let ctrl = Ctrl(ctrl);
+    let stdin_fd: Option<i32> = std::env::args()
+        .nth(2)
+        .and_then(|a| a.strip_prefix(STDIN_FD_FLAG)?.parse().ok())
+        .filter(|fd| *fd > 2 && *fd != ctrl.0);
     // SAFETY: as above.
     unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if null >= 0 {
-            libc::dup2(null, 0);
-            libc::close(null);
+        if let Some(fd) = stdin_fd.filter(|fd| libc::fcntl(*fd, libc::F_GETFD) >= 0) {
+            // The caller's pipe becomes the command's stdin (its own fd is
+            // closed: nothing else inherits it).
+            libc::dup2(fd, 0);
+            libc::close(fd);
+        } else {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if null >= 0 {
+                libc::dup2(null, 0);
+                libc::close(null);
+            }
         }
     }
     match launch(ctrl) {

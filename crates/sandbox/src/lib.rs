@@ -81,6 +81,7 @@ mod launcher;
 mod output;
 mod quota;
 mod seccomp;
+mod stdio;
 mod view;
 
 use std::io::Write as _;
@@ -98,6 +99,7 @@ use tokio_util::sync::CancellationToken;
 pub use check::{SupportReport, check};
 pub use identity::{SANDBOX_GID, SANDBOX_UID};
 pub use launcher::launcher_main;
+pub use stdio::{StdioTask, spawn_stdio};
 
 /// The first argument that turns the capstan binary into the sandbox launcher.
 pub const LAUNCH_FLAG: &str = launcher::LAUNCH_FLAG;

@@ -22,12 +22,28 @@ pub struct McpServerEntry {
     /// reaches it. A value `"$NAME"` passes Capstan's variable NAME on.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// `false` must be written to say the server runs unconfined (shown by
-    /// `capstan plugins list`). Today every spawned server gets the scrubbed
-    /// environment and a private HOME; OS confinement of long-lived servers
-    /// (crates/sandbox) is not built yet, see docs/MCP.md.
+    /// A `command` server runs in the OS sandbox (crates/sandbox) unless
+    /// `false` is written here (shown as NOT sandboxed by `capstan plugins
+    /// list`). See docs/MCP.md, "Sandboxed servers".
     #[serde(default)]
     pub sandbox: Option<bool>,
+    /// What a sandboxed server sees of the workspace: `none` (the default),
+    /// `read` or `write`.
+    #[serde(default)]
+    pub workspace: WorkspaceAccess,
+    /// Hosts a sandboxed server may reach through the egress proxy (rules
+    /// as in `[network] allow`: `"api.example.com"`, `"*.example.com"`,
+    /// `"127.0.0.1:8080"`); empty with no `network_presets`: no network.
+    #[serde(default)]
+    pub network: Vec<String>,
+    /// Presets of `[network]` (`cargo`, `npm`, `pypi`, `debian`) added to
+    /// `network`.
+    #[serde(default)]
+    pub network_presets: Vec<String>,
+    /// Extra host paths a sandboxed server may read (and execute), e.g. the
+    /// directory its script and `node_modules` live in. Absolute.
+    #[serde(default)]
+    pub read: Vec<std::path::PathBuf>,
     /// A streamable HTTP endpoint instead of a command.
     #[serde(default)]
     pub url: Option<String>,
@@ -52,6 +68,30 @@ pub struct McpServerEntry {
     /// (the next call starts it again); `0` keeps it until Capstan exits.
     #[serde(default = "default_idle")]
     pub idle_secs: u64,
+}
+
+/// What a sandboxed `[[mcp_server]]` sees of the workspace it serves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceAccess {
+    /// Not there at all: the server works in an empty private directory.
+    #[default]
+    None,
+    /// Visible at its real path, read-only; the server's working directory.
+    Read,
+    /// Visible and writable (writes land at once, not captured as a change
+    /// set); the server's working directory.
+    Write,
+}
+
+impl WorkspaceAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkspaceAccess::None => "none",
+            WorkspaceAccess::Read => "read",
+            WorkspaceAccess::Write => "write",
+        }
+    }
 }
 
 fn default_idle() -> u64 {

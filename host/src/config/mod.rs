@@ -18,7 +18,7 @@ pub mod network_always;
 pub mod network_report;
 pub mod store;
 
-pub use mcp_server::McpServerEntry;
+pub use mcp_server::{McpServerEntry, WorkspaceAccess};
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default)]

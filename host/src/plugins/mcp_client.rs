@@ -19,6 +19,7 @@
 #![allow(deprecated)]
 
 mod asks;
+pub mod confine;
 pub mod pool;
 
 pub use asks::confirm_answer;
@@ -279,40 +280,50 @@ pub struct McpServer {
     /// A spawned server's HOME, removed with it.
     _home: Option<tempfile::TempDir>,
     started: Instant,
+    /// A sandboxed server's task and egress proxy, ended with it (after the
+    /// client above, whose drop closes the server's stdin).
+    confined: Option<confine::Confined>,
 }
 
-/// How a server runs, for `capstan plugins list`: `sandbox = false` written
-/// out, a URL (not a process of ours), or the scrubbed environment.
-pub fn sandbox_word(entry: &McpServerEntry) -> &'static str {
-    match (&entry.command, entry.sandbox) {
-        (None, _) => "remote (a URL, no process of Capstan's)",
-        (Some(_), Some(false)) => "off (sandbox = false): scrubbed environment only",
-        (Some(_), _) => "scrubbed environment, private HOME (OS confinement not built yet)",
-    }
+/// How a server runs, for `capstan plugins list`: sandboxed (with its
+/// workspace access and network allowlist), NOT sandboxed (`sandbox =
+/// false` written out), or remote (a URL, not a process of ours).
+pub fn sandbox_word(entry: &McpServerEntry) -> String {
+    confine::describe(entry)
 }
 
-/// The whole environment of a spawned server: `PATH` and `LANG` of
+/// The whole environment of an unconfined server: `PATH` and `LANG` of
 /// Capstan's, `HOME` private to it, then the entry's `env` (`"$NAME"`
 /// passes Capstan's variable on; unset, it is left out). Nothing else:
-/// model API keys and tokens in Capstan's environment stay there.
+/// model API keys and tokens in Capstan's environment stay there. (A
+/// sandboxed server gets the sandbox's fixed `PATH`, `LANG`, `HOME` and
+/// `TMPDIR`, then the entry's `env`.)
 pub fn server_env(entry: &BTreeMap<String, String>, home: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = ["PATH", "LANG"]
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
         .collect();
     env.push(("HOME".into(), home.to_string_lossy().into_owned()));
-    for (k, v) in entry {
-        let value = match v.strip_prefix('$') {
-            Some(name) => match std::env::var(name) {
-                Ok(v) => v,
-                Err(_) => continue,
-            },
-            None => v.clone(),
-        };
-        env.retain(|(name, _)| name != k);
-        env.push((k.clone(), value));
+    for (k, v) in entry_env(entry) {
+        env.retain(|(name, _)| *name != k);
+        env.push((k, v));
     }
     env
+}
+
+/// The entry's `env`, `"$NAME"` values read from Capstan's environment
+/// (left out when unset).
+fn entry_env(entry: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    entry
+        .iter()
+        .filter_map(|(k, v)| {
+            let value = match v.strip_prefix('$') {
+                Some(name) => std::env::var(name).ok()?,
+                None => v.clone(),
+            };
+            Some((k.clone(), value))
+        })
+        .collect()
 }
 
 /// Progress that arrived before its call was registered, kept for at most
@@ -450,6 +461,10 @@ impl ExternalTool for McpTool {
                 ));
             }
         };
+        // The server's connections during the call are the call's events.
+        if let Some(confined) = &started.confined {
+            confined.settle().await;
+        }
         let result = match response.map_err(|e| this.lost(e))? {
             ServerResult::CallToolResult(result) => result,
             other => {
@@ -655,8 +670,11 @@ fn validate(entry: &McpServerEntry) -> Result<(), String> {
     }
     match (&entry.command, &entry.url) {
         (Some(_), None) | (None, Some(_)) => Ok(()),
-        _ => Err("give exactly one of `command` (a program to spawn) or `url`".into()),
-    }
+        _ => {
+            Err::<(), String>("give exactly one of `command` (a program to spawn) or `url`".into())
+        }
+    }?;
+    confine::validate(entry)
 }
 
 fn problem(name: Option<&str>, message: String) -> Problem {
@@ -724,8 +742,13 @@ async fn start(
     let entry = entry.clone();
     let side = ClientSide {
         name: entry.name.clone(),
+        // A sandboxed server that cannot see the workspace is offered no root.
         roots: cwd
             .filter(|_| entry.roots)
+            .filter(|_| {
+                !confine::sandboxed(&entry)
+                    || entry.workspace != crate::config::WorkspaceAccess::None
+            })
             .map(|dir| {
                 let mut root = Root::new(format!(
                     "file://{}",
@@ -741,7 +764,45 @@ async fn start(
     };
     let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
     let mut private_home = None;
+    let mut confined = None;
     let client = match (&entry.command, &entry.url) {
+        (Some(program), _) if confine::sandboxed(&entry) => {
+            let mut task = confine::spawn(&entry, program, cwd, entry_env(&entry.env), &side)
+                .await
+                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            let (Some(stdout), Some(stdin)) = (task.task.stdout.take(), task.task.stdin.take())
+            else {
+                return Err(format!(
+                    "cannot start `{program}`: its pipes were not set up"
+                ));
+            };
+            if let Some(stderr) = task.task.stderr.take() {
+                tokio::spawn(log_stderr(entry.name.clone(), stderr, stderr_tail.clone()));
+            }
+            match side.clone().serve((stdout, stdin)).await {
+                Ok(client) => {
+                    confined = Some(task);
+                    client
+                }
+                Err(e) => {
+                    if let Some(why) = confine::why_not_started(&mut task, &entry).await {
+                        return Err(why);
+                    }
+                    let tail: Vec<String> = stderr_tail.lock().iter().cloned().collect();
+                    return Err(format!(
+                        "`{program}` did not complete the MCP handshake: {e}; it runs in the OS \
+                         sandbox, which holds only the system directories, the entry's `read` \
+                         paths and, if `workspace` says so, the workspace: its program and files \
+                         must be there (add their directory to `read`){}",
+                        if tail.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; its last words on stderr:\n{}", tail.join("\n"))
+                        }
+                    ));
+                }
+            }
+        }
         (Some(program), _) => {
             let home = tempfile::Builder::new()
                 .prefix("capstan-mcp-home-")
@@ -793,6 +854,7 @@ async fn start(
         stderr_tail,
         _home: private_home,
         started: Instant::now(),
+        confined,
     };
     let tools = server.list_tools().await?;
     Ok((server, tools))

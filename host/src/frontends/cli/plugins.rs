@@ -112,9 +112,10 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         (servers, tools, problems)
     };
     let server_json = |name: &str| {
+        let tagged = format!("mcp:{name}");
         let problem = mcp_problems
             .iter()
-            .find(|p| p.plugin.as_deref() == Some(name))
+            .find(|p| p.plugin.as_deref() == Some(name) || p.plugin.as_deref() == Some(&tagged))
             .map(|p| p.message.clone());
         let tools: Vec<_> = tools
             .iter()
@@ -132,6 +133,17 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                "problem": problem, "tools": tools, "sandbox": sandbox})
     };
 
+    // Entries that could not be read or are invalid have no server to list
+    // them under.
+    let unlisted: Vec<_> = mcp_problems
+        .iter()
+        .filter(|p| {
+            !servers.iter().any(|s| {
+                p.plugin.as_deref() == Some(s.name.as_str())
+                    || p.plugin.as_deref() == Some(format!("mcp:{}", s.name).as_str())
+            })
+        })
+        .collect();
     if json_out {
         let plugins: Vec<_> = registry
             .plugins()
@@ -149,7 +161,9 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
             })
             .collect();
         let mcp: Vec<_> = servers.iter().map(|s| server_json(&s.name)).collect();
-        let out = json!({"plugins": plugins, "mcp_servers": mcp, "problems": registry.problems()});
+        let mut problems = registry.problems();
+        problems.extend(unlisted.iter().map(|p| (*p).clone()));
+        let out = json!({"plugins": plugins, "mcp_servers": mcp, "problems": problems});
         outln!("{}", crate::term::json_pretty(&out));
     } else {
         for p in &registry.plugins() {
@@ -197,7 +211,11 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         for server in &servers {
             let info = server_json(&server.name);
             match info["problem"].as_str() {
-                Some(problem) => errln!("mcp server {} [error]\n  {problem}", server.name),
+                Some(problem) => errln!(
+                    "mcp server {} [error]\n  sandbox:    {}\n  {problem}",
+                    server.name,
+                    crate::plugins::mcp_client::sandbox_word(server)
+                ),
                 None => {
                     outln!("mcp server {} [ok]", server.name);
                     outln!(
@@ -214,6 +232,9 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                     }
                 }
             }
+        }
+        for problem in &unlisted {
+            errln!("mcp server [error]\n  {}", problem.message);
         }
         for problem in registry.problems() {
             let who = problem.plugin.as_deref().unwrap_or("manifest");

@@ -236,8 +236,11 @@ const USER_TEMPLATE: &str = r#"# Capstan's settings. Every line is commented out
 # [[mcp_server]]
 # name = "files"
 # command = "npx"
-# args = ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]
+# args = ["-y", "@modelcontextprotocol/server-filesystem"]
 # risk = "read_only"
+# # It runs in the OS sandbox: what it may see and reach (sandbox = false: unconfined).
+# workspace = "read"            # none (default) | read | write
+# network_presets = ["npm"]     # npx fetches the package; or network = ["host", ...]
 "#;
 
 pub async fn init(global: &GlobalArgs, _args: InitArgs) -> Result<ExitCode> {
