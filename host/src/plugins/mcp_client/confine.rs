@@ -140,23 +140,24 @@ pub async fn spawn(
     env: Vec<(String, String)>,
     side: &ClientSide,
 ) -> Result<Confined, String> {
-    let access = match workspace {
-        Some(_) => entry.workspace,
-        None => WorkspaceAccess::None,
+    // The server's root: the workspace when the entry grants it, otherwise
+    // an empty private directory (also when the run has no workspace).
+    let (access, shared) = match workspace {
+        Some(ws) if entry.workspace != WorkspaceAccess::None => (entry.workspace, Some(ws)),
+        _ => (WorkspaceAccess::None, None),
     };
-    let private_cwd = match access {
-        WorkspaceAccess::None => Some(
-            tempfile::Builder::new()
+    let mut private_cwd = None;
+    let root: PathBuf = match shared {
+        Some(ws) => ws.to_path_buf(),
+        None => {
+            let dir = tempfile::Builder::new()
                 .prefix("capstan-mcp-cwd-")
                 .tempdir()
-                .map_err(|e| format!("cannot make a private directory for it: {e}"))?,
-        ),
-        _ => None,
-    };
-    let root: PathBuf = match (&private_cwd, workspace) {
-        (Some(dir), _) => dir.path().to_path_buf(),
-        (None, Some(ws)) => ws.to_path_buf(),
-        (None, None) => unreachable!("no workspace means a private directory"),
+                .map_err(|e| format!("cannot make a private directory for it: {e}"))?;
+            let path = dir.path().to_path_buf();
+            private_cwd = Some(dir);
+            path
+        }
     };
     // An absolute program path is resolved on the host: inside the view only
     // its real location may exist (`a/b/../c` needs `a/b`, which may not).
