@@ -1997,6 +1997,8 @@ name = "every"
 command = {everything:?}
 risk = "read_only"
 timeout_secs = 120
+# Roots are offered only to a server the workspace is granted to.
+workspace = "read"
 {read}
 "#,
         fs = third_party_bin("mcp-server-filesystem"),
