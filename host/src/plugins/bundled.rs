@@ -37,7 +37,7 @@ mod tests {
             let bytes = super::component(name).unwrap_or_default();
             assert_eq!(
                 super::sha256(name),
-                Some(crate::plugins::manifest::sha256_hex(bytes).as_str()),
+                Some(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes)).as_str()),
                 "{name}"
             );
         }
