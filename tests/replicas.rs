@@ -235,8 +235,17 @@ async fn a_run_started_on_a_is_streamed_from_b_approved_through_c_and_cancelled_
     let mut seen_c = Vec::new();
     on_c.rest(&mut seen_c).await;
     assert_follows(&seen_c, &seen_a);
-    let (_, run) = get(&c, &format!("/v1/runs/{run_id}")).await;
-    assert_eq!(run["status"], "cancelled");
+    // The owner stores the run's status just after its last event, so a
+    // client that saw `run.cancelled` may read `running` for a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let run = loop {
+        let (_, run) = get(&c, &format!("/v1/runs/{run_id}")).await;
+        if run["status"] != "running" || std::time::Instant::now() > deadline {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(run["status"], "cancelled", "{run}");
     let (s, _) = post(&b, &format!("/v1/runs/{run_id}/cancel"), json!({})).await;
     assert_eq!(s, 409, "an ended run cannot be cancelled from any replica");
 }
