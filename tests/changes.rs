@@ -495,6 +495,19 @@ fn a_plugin_write_its_input_does_not_name_is_seen_and_never_falsely_undone() {
     );
 }
 
+/// Runs git in `ws` (with a throw-away identity), asserts it succeeded and
+/// returns its stdout.
+fn git_in(ws: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(ws)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 /// Inside a git repository, capture and undo work on the files alone: the
 /// index (staging area) is byte for byte what it was, and after undo git
 /// sees a clean tree.
@@ -502,16 +515,7 @@ fn a_plugin_write_its_input_does_not_name_is_seen_and_never_falsely_undone() {
 fn undo_inside_a_git_repo_never_touches_the_index() {
     let home = Home::new("");
     let (_d, ws) = workspace();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-            .args(args)
-            .current_dir(&ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
-        text(&out.stdout)
-    };
+    let git = |args: &[&str]| git_in(&ws, args);
     git(&["init", "-q"]);
     std::fs::write(ws.join("a.txt"), "one\n").unwrap();
     git(&["add", "a.txt"]);
@@ -558,13 +562,7 @@ fn a_read_only_command_runs_on_a_read_only_workspace_and_makes_no_change_set() {
     let home = Home::new("");
     let (_d, ws) = workspace();
     let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-            .args(args)
-            .current_dir(&ws)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        git_in(&ws, args);
     };
     git(&["init", "-q"]);
     std::fs::write(ws.join("a.txt"), "one\n").unwrap();
