@@ -233,6 +233,10 @@ delegate! {
     /// Ends a run once (terminal status, reason, final usage totals) and
     /// drops its lease.
     fn finish_run(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>) -> Result<()>;
+    /// [`Store::finish_run`] that also appends the run's last events (its
+    /// terminal event) in the same transaction, so no reader sees the one
+    /// without the other. On an error nothing is stored.
+    fn finish_run_with_events(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>, last: &[EventRecord]) -> Result<()>;
     /// The run with this id; `None` when there is none.
     fn get_run(&self, id: &str) -> Result<Option<Run>>;
     /// The `limit` most recent runs, newest first.

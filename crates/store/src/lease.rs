@@ -68,7 +68,7 @@ impl SqliteStore {
                 .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
                 .map_err(|e| self.sql(e))?;
             let seq = crate::to_u64(next);
-            self.insert_event_pub(c, run_id, seq, next, ts, kind, &json(seq))?;
+            self.insert_event(c, run_id, seq, next, ts, kind, &json(seq))?;
             Ok(seq)
         })?;
         self.notifier.bump();

@@ -6,7 +6,8 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
 use crate::{
-    Durability, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner, to_i64, to_u64,
+    Durability, EventRecord, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner,
+    to_i64, to_u64,
 };
 
 const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
@@ -90,6 +91,20 @@ impl SqliteStore {
         reason: Option<&str>,
         usage: Option<Usage>,
     ) -> Result<()> {
+        self.finish_run_with_events(id, status, reason, usage, &[])
+    }
+
+    /// [`SqliteStore::finish_run`] that also appends the run's last events
+    /// in the same transaction: a reader sees them and the terminal status
+    /// together, or neither. Nothing is stored when the run cannot end.
+    pub fn finish_run_with_events(
+        &self,
+        id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+        last: &[EventRecord],
+    ) -> Result<()> {
         if status == RunStatus::Running {
             return Err(StoreError::InvalidArgument(format!(
                 "finish_run({id}) needs a terminal status, not running"
@@ -134,6 +149,7 @@ impl SqliteStore {
                 ),
                 None => (old_in, old_out, old_cost),
             };
+            self.insert_batch(c, last)?;
             c.prepare_cached(
                 "UPDATE runs SET status = ?2, reason = ?3, ended_at = ?4,
                      lease_owner = NULL, lease_expires_at = NULL, input_tokens = ?5, output_tokens = ?6, cost_usd = ?7
@@ -158,7 +174,11 @@ impl SqliteStore {
                 new_out - old_out,
                 new_cost - old_cost,
             )
-        })
+        })?;
+        if !last.is_empty() {
+            self.notifier.bump();
+        }
+        Ok(())
     }
 
     pub fn get_run(&self, id: &str) -> Result<Option<Run>> {

@@ -736,6 +736,117 @@ fn event_writer_batches_and_reports_errors_at_flush(kind: Kind) {
     assert_eq!(store.events(&run.id).unwrap().len(), 5_100);
 }
 
+fn ended(run: &str, seq: u64) -> EventRecord {
+    EventRecord {
+        run_id: run.into(),
+        seq,
+        ts: "2026-01-01T00:00:00.000Z".into(),
+        kind: "run.completed".into(),
+        json: serde_json::json!({
+            "seq": seq, "run_id": run, "ts": "2026-01-01T00:00:00.000Z",
+            "type": "run.completed", "usage": {"input_tokens": 1, "output_tokens": 2},
+        })
+        .to_string(),
+    }
+}
+
+fn kinds(store: &Store, run: &str) -> Vec<String> {
+    store
+        .events(run)
+        .unwrap()
+        .iter()
+        .map(|j| serde_json::from_str::<serde_json::Value>(j).unwrap()["type"].to_string())
+        .collect()
+}
+
+/// A reader on another handle (another replica) never sees a run's terminal
+/// event while the run still reads `running`: the writer holds the event back
+/// until `finish` stores it with the status, in one transaction.
+fn a_run_ends_with_its_terminal_event_in_one_transaction(kind: Kind) {
+    let (db, store) = fresh(kind);
+    let store = Arc::new(store);
+    let other = reopen(&db);
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let writer = EventWriter::new(store.clone());
+    for seq in 0..3 {
+        writer.push(event(&run.id, seq)).unwrap();
+    }
+    writer.push(ended(&run.id, 3)).unwrap();
+    let seen = other
+        .wait_events(&run.id, Some(2), std::time::Duration::from_millis(500))
+        .unwrap();
+    assert!(
+        seen.is_empty(),
+        "the terminal event was stored early: {seen:?}"
+    );
+    assert_eq!(other.events(&run.id).unwrap().len(), 3);
+    assert_eq!(
+        other.get_run(&run.id).unwrap().unwrap().status,
+        RunStatus::Running
+    );
+
+    let usage = Usage {
+        input_tokens: 1,
+        output_tokens: 2,
+        ..Usage::default()
+    };
+    writer
+        .finish(&run.id, RunStatus::Completed, None, Some(usage))
+        .unwrap();
+    assert_eq!(kinds(&other, &run.id).last().unwrap(), "\"run.completed\"");
+    let got = other.get_run(&run.id).unwrap().unwrap();
+    assert_eq!(got.status, RunStatus::Completed);
+    assert_eq!(got.usage.output_tokens, 2);
+
+    // Ended elsewhere first (another replica interrupted it): the finish is
+    // refused and the held event is still kept.
+    let run2 = store.start_run(&s.id, "m").unwrap();
+    writer.push(ended(&run2.id, 0)).unwrap();
+    other
+        .finish_run(
+            &run2.id,
+            RunStatus::Interrupted,
+            Some("lease-expired"),
+            None,
+        )
+        .unwrap();
+    let err = writer
+        .finish(&run2.id, RunStatus::Completed, None, None)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::RunNotRunning { .. }), "{err}");
+    assert_eq!(store.events(&run2.id).unwrap().len(), 1);
+    assert_eq!(
+        store.get_run(&run2.id).unwrap().unwrap().status,
+        RunStatus::Interrupted
+    );
+
+    // A flush stores what is held, as it is (callers that end runs another way).
+    let run3 = store.start_run(&s.id, "m").unwrap();
+    writer.push(ended(&run3.id, 0)).unwrap();
+    writer.flush().unwrap();
+    assert_eq!(store.events(&run3.id).unwrap().len(), 1);
+    assert_eq!(
+        store.get_run(&run3.id).unwrap().unwrap().status,
+        RunStatus::Running
+    );
+
+    // All or nothing: a bad last event leaves the run running and stores nothing.
+    let run4 = store.start_run(&s.id, "m").unwrap();
+    let mut bad = ended(&run4.id, 0);
+    bad.json = "{truncated".into();
+    assert!(
+        store
+            .finish_run_with_events(&run4.id, RunStatus::Completed, None, None, &[bad])
+            .is_err()
+    );
+    assert!(store.events(&run4.id).unwrap().is_empty());
+    assert_eq!(
+        store.get_run(&run4.id).unwrap().unwrap().status,
+        RunStatus::Running
+    );
+}
+
 // ---- approvals ----
 
 fn approvals_round_trip(kind: Kind) {
@@ -1216,6 +1327,7 @@ both!(
     event_seq_is_unique_and_batches_are_atomic,
     completed_responses_coalesce_their_deltas,
     event_writer_batches_and_reports_errors_at_flush,
+    a_run_ends_with_its_terminal_event_in_one_transaction,
     approvals_round_trip,
     deleting_a_session_erases_the_conversation_and_keeps_the_audit,
     sessions_are_found_by_title_or_by_what_was_said,

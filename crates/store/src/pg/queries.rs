@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Row, Transaction};
+use tokio_postgres::{Row, Statement, Transaction};
 
 use super::{PgStore, wait};
 use crate::error::{Result, StoreError};
@@ -723,6 +723,17 @@ impl PgStore {
         reason: Option<&str>,
         usage: Option<Usage>,
     ) -> Result<()> {
+        self.finish_run_with_events(id, status, reason, usage, &[])
+    }
+
+    pub(crate) fn finish_run_with_events(
+        &self,
+        id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+        last: &[EventRecord],
+    ) -> Result<()> {
         if status == RunStatus::Running {
             return Err(StoreError::InvalidArgument(format!(
                 "finish_run({id}) needs a terminal status, not running"
@@ -730,6 +741,8 @@ impl PgStore {
         }
         let mut c = self.conn()?;
         wait(async {
+            let insert = c.statement(INSERT_EVENT).await?;
+            let coalesce = c.statement(COALESCE).await?;
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
             let current = tx
                 .query_opt(
@@ -758,6 +771,7 @@ impl PgStore {
                 ),
                 None => (old_in, old_out, old_cost),
             };
+            self.insert_batch(&tx, &insert, &coalesce, last).await?;
             tx.execute(
                 "UPDATE runs SET status = $2, reason = $3, ended_at = $4,
                      lease_owner = NULL, lease_expires_at = NULL,
@@ -936,11 +950,31 @@ impl PgStore {
         if batch.is_empty() {
             return Ok(());
         }
+        let mut c = self.conn()?;
+        wait(async {
+            let insert = c.statement(INSERT_EVENT).await?;
+            let coalesce = c.statement(COALESCE).await?;
+            let tx = self.event_tx(&mut c).await?;
+            self.insert_batch(&tx, &insert, &coalesce, batch).await?;
+            tx.commit().await.map_err(|e| self.err(e))
+        })
+    }
+
+    /// Inserts `batch` in the caller's transaction, leaving out the deltas a
+    /// completed response later in the batch replaces, then deletes the
+    /// deltas each stored completed response replaces (see
+    /// [`crate::coalesce`]).
+    async fn insert_batch(
+        &self,
+        tx: &Transaction<'_>,
+        insert: &Statement,
+        coalesce: &Statement,
+        batch: &[EventRecord],
+    ) -> Result<()> {
         let seqs = batch
             .iter()
             .map(|e| seq_i64(e.seq))
             .collect::<Result<Vec<_>>>()?;
-        // A delta whose completed response is in this batch is never written.
         let superseded = crate::coalesce::superseded(batch);
         let kept: Vec<(&EventRecord, &i64)> = batch
             .iter()
@@ -961,30 +995,23 @@ impl PgStore {
                 ]
             })
             .collect();
-        let completed: Vec<[&(dyn ToSql + Sync); 2]> = kept
+        // Pipelined: the whole batch goes out without waiting for each
+        // answer. After a failure the rest fail too (aborted transaction);
+        // the first failure in batch order is the cause.
+        let results =
+            futures_util::future::join_all(params.iter().map(|p| tx.execute(insert, p))).await;
+        for (r, (e, _)) in results.into_iter().zip(&kept) {
+            r.map_err(|err| self.event_error(err, &e.run_id, e.seq, &e.kind))?;
+        }
+        for (e, s) in kept
             .iter()
             .filter(|(e, _)| e.kind == crate::coalesce::COMPLETED)
-            .map(|(e, s)| [&e.run_id as &(dyn ToSql + Sync), *s])
-            .collect();
-        let mut c = self.conn()?;
-        wait(async {
-            let insert = c.statement(INSERT_EVENT).await?;
-            let coalesce = c.statement(COALESCE).await?;
-            let tx = self.event_tx(&mut c).await?;
-            // Pipelined: the whole batch goes out without waiting for each
-            // answer. After a failure the rest fail too (aborted
-            // transaction); the first failure in batch order is the cause.
-            let results =
-                futures_util::future::join_all(params.iter().map(|p| tx.execute(&insert, p))).await;
-            for (r, (e, _)) in results.into_iter().zip(&kept) {
-                r.map_err(|err| self.event_error(err, &e.run_id, e.seq, &e.kind))?;
-            }
-            // Then the deltas each completed response replaces (see crate::coalesce).
-            for p in &completed {
-                tx.execute(&coalesce, p).await.map_err(|e| self.err(e))?;
-            }
-            tx.commit().await.map_err(|e| self.err(e))
-        })
+        {
+            tx.execute(coalesce, &[&e.run_id as &(dyn ToSql + Sync), *s])
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
     }
 
     pub(crate) fn events(&self, run_id: &str) -> Result<Vec<String>> {
