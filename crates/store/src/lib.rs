@@ -136,7 +136,7 @@ pub use error::{Result, StoreError};
 pub use events::EventWriter;
 pub use handle::{Backend, Store};
 pub use id::new_id;
-pub use lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
+pub use lease::{Ending, LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
 pub use model::{
     Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
     Session, SessionDeletion, Turn, Usage, Workspace,

@@ -462,13 +462,13 @@ fn mark_interrupted_runs_spares_live_owners(kind: Kind) {
         .finish_run(&finished.id, RunStatus::Completed, None, None)
         .unwrap();
 
-    assert!(mine.mark_interrupted_runs().unwrap().is_empty());
-    assert!(neighbour.mark_interrupted_runs().unwrap().is_empty());
+    assert!(mine.mark_interrupted_runs(None).unwrap().is_empty());
+    assert!(neighbour.mark_interrupted_runs(None).unwrap().is_empty());
 
     // The neighbour goes away without finishing its run.
     drop(neighbour);
     assert_eq!(
-        mine.mark_interrupted_runs().unwrap(),
+        mine.mark_interrupted_runs(None).unwrap(),
         vec![their_run.id.clone()]
     );
     let r = mine.get_run(&their_run.id).unwrap().unwrap();
@@ -476,7 +476,7 @@ fn mark_interrupted_runs_spares_live_owners(kind: Kind) {
     assert_eq!(r.reason.as_deref(), Some(capstan_store::INTERRUPTED_REASON));
     assert!(r.ended_at.is_some());
     // Idempotent, and our own run is still running and can finish.
-    assert!(mine.mark_interrupted_runs().unwrap().is_empty());
+    assert!(mine.mark_interrupted_runs(None).unwrap().is_empty());
     assert_eq!(
         mine.get_run(&own_run.id).unwrap().unwrap().status,
         RunStatus::Running
@@ -509,7 +509,7 @@ fn runs_without_owner_count_as_interrupted() {
     .unwrap();
     drop(raw);
     let store = reopen_file(&dir);
-    assert_eq!(store.mark_interrupted_runs().unwrap(), ["run_old"]);
+    assert_eq!(store.mark_interrupted_runs(None).unwrap(), ["run_old"]);
 }
 
 // ---- events ----
@@ -845,6 +845,49 @@ fn a_run_ends_with_its_terminal_event_in_one_transaction(kind: Kind) {
         store.get_run(&run4.id).unwrap().unwrap().status,
         RunStatus::Running
     );
+}
+
+/// One message at a time per session, across handles (processes, replicas):
+/// of eight exclusive starts racing on four handles, exactly one wins.
+fn a_session_runs_one_exclusive_run_at_a_time(kind: Kind) {
+    let (db, store) = fresh(kind);
+    let s = store.create_session("s", None).unwrap();
+    let first = store.start_run_exclusive(&s.id, "m").unwrap();
+    let err = store.start_run_exclusive(&s.id, "m").unwrap_err();
+    assert!(err.to_string().contains("cancel"), "{err}");
+    match err {
+        StoreError::SessionBusy { run_id, .. } => assert_eq!(run_id, first.id),
+        other => panic!("expected SessionBusy, got {other:?}"),
+    }
+    // Another session is not held up.
+    let t = store.create_session("t", None).unwrap();
+    store.start_run_exclusive(&t.id, "m").unwrap();
+    store
+        .finish_run(&first.id, RunStatus::Completed, None, None)
+        .unwrap();
+    let second = store.start_run_exclusive(&s.id, "m").unwrap();
+    store
+        .finish_run(&second.id, RunStatus::Cancelled, None, None)
+        .unwrap();
+
+    let handles: Vec<Arc<Store>> = (0..4).map(|_| Arc::new(reopen(&db))).collect();
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let h = handles[i % 4].clone();
+            let (barrier, sid) = (barrier.clone(), s.id.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                h.start_run_exclusive(&sid, "m")
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let won = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(won, 1, "{results:?}");
+    for r in results.iter().filter(|r| r.is_err()) {
+        assert!(matches!(r, Err(StoreError::SessionBusy { .. })), "{r:?}");
+    }
 }
 
 // ---- approvals ----
@@ -1328,6 +1371,7 @@ both!(
     completed_responses_coalesce_their_deltas,
     event_writer_batches_and_reports_errors_at_flush,
     a_run_ends_with_its_terminal_event_in_one_transaction,
+    a_session_runs_one_exclusive_run_at_a_time,
     approvals_round_trip,
     deleting_a_session_erases_the_conversation_and_keeps_the_audit,
     sessions_are_found_by_title_or_by_what_was_said,

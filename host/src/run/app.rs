@@ -148,19 +148,14 @@ impl App {
         let store = Arc::new(crate::run::lease::open_store(&dirs, &config.store)?);
         // Housekeeping, not news: the command at hand is usually unrelated
         // (the runs list shows them as `interrupted`).
-        if let Ok(ids) = store.mark_interrupted_runs()
+        // Shared with replicas, whose streams wait for a terminal event: on
+        // PostgreSQL each run gets one, in the same transaction.
+        let ending: capstan_store::Ending<'_> =
+            &|run, seq| crate::run::lease::ending(run, seq, crate::run::lease::Ended::ProcessGone);
+        let shared = store.backend() == capstan_store::Backend::Postgres;
+        if let Ok(ids) = store.mark_interrupted_runs(shared.then_some(ending))
             && !ids.is_empty()
         {
-            // Shared with replicas, whose streams wait for a terminal event.
-            if store.backend() == capstan_store::Backend::Postgres {
-                for id in &ids {
-                    crate::run::lease::end_interrupted(
-                        &store,
-                        id,
-                        crate::run::lease::Ended::ProcessGone,
-                    );
-                }
-            }
             tracing::info!(
                 "marked {} run(s) from an earlier process as interrupted",
                 ids.len()
@@ -422,7 +417,11 @@ impl App {
                 content: t.content,
             })
             .collect();
-        let run = self.store.start_run(&session.id, &self.model.id())?;
+        // One message at a time per session, whichever process or replica
+        // started the other.
+        let run = self
+            .store
+            .start_run_exclusive(&session.id, &self.model.id())?;
         // The user's turn is committed before anything runs: a crash loses no turn.
         self.store
             .add_turn(&session.id, Some(&run.id), Role::User, &req.message)?;

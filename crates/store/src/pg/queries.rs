@@ -13,12 +13,15 @@ use tokio_postgres::{Row, Statement, Transaction};
 
 use super::{PgStore, wait};
 use crate::error::{Result, StoreError};
-use crate::lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent, check_ttl, lease_held};
+use crate::lease::{
+    Ending, LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent, check_ttl, checked_ending, lease_held,
+};
 use crate::workspaces::canonical_root;
 use crate::{
     Approval, EventRecord, INTERRUPTED_REASON, NewApproval, Profile, Role, Run, RunStatus, Session,
     SessionDeletion, Turn, Usage, Workspace, limit, new_id, now_rfc3339, to_i64, to_u64,
 };
+use capstan_protocol::event::RUN_ENDING;
 
 const WS_COLUMNS: &str =
     "id, root_path, name, policy_profile, profile_set, policy_json::text, created_at";
@@ -677,6 +680,14 @@ impl PgStore {
     // ---- Runs
 
     pub(crate) fn start_run(&self, session_id: &str, model: &str) -> Result<Run> {
+        self.insert_run(session_id, model, false)
+    }
+
+    pub(crate) fn start_run_exclusive(&self, session_id: &str, model: &str) -> Result<Run> {
+        self.insert_run(session_id, model, true)
+    }
+
+    fn insert_run(&self, session_id: &str, model: &str, exclusive: bool) -> Result<Run> {
         let run = Run {
             id: new_id("run"),
             session_id: session_id.to_owned(),
@@ -690,8 +701,24 @@ impl PgStore {
         let mut c = self.conn()?;
         wait(async {
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
-            self.require(&tx, "sessions", "session", session_id, false)
+            // Locking the session's row serialises exclusive starts of one
+            // session across replicas: the second sees the first's run.
+            self.require(&tx, "sessions", "session", session_id, exclusive)
                 .await?;
+            if exclusive
+                && let Some(row) = tx
+                    .query_opt(
+                        "SELECT id FROM runs WHERE session_id = $1 AND status = 'running' LIMIT 1",
+                        &[&session_id],
+                    )
+                    .await
+                    .map_err(|e| self.err(e))?
+            {
+                return Err(StoreError::SessionBusy {
+                    id: session_id.to_owned(),
+                    run_id: row.get(0),
+                });
+            }
             tx.execute(
                 "INSERT INTO runs (id, session_id, status, model, owner, started_at)
                  VALUES ($1, $2, 'running', $3, $4, $5)",
@@ -824,7 +851,7 @@ impl PgStore {
         rows.iter().map(|r| self.run(r)).collect()
     }
 
-    pub(crate) fn mark_interrupted_runs(&self) -> Result<Vec<String>> {
+    pub(crate) fn mark_interrupted_runs(&self, ending: Option<Ending<'_>>) -> Result<Vec<String>> {
         let owners: Vec<Option<String>> = {
             let c = self.conn()?;
             wait(c.query(
@@ -869,10 +896,48 @@ impl PgStore {
                         .map(|r| (r.get::<_, String>(1), r.get::<_, String>(0))),
                 );
             }
-            tx.commit().await.map_err(|e| self.err(e))?;
             ids.sort();
-            Ok(ids.into_iter().map(|(_, id)| id).collect())
+            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
+            if let Some(ending) = ending {
+                for id in &ids {
+                    self.append_ending(&tx, id, ending).await?;
+                }
+            }
+            tx.commit().await.map_err(|e| self.err(e))?;
+            Ok(ids)
         })
+    }
+
+    /// Appends `ending`'s event at the run's next seq in `tx` (whose update
+    /// holds the run's row), unless the run's stream already ends with a
+    /// terminal event (one is all).
+    async fn append_ending(
+        &self,
+        tx: &Transaction<'_>,
+        run_id: &str,
+        ending: Ending<'_>,
+    ) -> Result<()> {
+        let last = tx
+            .query_opt(
+                "SELECT seq, type FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| self.err(e))?;
+        let last: Option<(i64, String)> = last.map(|r| (r.get(0), r.get(1)));
+        if last
+            .as_ref()
+            .is_some_and(|(_, kind)| RUN_ENDING.contains(&kind.as_str()))
+        {
+            return Ok(());
+        }
+        let next = last.map_or(0, |(seq, _)| seq + 1);
+        let seq = crate::to_u64(next);
+        let e = checked_ending(ending, run_id, seq)?;
+        tx.execute(INSERT_EVENT, &[&e.run_id, &next, &e.ts, &e.kind, &e.json])
+            .await
+            .map_err(|err| self.event_error(err, run_id, seq, &e.kind))?;
+        Ok(())
     }
 
     // ---- Events
@@ -1177,22 +1242,37 @@ impl PgStore {
         })
     }
 
-    pub(crate) fn interrupt_expired_leases(&self) -> Result<Vec<String>> {
-        let c = self.conn()?;
-        let rows = wait(c.query(
-            "UPDATE runs SET status = 'interrupted', reason = $1, ended_at = $2,
-                 lease_owner = NULL, lease_expires_at = NULL
-             WHERE status = 'running' AND lease_expires_at < now()
-             RETURNING id, started_at",
-            &[&LEASE_EXPIRED_REASON, &now_rfc3339()],
-        ))
-        .map_err(|e| self.err(e))?;
-        let mut ids: Vec<(String, String)> = rows
-            .iter()
-            .map(|r| (r.get::<_, String>(1), r.get::<_, String>(0)))
-            .collect();
-        ids.sort();
-        Ok(ids.into_iter().map(|(_, id)| id).collect())
+    pub(crate) fn interrupt_expired_leases(
+        &self,
+        ending: Option<Ending<'_>>,
+    ) -> Result<Vec<String>> {
+        let mut c = self.conn()?;
+        wait(async {
+            let tx = c.transaction().await.map_err(|e| self.err(e))?;
+            let rows = tx
+                .query(
+                    "UPDATE runs SET status = 'interrupted', reason = $1, ended_at = $2,
+                         lease_owner = NULL, lease_expires_at = NULL
+                     WHERE status = 'running' AND lease_expires_at < now()
+                     RETURNING id, started_at",
+                    &[&LEASE_EXPIRED_REASON, &now_rfc3339()],
+                )
+                .await
+                .map_err(|e| self.err(e))?;
+            let mut ids: Vec<(String, String)> = rows
+                .iter()
+                .map(|r| (r.get::<_, String>(1), r.get::<_, String>(0)))
+                .collect();
+            ids.sort();
+            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
+            if let Some(ending) = ending {
+                for id in &ids {
+                    self.append_ending(&tx, id, ending).await?;
+                }
+            }
+            tx.commit().await.map_err(|e| self.err(e))?;
+            Ok(ids)
+        })
     }
 
     // ---- Approvals
