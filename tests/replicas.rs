@@ -166,6 +166,17 @@ async fn a_run_started_on_a_is_streamed_from_b_approved_through_c_and_cancelled_
         );
     }
 
+    // The session runs one message at a time on every replica: B refuses a
+    // second message for it, naming the run in progress.
+    let (s, busy) = post(
+        &b,
+        "/v1/runs",
+        json!({"message": "How are releases signed?", "session_id": session_id}),
+    )
+    .await;
+    assert_eq!(s, 409, "{busy}");
+    assert!(busy.to_string().contains(&run_id), "{busy}");
+
     // Approved through C, which does not run it: the decision reaches A.
     let (s, ok) = post(
         &c,
