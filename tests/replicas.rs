@@ -127,6 +127,87 @@ async fn post(server: &Server, path: &str, body: Value) -> (u16, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// An AG-UI request; the events it streams, to the end.
+async fn agui(server: &Server, body: Value) -> Vec<Value> {
+    let resp = server
+        .client()
+        .post(server.url("/agui"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let mut events = Vec::new();
+    SseReader::new(resp).rest(&mut events).await;
+    events
+}
+
+/// An AG-UI client behind a load balancer: its run ends in an interrupt on
+/// A, and its `resume` lands on B, which forwards the decision to A and
+/// streams the rest of the run from the store.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agui_interrupt_raised_on_a_is_answered_by_a_resume_sent_to_b() {
+    let url = pg::Cluster::shared().fresh_database();
+    let ws = handbook();
+    let (_ha, a) = replica(&url, ws.path());
+    let (_hb, b) = replica(&url, ws.path());
+    let forwarded = json!({"workspace": ws.path()});
+    let first = agui(
+        &a,
+        json!({"threadId": "t-lb", "runId": "r1", "forwardedProps": forwarded,
+               "messages": [{"id": "m1", "role": "user", "content": "run `make check`"}]}),
+    )
+    .await;
+    let finished = first.last().unwrap();
+    assert_eq!(finished["outcome"]["type"], "interrupt", "{first:?}");
+    let id = finished["outcome"]["interrupts"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // An interrupt no run asked for is refused on B as on A.
+    let resp = b
+        .client()
+        .post(b.url("/agui"))
+        .json(&json!({"threadId": "t-lb", "runId": "r2", "resume": [
+            {"interruptId": "apr_nobody", "status": "resolved", "payload": {"decision": "approved"}}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+
+    let second = agui(
+        &b,
+        json!({"threadId": "t-lb", "runId": "r2", "forwardedProps": forwarded,
+               "resume": [{"interruptId": id, "status": "resolved",
+                           "payload": {"decision": "approved"}}]}),
+    )
+    .await;
+    let kinds: Vec<&str> = second.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"RUN_STARTED"), "{kinds:?}");
+    let finished = second.last().unwrap();
+    assert_eq!(finished["type"], "RUN_FINISHED", "{kinds:?}");
+    assert_eq!(finished["outcome"]["type"], "success", "{second:?}");
+    let raw: Vec<&Value> = second
+        .iter()
+        .filter(|e| e["type"] == "RAW")
+        .map(|e| &e["event"])
+        .collect();
+    assert!(
+        raw.iter()
+            .any(|e| e["type"] == "approval.decided" && e["decision"] == "approved"),
+        "{raw:?}"
+    );
+    assert!(raw.iter().any(|e| e["type"] == "terminal.step"), "{raw:?}");
+    let run_id = raw
+        .iter()
+        .find_map(|e| e["run_id"].as_str())
+        .unwrap()
+        .to_string();
+    let (_, run) = get(&a, &format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_started_on_a_is_streamed_from_b_approved_through_c_and_cancelled_through_b() {
     let url = pg::Cluster::shared().fresh_database();

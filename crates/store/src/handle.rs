@@ -245,6 +245,9 @@ delegate! {
     fn finish_run_with_events(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>, last: &[EventRecord]) -> Result<()>;
     /// The run with this id; `None` when there is none.
     fn get_run(&self, id: &str) -> Result<Option<Run>>;
+    /// The `running` run that requested approval `approval_id` (its
+    /// `approval.requested` event), if any; reads only running runs' events.
+    fn running_run_with_approval(&self, approval_id: &str) -> Result<Option<Run>>;
     /// The `limit` most recent runs, newest first.
     fn list_runs(&self, session_id: Option<&str>, limit: usize) -> Result<Vec<Run>>;
     /// Marks `interrupted` (reason `process-exited`) the `running` runs

@@ -216,6 +216,24 @@ impl SqliteStore {
         })
     }
 
+    /// The `running` run whose stream has requested approval `approval_id`
+    /// (an `approval.requested` event), if any: how a replica that does not
+    /// run it finds the run an answer is for. Reads only running runs'
+    /// events.
+    pub fn running_run_with_approval(&self, approval_id: &str) -> Result<Option<Run>> {
+        self.with_conn(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM runs WHERE status = 'running' AND id IN (
+                     SELECT e.run_id FROM events e JOIN runs r ON r.id = e.run_id
+                     WHERE r.status = 'running' AND e.type = 'approval.requested'
+                         AND json_extract(e.json, '$.approval_id') = ?1)
+                 LIMIT 1"
+            ))
+            .and_then(|mut s| s.query_row([approval_id], from_row).optional())
+            .map_err(|e| self.sql(e))
+        })
+    }
+
     /// The `limit` most recent runs, newest first; of one session when
     /// `session_id` is given, of all sessions otherwise.
     pub fn list_runs(&self, session_id: Option<&str>, limit: usize) -> Result<Vec<Run>> {

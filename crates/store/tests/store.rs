@@ -890,6 +890,42 @@ fn a_session_runs_one_exclusive_run_at_a_time(kind: Kind) {
     }
 }
 
+/// A replica that does not run a run finds it by an approval it asked for,
+/// only while it runs.
+fn a_running_run_is_found_by_the_approval_it_asked_for(kind: Kind) {
+    let (_db, store) = fresh(kind);
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let other = store.start_run(&s.id, "m").unwrap();
+    let asked = |run_id: &str, seq: u64, approval: &str| {
+        let json = serde_json::json!({
+            "seq": seq, "run_id": run_id, "ts": "2026-01-01T00:00:00.000Z",
+            "type": "approval.requested", "approval_id": approval,
+        })
+        .to_string();
+        store
+            .append_event(
+                run_id,
+                seq,
+                "2026-01-01T00:00:00.000Z",
+                "approval.requested",
+                &json,
+            )
+            .unwrap();
+    };
+    asked(&run.id, 0, "apr_one");
+    asked(&other.id, 0, "apr_two");
+    let found = |a: &str| store.running_run_with_approval(a).unwrap().map(|r| r.id);
+    assert_eq!(found("apr_one"), Some(run.id.clone()));
+    assert_eq!(found("apr_two"), Some(other.id.clone()));
+    assert_eq!(found("apr_none"), None);
+    assert_eq!(found("apr_%"), None);
+    store
+        .finish_run(&run.id, RunStatus::Completed, None, None)
+        .unwrap();
+    assert_eq!(found("apr_one"), None);
+}
+
 // ---- approvals ----
 
 fn approvals_round_trip(kind: Kind) {
@@ -1372,6 +1408,7 @@ both!(
     event_writer_batches_and_reports_errors_at_flush,
     a_run_ends_with_its_terminal_event_in_one_transaction,
     a_session_runs_one_exclusive_run_at_a_time,
+    a_running_run_is_found_by_the_approval_it_asked_for,
     approvals_round_trip,
     deleting_a_session_erases_the_conversation_and_keeps_the_audit,
     sessions_are_found_by_title_or_by_what_was_said,

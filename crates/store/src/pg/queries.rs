@@ -838,6 +838,22 @@ impl PgStore {
         row.map(|r| self.run(&r)).transpose()
     }
 
+    pub(crate) fn running_run_with_approval(&self, approval_id: &str) -> Result<Option<Run>> {
+        let c = self.conn()?;
+        let row = wait(c.query_opt(
+            &format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running' AND id IN (
+                     SELECT e.run_id FROM events e JOIN runs r ON r.id = e.run_id
+                     WHERE r.status = 'running' AND e.type = 'approval.requested'
+                         AND e.json->>'approval_id' = $1)
+                 LIMIT 1"
+            ),
+            &[&approval_id],
+        ))
+        .map_err(|e| self.err(e))?;
+        row.map(|r| self.run(&r)).transpose()
+    }
+
     pub(crate) fn list_runs(&self, session_id: Option<&str>, n: usize) -> Result<Vec<Run>> {
         let c = self.conn()?;
         let rows = wait(c.query(

@@ -110,7 +110,11 @@ pub async fn run(
             .await?;
         runs.bind_thread(&input.thread_id, &started.run.session_id);
         let mapper = Mapper::new(&input, &started.run);
-        (started.run, mapper, started.events.into_stream().boxed())
+        (
+            Some(started.run),
+            mapper,
+            started.events.into_stream().boxed(),
+        )
     } else {
         resume(runs, &input, via)?
     };
@@ -119,7 +123,8 @@ pub async fn run(
         events,
         queue: VecDeque::new(),
         done: false,
-        guard: CancelOnDrop(Some(run)),
+        elsewhere: run.is_none(),
+        guard: CancelOnDrop(run),
         runs: runs.clone(),
     }
     .into_stream();
@@ -130,27 +135,67 @@ pub async fn run(
 
 type EnvelopeStream = futures::stream::BoxStream<'static, Arc<Envelope>>;
 
-/// Answer the interrupts and pick the run up where it waited.
+/// Answer the interrupts and pick the run up where it waited: on this
+/// replica when it runs the run, otherwise through the store (the decisions
+/// are forwarded to the replica that runs it, and the stream follows the
+/// stored events).
 fn resume(
     runs: &Arc<RunManager>,
     input: &RunAgentInput,
     via: Via,
-) -> Result<(Arc<ActiveRun>, Mapper, EnvelopeStream), ApiError> {
+) -> Result<(Option<Arc<ActiveRun>>, Mapper, EnvelopeStream), ApiError> {
     let first = &input.resume[0].interrupt_id;
-    let run = runs.run_for_approval(first).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "interrupt `{first}` is not open: it was answered, it expired, or its run ended; \
-             start a new run without `resume`"
-        ))
-    })?;
+    let decisions = decisions(input)?;
+    let (run, mut mapper, sub) = match runs.run_for_approval(first) {
+        Some(run) => {
+            for (id, _) in &decisions {
+                if !run.open_approvals().contains(id) {
+                    return Err(ApiError::not_found(format!(
+                        "interrupt `{id}` is not open in run {}; answer only the interrupts of \
+                         the last RUN_FINISHED",
+                        run.run_id
+                    )));
+                }
+            }
+            // Subscribe before deciding: every event after the decision is then live.
+            let sub = runs.subscribe(&run.run_id)?;
+            let mapper = Mapper::new(input, &run);
+            (Some(run), mapper, sub)
+        }
+        None => {
+            let Some((run_id, session_id)) = runs.running_elsewhere_for_approval(first)? else {
+                return Err(ApiError::not_found(format!(
+                    "interrupt `{first}` is not open: it was answered, it expired, or its run \
+                     ended; start a new run without `resume`"
+                )));
+            };
+            let sub = runs.subscribe(&run_id)?;
+            let mapper = Mapper::for_run(
+                input.thread_id.clone(),
+                input.run_id.clone(),
+                run_id,
+                session_id,
+            );
+            (None, mapper, sub)
+        }
+    };
+    for env in &sub.backlog {
+        mapper.observe(env);
+    }
+    for (id, decision) in &decisions {
+        runs.decide(id, *decision, via)?;
+    }
+    mapper.resumed = decisions.into_iter().map(|(id, _)| id).collect();
+    let events = sub.without_backlog().into_stream().boxed();
+    mapper.reopen();
+    Ok((run, mapper, events))
+}
+
+/// The decisions a resume carries, in order, refused with what to send when
+/// one is malformed.
+fn decisions(input: &RunAgentInput) -> Result<Vec<(String, Decision)>, ApiError> {
     let mut decisions = Vec::new();
     for entry in &input.resume {
-        if !run.open_approvals().contains(&entry.interrupt_id) {
-            return Err(ApiError::not_found(format!(
-                "interrupt `{}` is not open in run {}; answer only the interrupts of the last RUN_FINISHED",
-                entry.interrupt_id, run.run_id
-            )));
-        }
         let decision = match entry.status.as_str() {
             "cancelled" => Decision::Denied,
             "resolved" => entry.payload["decision"]
@@ -172,19 +217,7 @@ fn resume(
         };
         decisions.push((entry.interrupt_id.clone(), decision));
     }
-    // Subscribe before deciding: every event after the decision is then live.
-    let sub = runs.subscribe(&run.run_id)?;
-    let mut mapper = Mapper::new(input, &run);
-    for env in &sub.backlog {
-        mapper.observe(env);
-    }
-    for (id, decision) in &decisions {
-        runs.decide(id, *decision, via)?;
-    }
-    mapper.resumed = decisions.into_iter().map(|(id, _)| id).collect();
-    let events = sub.without_backlog().into_stream().boxed();
-    mapper.reopen();
-    Ok((run, mapper, events))
+    Ok(decisions)
 }
 
 /// The text of the last user message (a string, or text parts).
@@ -208,6 +241,9 @@ struct Segment {
     events: EnvelopeStream,
     queue: VecDeque<Value>,
     done: bool,
+    /// Another replica runs the run: its approvals are open there, so every
+    /// one requested and not yet decided in the stream is an interrupt.
+    elsewhere: bool,
     guard: CancelOnDrop,
     runs: Arc<RunManager>,
 }
@@ -233,7 +269,8 @@ impl Segment {
                 match seg.events.next().await {
                     Some(env) => {
                         let broker = seg.runs.app().broker.clone();
-                        let out = seg.mapper.map(&env, |id| broker.is_open(id));
+                        let elsewhere = seg.elsewhere;
+                        let out = seg.mapper.map(&env, |id| elsewhere || broker.is_open(id));
                         seg.queue.extend(out.events);
                         if out.segment_over {
                             seg.done = true;
@@ -251,6 +288,7 @@ impl Segment {
 }
 
 /// Cancels the run if the client goes away mid-run (AG-UI's `abortRun`).
+/// A run another replica runs is left to it.
 struct CancelOnDrop(Option<Arc<ActiveRun>>);
 
 impl Drop for CancelOnDrop {

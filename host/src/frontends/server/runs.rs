@@ -589,6 +589,24 @@ impl RunManager {
         })
     }
 
+    /// The run (and its session) another replica runs that asked for
+    /// approval `approval_id`, for an AG-UI `resume` sent to this replica.
+    /// `None` without a shared store, or when no running run asked for it.
+    pub fn running_elsewhere_for_approval(
+        &self,
+        approval_id: &str,
+    ) -> Result<Option<(String, String)>, ApiError> {
+        if self.replica.is_none() {
+            return Ok(None);
+        }
+        Ok(self
+            .app
+            .store
+            .running_run_with_approval(approval_id)?
+            .filter(|r| self.active_run(&r.id).is_none())
+            .map(|r| (r.id, r.session_id)))
+    }
+
     /// The session an AG-UI thread maps to (made on first use).
     pub fn session_for_thread(&self, thread_id: &str) -> Option<String> {
         if self
