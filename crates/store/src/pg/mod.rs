@@ -29,7 +29,10 @@
 //! ([`StoreError::SchemaTooNew`]); one with tables but no `capstan_schema`
 //! is someone else's ([`StoreError::ForeignDatabase`]).
 
+mod endpoint;
 mod queries;
+
+use endpoint::Endpoint;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -38,8 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::error::{Result, StoreError};
 use crate::notify::Notifier;
@@ -66,7 +68,7 @@ pub(crate) struct PgStore {
     /// The URL without its password, as errors name it.
     url: String,
     path: PathBuf,
-    config: Config,
+    endpoint: Endpoint,
     rt: RuntimeGuard,
     idle: Mutex<Vec<Pooled>>,
     owner_id: String,
@@ -225,13 +227,7 @@ impl Drop for Conn<'_> {
 impl PgStore {
     pub(crate) fn open(url: &str) -> Result<PgStore> {
         let shown = redact(url);
-        let config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
-            StoreError::InvalidArgument(format!(
-                "cannot read the PostgreSQL URL {shown}: {}; expected \
-                 postgres://user:password@host:port/database",
-                describe(&e)
-            ))
-        })?;
+        let endpoint = Endpoint::parse(url, &shown)?;
         let rt = RuntimeGuard(Some(
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -244,12 +240,12 @@ impl PgStore {
                 })?,
         ));
         let notifier = Arc::new(Notifier::default());
-        let first = connect(rt.get(), &config, &shown)?;
-        let owner = connect(rt.get(), &config, &shown)?;
+        let first = connect(rt.get(), &endpoint, &shown)?;
+        let owner = connect(rt.get(), &endpoint, &shown)?;
         let mut store = PgStore {
             path: PathBuf::from(&shown),
             url: shown,
-            config,
+            endpoint,
             rt,
             idle: Mutex::new(vec![Pooled {
                 client: first,
@@ -260,7 +256,7 @@ impl PgStore {
             notifier,
         };
         store.migrate()?;
-        listen(&store.rt, &store.config, &store.notifier).map_err(|detail| StoreError::Open {
+        listen(&store.rt, &store.endpoint, &store.notifier).map_err(|detail| StoreError::Open {
             path: store.path.clone(),
             reason: format!("cannot LISTEN for new events: {detail}"),
         })?;
@@ -307,7 +303,7 @@ impl PgStore {
         let client = match reused {
             Some(c) => c,
             None => Pooled {
-                client: connect(self.rt.get(), &self.config, &self.url)?,
+                client: connect(self.rt.get(), &self.endpoint, &self.url)?,
                 statements: HashMap::new(),
             },
         };
@@ -437,23 +433,23 @@ fn owner_id(key: i64) -> String {
 }
 
 /// Opens a connection whose I/O runs as a task on `rt`.
-fn connect(rt: &tokio::runtime::Runtime, config: &Config, url: &str) -> Result<Client> {
-    let config = config.clone();
-    let task = rt.spawn(async move {
-        let (client, connection) = config.connect(NoTls).await?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok::<_, tokio_postgres::Error>(client)
-    });
+fn connect(rt: &tokio::runtime::Runtime, endpoint: &Endpoint, url: &str) -> Result<Client> {
+    let endpoint = endpoint.clone();
+    let task = rt.spawn(async move { endpoint.connect(None).await.map(|(client, _)| client) });
     match wait(task) {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(e)) => Err(StoreError::Open {
             path: PathBuf::from(url),
             reason: format!(
                 "cannot connect to PostgreSQL: {}; check that the server runs there and the \
-                 URL's host, port, user, password and database",
-                describe(&e)
+                 URL's host, port, user, password and database{}",
+                describe(&e),
+                if tls_failure(&e) {
+                    ", and for TLS that the server's certificate names that host and chains to \
+                     the CA in sslrootcert (or a system CA)"
+                } else {
+                    ""
+                }
             ),
         }),
         Err(e) => Err(StoreError::Open {
@@ -461,6 +457,12 @@ fn connect(rt: &tokio::runtime::Runtime, config: &Config, url: &str) -> Result<C
             reason: format!("the connection task failed: {e}"),
         }),
     }
+}
+
+/// Whether a connection error came from the TLS handshake.
+fn tls_failure(e: &tokio_postgres::Error) -> bool {
+    let text = format!("{e:?}").to_ascii_lowercase();
+    text.contains("certificate") || text.contains("tls") || text.contains("ssl")
 }
 
 /// How long the `LISTEN` task waits before reconnecting after losing its
@@ -473,16 +475,16 @@ const LISTEN_RETRY: Duration = Duration::from_secs(1);
 /// once the first `LISTEN` is in place, or its error.
 fn listen(
     rt: &RuntimeGuard,
-    config: &Config,
+    endpoint: &Endpoint,
     notifier: &Arc<Notifier>,
 ) -> std::result::Result<(), String> {
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-    let config = config.clone();
+    let endpoint = endpoint.clone();
     let notifier = notifier.clone();
     rt.get().spawn(async move {
         let mut ready = Some(ready_tx);
         loop {
-            let outcome = listen_once(&config, &notifier).await;
+            let outcome = listen_once(&endpoint, &notifier).await;
             if let Some(r) = ready.take() {
                 let failed = outcome.as_ref().err().cloned();
                 let _ = r.send(failed.map_or(Ok(()), Err));
@@ -507,21 +509,13 @@ fn listen(
 /// connection) and the connection task, which finishes when the connection
 /// ends.
 async fn listen_once(
-    config: &Config,
+    endpoint: &Endpoint,
     notifier: &Arc<Notifier>,
 ) -> std::result::Result<(Client, tokio::task::JoinHandle<()>), String> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| describe(&e))?;
-    let n = notifier.clone();
-    let pump = tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(message) = messages.next().await {
-            match message {
-                Ok(AsyncMessage::Notification(_)) => n.bump(),
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-    });
+    let (client, pump) = endpoint
+        .connect(Some(notifier.clone()))
+        .await
+        .map_err(|e| describe(&e))?;
     let listened = client.batch_execute("LISTEN capstan_events").await;
     if let Err(e) = listened {
         pump.abort();
