@@ -253,21 +253,6 @@ fn always_for_this_workspace_writes_the_rule_and_the_next_run_needs_no_approval(
     );
 }
 
-/// The AG-UI events of one `POST /agui` until its stream ends.
-async fn agui(server: &common::server::Server, body: Value) -> Vec<Value> {
-    let resp = server
-        .client()
-        .post(server.url("/agui"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
-    let mut events = Vec::new();
-    common::sse::SseReader::new(resp).rest(&mut events).await;
-    events
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agui_interrupt_offers_always_for_this_workspace_and_resuming_with_it_writes_the_rule() {
     let p = server();
@@ -281,13 +266,13 @@ async fn an_agui_interrupt_offers_always_for_this_workspace_and_resuming_with_it
     let root = ws.path().canonicalize().unwrap();
     let server = common::server::Server::start(&home, &["-w", root.to_str().unwrap()]);
     let forwarded = json!({"workspace": root});
-    let events = agui(
-        &server,
-        json!({"threadId": "t-always", "runId": "r1", "forwardedProps": forwarded,
+    let events = server
+        .agui(
+            json!({"threadId": "t-always", "runId": "r1", "forwardedProps": forwarded,
                "messages": [{"id": "m1", "role": "user",
                    "content": format!("run `curl -sS -f -m 20 http://127.0.0.1:{p}/`")}]}),
-    )
-    .await;
+        )
+        .await;
     let finished = events.last().unwrap();
     assert_eq!(finished["type"], "RUN_FINISHED", "{events:?}");
     assert_eq!(finished["outcome"]["type"], "interrupt", "{finished}");
@@ -303,13 +288,13 @@ async fn an_agui_interrupt_offers_always_for_this_workspace_and_resuming_with_it
     );
     let id = interrupt["id"].as_str().unwrap();
 
-    let events = agui(
-        &server,
-        json!({"threadId": "t-always", "runId": "r2", "forwardedProps": forwarded,
+    let events = server
+        .agui(
+            json!({"threadId": "t-always", "runId": "r2", "forwardedProps": forwarded,
                "resume": [{"interruptId": id, "status": "resolved",
                            "payload": {"decision": "approved-always"}}]}),
-    )
-    .await;
+        )
+        .await;
     let finished = events.last().unwrap();
     assert_eq!(finished["outcome"]["type"], "success", "{events:?}");
     let raw: Vec<&Value> = events

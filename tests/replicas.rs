@@ -127,21 +127,6 @@ async fn post(server: &Server, path: &str, body: Value) -> (u16, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
-/// An AG-UI request; the events it streams, to the end.
-async fn agui(server: &Server, body: Value) -> Vec<Value> {
-    let resp = server
-        .client()
-        .post(server.url("/agui"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
-    let mut events = Vec::new();
-    SseReader::new(resp).rest(&mut events).await;
-    events
-}
-
 /// An AG-UI client behind a load balancer: its run ends in an interrupt on
 /// A, and its `resume` lands on B, which forwards the decision to A and
 /// streams the rest of the run from the store.
@@ -152,12 +137,12 @@ async fn an_agui_interrupt_raised_on_a_is_answered_by_a_resume_sent_to_b() {
     let (_ha, a) = replica(&url, ws.path());
     let (_hb, b) = replica(&url, ws.path());
     let forwarded = json!({"workspace": ws.path()});
-    let first = agui(
-        &a,
-        json!({"threadId": "t-lb", "runId": "r1", "forwardedProps": forwarded,
+    let first = a
+        .agui(
+            json!({"threadId": "t-lb", "runId": "r1", "forwardedProps": forwarded,
                "messages": [{"id": "m1", "role": "user", "content": "run `make check`"}]}),
-    )
-    .await;
+        )
+        .await;
     let finished = first.last().unwrap();
     assert_eq!(finished["outcome"]["type"], "interrupt", "{first:?}");
     let id = finished["outcome"]["interrupts"][0]["id"]
@@ -176,13 +161,13 @@ async fn an_agui_interrupt_raised_on_a_is_answered_by_a_resume_sent_to_b() {
         .unwrap();
     assert_eq!(resp.status(), 404);
 
-    let second = agui(
-        &b,
-        json!({"threadId": "t-lb", "runId": "r2", "forwardedProps": forwarded,
+    let second = b
+        .agui(
+            json!({"threadId": "t-lb", "runId": "r2", "forwardedProps": forwarded,
                "resume": [{"interruptId": id, "status": "resolved",
                            "payload": {"decision": "approved"}}]}),
-    )
-    .await;
+        )
+        .await;
     let kinds: Vec<&str> = second.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(kinds.first(), Some(&"RUN_STARTED"), "{kinds:?}");
     let finished = second.last().unwrap();

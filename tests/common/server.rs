@@ -85,6 +85,22 @@ impl Server {
         format!("{}{path}", self.base)
     }
 
+    /// `POST /agui` with `body` (a `RunAgentInput`): the AG-UI events it
+    /// streams, to the end.
+    pub async fn agui(&self, body: serde_json::Value) -> Vec<serde_json::Value> {
+        let resp = self
+            .client()
+            .post(self.url("/agui"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+        let mut events = Vec::new();
+        super::sse::SseReader::new(resp).rest(&mut events).await;
+        events
+    }
+
     /// An HTTP client that sends the server's token on every request.
     pub fn client(&self) -> reqwest::Client {
         let mut headers = reqwest::header::HeaderMap::new();

@@ -912,16 +912,28 @@ impl PgStore {
                         .map(|r| (r.get::<_, String>(1), r.get::<_, String>(0))),
                 );
             }
-            ids.sort();
-            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
-            if let Some(ending) = ending {
-                for id in &ids {
-                    self.append_ending(&tx, id, ending).await?;
-                }
-            }
+            let ids = self.end_interrupted(&tx, ids, ending).await?;
             tx.commit().await.map_err(|e| self.err(e))?;
             Ok(ids)
         })
+    }
+
+    /// The ids of runs just marked interrupted (`(started_at, id)` pairs),
+    /// oldest first, each given its terminal event by `ending` in `tx`.
+    async fn end_interrupted(
+        &self,
+        tx: &Transaction<'_>,
+        mut marked: Vec<(String, String)>,
+        ending: Option<Ending<'_>>,
+    ) -> Result<Vec<String>> {
+        marked.sort();
+        let ids: Vec<String> = marked.into_iter().map(|(_, id)| id).collect();
+        if let Some(ending) = ending {
+            for id in &ids {
+                self.append_ending(tx, id, ending).await?;
+            }
+        }
+        Ok(ids)
     }
 
     /// Appends `ending`'s event at the run's next seq in `tx` (whose update
@@ -1275,17 +1287,11 @@ impl PgStore {
                 )
                 .await
                 .map_err(|e| self.err(e))?;
-            let mut ids: Vec<(String, String)> = rows
+            let ids: Vec<(String, String)> = rows
                 .iter()
                 .map(|r| (r.get::<_, String>(1), r.get::<_, String>(0)))
                 .collect();
-            ids.sort();
-            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
-            if let Some(ending) = ending {
-                for id in &ids {
-                    self.append_ending(&tx, id, ending).await?;
-                }
-            }
+            let ids = self.end_interrupted(&tx, ids, ending).await?;
             tx.commit().await.map_err(|e| self.err(e))?;
             Ok(ids)
         })
