@@ -376,7 +376,10 @@ mod tests {
         copy(&mut from, &mut to).expect("copy");
         drop(to);
         t.join().expect("sender");
-        assert!(reader.join().expect("reader") == data, "other bytes arrived");
+        assert!(
+            reader.join().expect("reader") == data,
+            "other bytes arrived"
+        );
     }
 
     #[test]
@@ -394,6 +397,9 @@ mod tests {
             .expect("open");
         copy(&mut from, &mut to).expect("copy");
         t.join().expect("sender");
-        assert!(std::fs::read(&path).expect("read") == data, "other bytes arrived");
+        assert!(
+            std::fs::read(&path).expect("read") == data,
+            "other bytes arrived"
+        );
     }
 }
