@@ -126,6 +126,9 @@ enum Path {
     Direct,
     Forward,
     Tunnel,
+    /// A CONNECT tunnel with the client on TCP: splice then moves pages both
+    /// ways, where a Unix socket's write side copies them.
+    TunnelTcp,
 }
 
 impl Path {
@@ -136,6 +139,8 @@ impl Path {
             (Path::Forward, true) => "proxy, plain-HTTP forwarding (Unix socket), user-space copy",
             (Path::Tunnel, false) => "proxy, CONNECT tunnel (Unix socket), splice",
             (Path::Tunnel, true) => "proxy, CONNECT tunnel (Unix socket), user-space copy",
+            (Path::TunnelTcp, false) => "proxy, CONNECT tunnel (TCP), splice",
+            (Path::TunnelTcp, true) => "proxy, CONNECT tunnel (TCP), user-space copy",
         }
     }
 }
@@ -149,14 +154,21 @@ fn variants() -> &'static [bool] {
     }
 }
 
-/// Serves `proxy` on a new Unix socket in `dir`, copying through user space
-/// when `copy` (with the `bench-copy` feature).
-fn serve(
+/// Where a proxy listens.
+#[derive(Clone)]
+struct Via {
+    unix: std::path::PathBuf,
+    tcp: std::net::SocketAddr,
+}
+
+/// Serves `proxy` on a new Unix socket in `dir` and on TCP, copying through
+/// user space when `copy` (with the `bench-copy` feature).
+async fn serve(
     builder: capstan_egress::ProxyBuilder,
     copy: bool,
     dir: &std::path::Path,
     cancel: &CancellationToken,
-) -> std::path::PathBuf {
+) -> Via {
     #[cfg(feature = "bench-copy")]
     let builder = if copy { builder.copy_relay() } else { builder };
     #[cfg(not(feature = "bench-copy"))]
@@ -164,9 +176,16 @@ fn serve(
     let proxy = builder.build();
     let socket = dir.join(if copy { "copy.sock" } else { "splice.sock" });
     let listener = bind_unix(&socket).unwrap();
+    let (p, c) = (proxy.clone(), cancel.clone());
+    tokio::spawn(async move { p.serve_unix(listener, c).await });
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
     let c = cancel.clone();
-    tokio::spawn(async move { proxy.serve_unix(listener, c).await });
-    socket
+    tokio::spawn(async move { proxy.serve_tcp(tcp, c).await });
+    Via {
+        unix: socket,
+        tcp: addr,
+    }
 }
 
 enum Conn {
@@ -175,7 +194,8 @@ enum Conn {
 }
 
 /// A fresh connection ready for `GET target`: the target to send.
-async fn open(path: Path, port: u16, socket: &std::path::Path, what: &str) -> (Conn, String) {
+async fn open(path: Path, port: u16, via: &Via, what: &str) -> (Conn, String) {
+    let socket = via.unix.as_path();
     match path {
         Path::Direct => {
             let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -200,11 +220,26 @@ async fn open(path: Path, port: u16, socket: &std::path::Path, what: &str) -> (C
             assert!(head.starts_with(b"HTTP/1.1 200"));
             (Conn::Unix(s), what.to_owned())
         }
+        Path::TunnelTcp => {
+            let mut s = TcpStream::connect(via.tcp).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            s.write_all(format!("CONNECT bench.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).await.unwrap();
+                head.push(b[0]);
+            }
+            assert!(head.starts_with(b"HTTP/1.1 200"));
+            (Conn::Tcp(s), what.to_owned())
+        }
     }
 }
 
-async fn fetch(path: Path, port: u16, socket: &std::path::Path, what: &str) -> u64 {
-    let (conn, target) = open(path, port, socket, what).await;
+async fn fetch(path: Path, port: u16, via: &Via, what: &str) -> u64 {
+    let (conn, target) = open(path, port, via, what).await;
     match conn {
         Conn::Tcp(mut s) => get(&mut s, &target).await,
         Conn::Unix(mut s) => get(&mut s, &target).await,
@@ -243,23 +278,23 @@ async fn main() {
         )
     };
     let cancel = CancellationToken::new();
-    let sockets: Vec<_> = variants()
-        .iter()
-        .map(|&copy| (copy, serve(builder(), copy, dir.path(), &cancel)))
-        .collect();
+    let mut sockets = Vec::new();
+    for &copy in variants() {
+        sockets.push((copy, serve(builder(), copy, dir.path(), &cancel).await));
+    }
 
     println!("| path | {mb} MB download, MB/s (best of 3) | {n} small requests, p50 | p99 |");
     println!("|---|---|---|---|");
     let mut direct = (0.0f64, Duration::ZERO);
     let mut rows = vec![(Path::Direct, false, sockets[0].1.clone())];
-    for path in [Path::Forward, Path::Tunnel] {
+    for path in [Path::Forward, Path::Tunnel, Path::TunnelTcp] {
         for (copy, socket) in &sockets {
             rows.push((path, *copy, socket.clone()));
         }
     }
     for (path, copy, socket) in rows {
         // Warm-up.
-        let socket = socket.as_path();
+        let socket = &socket;
         fetch(path, port, socket, "/small").await;
         let mut best = 0.0f64;
         for _ in 0..3 {
@@ -450,10 +485,10 @@ async fn tls_table(big: u64, mb: u64, n: usize) {
             .upstream_ca(certs_from_pem(&ca_pem).unwrap())
     };
     let cancel = CancellationToken::new();
-    let sockets: Vec<_> = variants()
-        .iter()
-        .map(|&copy| (copy, serve(builder(), copy, dir.path(), &cancel)))
-        .collect();
+    let mut sockets = Vec::new();
+    for &copy in variants() {
+        sockets.push((copy, serve(builder(), copy, dir.path(), &cancel).await.unix));
+    }
     let server_ca = client_config(&ca_pem);
     let capstan_ca = client_config(ca.cert_pem());
 

@@ -8,7 +8,9 @@
 //! sandbox's start-up is not in it. Prints a Markdown table.
 //!
 //! Reproduce: `cargo bench -p capstan-sandbox --bench bridge`
-//! (`CAPSTAN_BENCH_MB` changes the download size, default 200). Needs `curl`.
+//! (`CAPSTAN_BENCH_MB` changes the download size, default 200;
+//! `CAPSTAN_BENCH_LAUNCHER` runs another build of the launcher, e.g. one
+//! from before the forwarder spliced). Needs `curl`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::disallowed_macros)]
 
@@ -70,7 +72,10 @@ const CURL: &str = "curl -sS -f -m 120 -o /dev/null -w '%{speed_download}\\n'";
 
 #[tokio::main]
 async fn main() {
-    set_launcher(env!("CARGO_BIN_EXE_capstan-sandbox-launcher"));
+    match std::env::var("CAPSTAN_BENCH_LAUNCHER") {
+        Ok(other) => set_launcher(other),
+        Err(_) => set_launcher(env!("CARGO_BIN_EXE_capstan-sandbox-launcher")),
+    }
     let mb: u64 = std::env::var("CAPSTAN_BENCH_MB")
         .ok()
         .and_then(|v| v.parse().ok())
