@@ -16,7 +16,8 @@
 //!
 //! Reproduce: `cargo bench -p capstan-egress --bench throughput --features bench-copy`
 //! (`CAPSTAN_BENCH_MB` and `CAPSTAN_BENCH_N` change the download size and the
-//! request count).
+//! request count; `CAPSTAN_BENCH_ONLY=text` measures only the direct rows and
+//! those whose name contains `text`, e.g. under `perf record`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::disallowed_macros)]
 
@@ -151,6 +152,16 @@ fn variants() -> &'static [bool] {
         &[false, true]
     } else {
         &[false]
+    }
+}
+
+/// Whether to measure the row `name`: all rows, or with
+/// `CAPSTAN_BENCH_ONLY=text` the direct ones and those whose name contains
+/// `text` (to profile one path).
+fn selected(name: &str) -> bool {
+    match std::env::var("CAPSTAN_BENCH_ONLY") {
+        Ok(only) => name.starts_with("direct") || name.contains(&only),
+        Err(_) => true,
     }
 }
 
@@ -293,6 +304,9 @@ async fn main() {
         }
     }
     for (path, copy, socket) in rows {
+        if !selected(path.name(copy)) {
+            continue;
+        }
         // Warm-up.
         let socket = &socket;
         fetch(path, port, socket, "/small").await;
@@ -503,6 +517,9 @@ async fn tls_table(big: u64, mb: u64, n: usize) {
     }
     rows.push((TlsPath::Brokered, false, sockets[0].1.clone()));
     for (path, copy, socket) in rows {
+        if !selected(path.name(copy)) {
+            continue;
+        }
         let socket = socket.as_path();
         let host = if path == TlsPath::Brokered {
             "api.test"
