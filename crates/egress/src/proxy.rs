@@ -552,6 +552,7 @@ impl Proxy {
                 _ = cancel.cancelled() => return,
                 accepted = listener.accept() => match accepted {
                     Ok((s, _)) => {
+                        crate::splice::widen_send_buffer(&s);
                         let me = self.clone();
                         tokio::spawn(async move { me.handle(s).await });
                     }

@@ -240,6 +240,30 @@ impl Pipe {
     }
 }
 
+/// Send buffer asked for on a client's Unix socket (the kernel doubles it,
+/// so 4 MiB: TCP's usual `tcp_wmem` maximum).
+const UNIX_SNDBUF: libc::c_int = 2 << 20;
+
+/// Raises a Unix socket's send buffer (capped by `net.core.wmem_max`): a Unix
+/// stream holds at most `SO_SNDBUF` bytes in flight (208 KiB by default),
+/// where TCP on loopback grows its window to megabytes, so the command would
+/// be woken for every 208 KiB of a download. Measured: this, more than the
+/// copies, was what the tunnel lost (docs/BENCHMARKS.md). A cap, not an
+/// allocation: only bytes the command has not read yet use it.
+pub(crate) fn widen_send_buffer(s: &UnixStream) {
+    // SAFETY: `setsockopt` on a descriptor the stream keeps open, with a
+    // pointer to an int and its size; a refusal keeps the default.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&UNIX_SNDBUF as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 /// `splice(from, to, len)` without offsets (sockets and pipes have none).
 /// `fault` (tests) fails as a kernel without splice for this socket would.
 fn splice(from: RawFd, to: RawFd, len: usize, fault: bool) -> io::Result<usize> {

@@ -121,6 +121,7 @@ fn relay(tcp: TcpStream, target: &str) {
         return; // the client sees the connection close
     };
     let _ = tcp.set_nodelay(true);
+    widen_send_buffer(&unix);
     let (Ok(mut tcp_in), Ok(mut unix_in)) = (tcp.try_clone(), unix.try_clone()) else {
         return;
     };
@@ -136,6 +137,24 @@ fn relay(tcp: TcpStream, target: &str) {
     if let Ok(t) = up {
         let _ = t.join();
     }
+}
+
+/// Raises the Unix socket's send buffer toward the proxy (uploads) to 4 MiB
+/// (capped by `net.core.wmem_max`): 208 KiB by default, where TCP grows its
+/// window to megabytes. The proxy does the same on its end (downloads).
+fn widen_send_buffer(s: &UnixStream) {
+    let size: libc::c_int = 2 << 20; // the kernel doubles it
+    // SAFETY: `setsockopt` on a descriptor the stream keeps open, with a
+    // pointer to an int and its size; a refusal keeps the default.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 /// Copies `from` to `to` until `from` ends: spliced through a pipe, or
