@@ -9,9 +9,15 @@
 //! workspace CA, sets the header, and talks TLS to the server itself). Every
 //! small request there is a new connection with its TLS handshakes.
 //!
-//! Reproduce: `cargo bench -p capstan-egress --bench throughput`
+//! Between the Unix socket and the server's TCP socket the proxy splices
+//! (`splice(2)`, see crates/egress/src/splice.rs). With the `bench-copy`
+//! feature each proxy row is followed by the same path through a proxy that
+//! copies through user space, as it does for TLS it terminates.
+//!
+//! Reproduce: `cargo bench -p capstan-egress --bench throughput --features bench-copy`
 //! (`CAPSTAN_BENCH_MB` and `CAPSTAN_BENCH_N` change the download size and the
-//! request count).
+//! request count; `CAPSTAN_BENCH_ONLY=text` measures only the direct rows and
+//! those whose name contains `text`, e.g. under `perf record`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::disallowed_macros)]
 
@@ -121,15 +127,75 @@ enum Path {
     Direct,
     Forward,
     Tunnel,
+    /// A CONNECT tunnel with the client on TCP: splice then moves pages both
+    /// ways, where a Unix socket's write side copies them.
+    TunnelTcp,
 }
 
 impl Path {
-    fn name(self) -> &'static str {
-        match self {
-            Path::Direct => "direct (TCP to the server)",
-            Path::Forward => "proxy, plain-HTTP forwarding (Unix socket)",
-            Path::Tunnel => "proxy, CONNECT tunnel (Unix socket)",
+    fn name(self, copy: bool) -> &'static str {
+        match (self, copy) {
+            (Path::Direct, _) => "direct (TCP to the server)",
+            (Path::Forward, false) => "proxy, plain-HTTP forwarding (Unix socket), splice",
+            (Path::Forward, true) => "proxy, plain-HTTP forwarding (Unix socket), user-space copy",
+            (Path::Tunnel, false) => "proxy, CONNECT tunnel (Unix socket), splice",
+            (Path::Tunnel, true) => "proxy, CONNECT tunnel (Unix socket), user-space copy",
+            (Path::TunnelTcp, false) => "proxy, CONNECT tunnel (TCP), splice",
+            (Path::TunnelTcp, true) => "proxy, CONNECT tunnel (TCP), user-space copy",
         }
+    }
+}
+
+/// The proxy paths to measure: spliced, and copied with `bench-copy`.
+fn variants() -> &'static [bool] {
+    if cfg!(feature = "bench-copy") {
+        &[false, true]
+    } else {
+        &[false]
+    }
+}
+
+/// Whether to measure the row `name`: all rows, or with
+/// `CAPSTAN_BENCH_ONLY=text` the direct ones and those whose name contains
+/// `text` (to profile one path).
+fn selected(name: &str) -> bool {
+    match std::env::var("CAPSTAN_BENCH_ONLY") {
+        Ok(only) => name.starts_with("direct") || name.contains(&only),
+        Err(_) => true,
+    }
+}
+
+/// Where a proxy listens.
+#[derive(Clone)]
+struct Via {
+    unix: std::path::PathBuf,
+    tcp: std::net::SocketAddr,
+}
+
+/// Serves `proxy` on a new Unix socket in `dir` and on TCP, copying through
+/// user space when `copy` (with the `bench-copy` feature).
+async fn serve(
+    builder: capstan_egress::ProxyBuilder,
+    copy: bool,
+    dir: &std::path::Path,
+    cancel: &CancellationToken,
+) -> Via {
+    #[cfg(feature = "bench-copy")]
+    let builder = if copy { builder.copy_relay() } else { builder };
+    #[cfg(not(feature = "bench-copy"))]
+    let _ = copy;
+    let proxy = builder.build();
+    let socket = dir.join(if copy { "copy.sock" } else { "splice.sock" });
+    let listener = bind_unix(&socket).unwrap();
+    let (p, c) = (proxy.clone(), cancel.clone());
+    tokio::spawn(async move { p.serve_unix(listener, c).await });
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let c = cancel.clone();
+    tokio::spawn(async move { proxy.serve_tcp(tcp, c).await });
+    Via {
+        unix: socket,
+        tcp: addr,
     }
 }
 
@@ -139,7 +205,8 @@ enum Conn {
 }
 
 /// A fresh connection ready for `GET target`: the target to send.
-async fn open(path: Path, port: u16, socket: &std::path::Path, what: &str) -> (Conn, String) {
+async fn open(path: Path, port: u16, via: &Via, what: &str) -> (Conn, String) {
+    let socket = via.unix.as_path();
     match path {
         Path::Direct => {
             let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -164,11 +231,26 @@ async fn open(path: Path, port: u16, socket: &std::path::Path, what: &str) -> (C
             assert!(head.starts_with(b"HTTP/1.1 200"));
             (Conn::Unix(s), what.to_owned())
         }
+        Path::TunnelTcp => {
+            let mut s = TcpStream::connect(via.tcp).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            s.write_all(format!("CONNECT bench.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).await.unwrap();
+                head.push(b[0]);
+            }
+            assert!(head.starts_with(b"HTTP/1.1 200"));
+            (Conn::Tcp(s), what.to_owned())
+        }
     }
 }
 
-async fn fetch(path: Path, port: u16, socket: &std::path::Path, what: &str) -> u64 {
-    let (conn, target) = open(path, port, socket, what).await;
+async fn fetch(path: Path, port: u16, via: &Via, what: &str) -> u64 {
+    let (conn, target) = open(path, port, via, what).await;
     match conn {
         Conn::Tcp(mut s) => get(&mut s, &target).await,
         Conn::Unix(mut s) => get(&mut s, &target).await,
@@ -193,7 +275,6 @@ async fn main() {
     let big = mb << 20;
     let port = server(big, None).await;
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("egress.sock");
     let policy = Policy::new(
         &[format!("bench.test:{port}"), format!("127.0.0.1:{port}")],
         &[],
@@ -201,28 +282,38 @@ async fn main() {
         false,
     )
     .unwrap();
-    let proxy = Proxy::builder(policy)
-        .resolver(
+    let builder = || {
+        Proxy::builder(policy.clone()).resolver(
             capstan_egress::StaticResolver::new()
                 .with("bench.test", &["127.0.0.1".parse().unwrap()]),
         )
-        .build();
+    };
     let cancel = CancellationToken::new();
-    let listener = bind_unix(&socket).unwrap();
-    let p = proxy.clone();
-    let c = cancel.clone();
-    tokio::spawn(async move { p.serve_unix(listener, c).await });
+    let mut sockets = Vec::new();
+    for &copy in variants() {
+        sockets.push((copy, serve(builder(), copy, dir.path(), &cancel).await));
+    }
 
     println!("| path | {mb} MB download, MB/s (best of 3) | {n} small requests, p50 | p99 |");
     println!("|---|---|---|---|");
     let mut direct = (0.0f64, Duration::ZERO);
-    for path in [Path::Direct, Path::Forward, Path::Tunnel] {
+    let mut rows = vec![(Path::Direct, false, sockets[0].1.clone())];
+    for path in [Path::Forward, Path::Tunnel, Path::TunnelTcp] {
+        for (copy, socket) in &sockets {
+            rows.push((path, *copy, socket.clone()));
+        }
+    }
+    for (path, copy, socket) in rows {
+        if !selected(path.name(copy)) {
+            continue;
+        }
         // Warm-up.
-        fetch(path, port, &socket, "/small").await;
+        let socket = &socket;
+        fetch(path, port, socket, "/small").await;
         let mut best = 0.0f64;
         for _ in 0..3 {
             let t = Instant::now();
-            let got = fetch(path, port, &socket, "/big").await;
+            let got = fetch(path, port, socket, "/big").await;
             assert_eq!(got, big);
             best = best.max(big as f64 / (1 << 20) as f64 / t.elapsed().as_secs_f64());
         }
@@ -231,7 +322,7 @@ async fn main() {
         let mut times = Vec::with_capacity(n);
         for _ in 0..n {
             let t = Instant::now();
-            fetch(path, port, &socket, "/small").await;
+            fetch(path, port, socket, "/small").await;
             times.push(t.elapsed());
         }
         let (p50, p99) = (pct(&mut times, 0.5), pct(&mut times, 0.99));
@@ -247,7 +338,7 @@ async fn main() {
         };
         println!(
             "| {} | {best:.0}{extra} | {:.0} µs | {:.0} µs |",
-            path.name(),
+            path.name(copy),
             p50.as_secs_f64() * 1e6,
             p99.as_secs_f64() * 1e6
         );
@@ -256,7 +347,14 @@ async fn main() {
     tls_table(big, mb, n).await;
     cancel.cancel();
     println!();
-    println!("reproduce: cargo bench -p capstan-egress --bench throughput");
+    println!(
+        "reproduce: cargo bench -p capstan-egress --bench throughput{}",
+        if cfg!(feature = "bench-copy") {
+            " --features bench-copy"
+        } else {
+            ""
+        }
+    );
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -267,11 +365,16 @@ enum TlsPath {
 }
 
 impl TlsPath {
-    fn name(self) -> &'static str {
-        match self {
-            TlsPath::Direct => "direct TLS (TCP to the server)",
-            TlsPath::Blind => "proxy, CONNECT tunnel, TLS end to end (no credential)",
-            TlsPath::Brokered => "proxy, CONNECT with a brokered credential (TLS terminated)",
+    fn name(self, copy: bool) -> &'static str {
+        match (self, copy) {
+            (TlsPath::Direct, _) => "direct TLS (TCP to the server)",
+            (TlsPath::Blind, false) => {
+                "proxy, CONNECT tunnel, TLS end to end (no credential), splice"
+            }
+            (TlsPath::Blind, true) => {
+                "proxy, CONNECT tunnel, TLS end to end (no credential), user-space copy"
+            }
+            (TlsPath::Brokered, _) => "proxy, CONNECT with a brokered credential (TLS terminated)",
         }
     }
 }
@@ -366,7 +469,6 @@ async fn tls_table(big: u64, mb: u64, n: usize) {
 
     let dir = tempfile::tempdir().unwrap();
     let ca = Arc::new(Ca::create(&dir.path().join("ca")).unwrap());
-    let socket = dir.path().join("egress.sock");
     let lo = ["127.0.0.1".parse().unwrap()];
     let policy = Policy::new(
         &[
@@ -386,19 +488,21 @@ async fn tls_table(big: u64, mb: u64, n: usize) {
     )
     .unwrap()
     .on_port(port);
-    let proxy = Proxy::builder(policy)
-        .resolver(
-            capstan_egress::StaticResolver::new()
-                .with("api.test", &lo)
-                .with("plain.test", &lo),
-        )
-        .credentials(ca.clone(), vec![cred])
-        .upstream_ca(certs_from_pem(&ca_pem).unwrap())
-        .build();
+    let builder = || {
+        Proxy::builder(policy.clone())
+            .resolver(
+                capstan_egress::StaticResolver::new()
+                    .with("api.test", &lo)
+                    .with("plain.test", &lo),
+            )
+            .credentials(ca.clone(), vec![cred.clone()])
+            .upstream_ca(certs_from_pem(&ca_pem).unwrap())
+    };
     let cancel = CancellationToken::new();
-    let listener = bind_unix(&socket).unwrap();
-    let (p, c) = (proxy.clone(), cancel.clone());
-    tokio::spawn(async move { p.serve_unix(listener, c).await });
+    let mut sockets = Vec::new();
+    for &copy in variants() {
+        sockets.push((copy, serve(builder(), copy, dir.path(), &cancel).await.unix));
+    }
     let server_ca = client_config(&ca_pem);
     let capstan_ca = client_config(ca.cert_pem());
 
@@ -407,15 +511,23 @@ async fn tls_table(big: u64, mb: u64, n: usize) {
     );
     println!("|---|---|---|---|");
     let mut direct = (0.0f64, Duration::ZERO);
-    for path in [TlsPath::Direct, TlsPath::Blind, TlsPath::Brokered] {
+    let mut rows = vec![(TlsPath::Direct, false, sockets[0].1.clone())];
+    for (copy, socket) in &sockets {
+        rows.push((TlsPath::Blind, *copy, socket.clone()));
+    }
+    rows.push((TlsPath::Brokered, false, sockets[0].1.clone()));
+    for (path, copy, socket) in rows {
+        if !selected(path.name(copy)) {
+            continue;
+        }
+        let socket = socket.as_path();
         let host = if path == TlsPath::Brokered {
             "api.test"
         } else {
             "plain.test"
         };
-        let fetch = |what: &'static str| {
-            tls_fetch(path, port, &socket, host, &server_ca, &capstan_ca, what)
-        };
+        let fetch =
+            |what: &'static str| tls_fetch(path, port, socket, host, &server_ca, &capstan_ca, what);
         fetch("/small").await;
         let mut best = 0.0f64;
         for _ in 0..3 {
@@ -442,7 +554,7 @@ async fn tls_table(big: u64, mb: u64, n: usize) {
         };
         println!(
             "| {} | {best:.0}{extra} | {:.0} µs | {:.0} µs |",
-            path.name(),
+            path.name(copy),
             p50.as_secs_f64() * 1e6,
             p99.as_secs_f64() * 1e6
         );

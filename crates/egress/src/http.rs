@@ -278,7 +278,8 @@ where
         if current.is_none() {
             match proxy.open(&host, port, Protocol::Http).await {
                 Ok(mut up) => {
-                    let stream = Buffered::new(up.take_stream().map_err(|e| e.to_string())?);
+                    let stream = Buffered::new(up.take_stream().map_err(|e| e.to_string())?)
+                        .splicing(proxy.relay_mode());
                     *current = Some((up, stream));
                 }
                 Err(r) => {
@@ -444,10 +445,10 @@ where
 }
 
 /// Copies one chunked body, chunk by chunk, trailers included.
-async fn relay_chunked<R, W>(from: &mut Buffered<R>, to: &mut W) -> std::io::Result<()>
+async fn relay_chunked<R, W>(from: &mut Buffered<R>, to: &mut Buffered<W>) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    W: AsyncRead + AsyncWrite + Unpin,
 {
     let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed chunked body");
     loop {
@@ -518,7 +519,7 @@ where
             .await?;
         // Bytes the client sent after the head (an early TLS hello) are in
         // the buffer and go first.
-        crate::stream::relay(client, &mut stream).await
+        crate::stream::tunnel(client, &mut stream).await
     }
     .await;
     proxy.finish(&upstream, result.err().map(|e| e.to_string()));

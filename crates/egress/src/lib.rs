@@ -32,6 +32,7 @@ mod http;
 pub mod proxy;
 pub mod rules;
 mod socks;
+mod splice;
 mod stream;
 
 pub use address::{Resolver, StaticResolver, SystemResolver};

@@ -34,6 +34,7 @@ use crate::audit::{Audit, ConnectionRecord, DecidedBy, LogOnly, Protocol, Verdic
 use crate::credential::{Ca, Credential};
 use crate::decide::{Ask, Decision, DecisionHook};
 use crate::rules::{NameVerdict, Policy, Rule, Target};
+use crate::splice::Mode;
 use crate::stream::{Buffered, Counted, Counters};
 
 /// How long one connection attempt to a host may take.
@@ -75,6 +76,8 @@ struct Inner {
     audit: Arc<dyn Audit>,
     /// Client connections being served.
     active: std::sync::atomic::AtomicUsize,
+    /// How bytes go between two raw sockets.
+    relay: Mode,
 }
 
 /// What credential brokering needs (see [`crate::credential`]).
@@ -100,9 +103,25 @@ pub struct ProxyBuilder {
     hook: Option<Arc<dyn DecisionHook>>,
     audit: Arc<dyn Audit>,
     broker: Broker,
+    relay: Mode,
 }
 
 impl ProxyBuilder {
+    /// Relays every byte through user space, as for TLS, even between two
+    /// raw sockets where `splice(2)` would do (benches compare the two; only
+    /// with the `bench-copy` feature, never enabled by Capstan).
+    #[cfg(feature = "bench-copy")]
+    pub fn copy_relay(mut self) -> Self {
+        self.relay = Mode::Copy;
+        self
+    }
+
+    #[cfg(test)]
+    pub(crate) fn relay_mode(mut self, mode: Mode) -> Self {
+        self.relay = mode;
+        self
+    }
+
     /// Brokers `credentials`: a `CONNECT` (or SOCKS5) to a credential's host
     /// and port is terminated with a certificate `ca` issues, and the header
     /// is set on every request (see [`crate::credential`] for the
@@ -149,6 +168,7 @@ impl ProxyBuilder {
                 hook: self.hook,
                 audit: self.audit,
                 active: std::sync::atomic::AtomicUsize::new(0),
+                relay: self.relay,
             }),
         }
     }
@@ -164,7 +184,12 @@ impl Proxy {
             hook: None,
             audit: Arc::new(LogOnly),
             broker: Broker::default(),
+            relay: Mode::Splice,
         }
+    }
+
+    pub(crate) fn relay_mode(&self) -> Mode {
+        self.inner.relay
     }
 
     /// The credential for `host:port`, when one is brokered (and a CA can
@@ -491,13 +516,15 @@ impl Proxy {
     }
 
     /// Serves one client connection (any stream) until it ends.
+    /// A tokio `TcpStream` or `UnixStream` client has its tunnels (and the
+    /// bodies framed by length) spliced rather than copied.
     pub async fn handle<S>(&self, stream: S)
     where
-        S: AsyncRead + AsyncWrite + Unpin + Send,
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         use std::sync::atomic::Ordering;
         self.inner.active.fetch_add(1, Ordering::SeqCst);
-        let mut client = Buffered::new(stream);
+        let mut client = Buffered::new(stream).splicing(self.inner.relay);
         match client.peek_byte().await {
             Ok(Some(0x05)) => crate::socks::serve(self, client).await,
             Ok(Some(_)) => crate::http::serve(self, client).await,
@@ -525,6 +552,7 @@ impl Proxy {
                 _ = cancel.cancelled() => return,
                 accepted = listener.accept() => match accepted {
                     Ok((s, _)) => {
+                        crate::splice::widen_send_buffer(&s);
                         let me = self.clone();
                         tokio::spawn(async move { me.handle(s).await });
                     }

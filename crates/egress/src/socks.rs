@@ -112,7 +112,7 @@ where
     let mut stream = upstream.take_stream()?;
     let result = async {
         reply(client, REP_OK).await?;
-        crate::stream::relay(client, &mut stream).await
+        crate::stream::tunnel(client, &mut stream).await
     }
     .await;
     proxy.finish(&upstream, result.err().map(|e| e.to_string()));

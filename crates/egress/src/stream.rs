@@ -1,5 +1,6 @@
 //! Byte plumbing: a read buffer that protocol parsing can look into and give
-//! back, and a byte counter for the audit.
+//! back, and a byte counter for the audit. Bulk copies between two raw
+//! sockets go through [`crate::splice`] instead of user space.
 
 use std::io;
 use std::pin::Pin;
@@ -8,6 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::splice::{Endpoint, Mode};
 
 /// A stream with a read buffer: bytes read while looking for the end of a
 /// request head stay here, and reads (including [`AsyncRead`], so a tunnel
@@ -16,7 +20,13 @@ pub(crate) struct Buffered<S> {
     pub io: S,
     buf: Vec<u8>,
     start: usize,
+    /// How to splice from or to `io`, when it is a raw socket (see
+    /// [`Buffered::splicing`]).
+    splice: Option<(Mode, Probe<S>)>,
 }
+
+/// Finds the raw socket under a stream ([`crate::splice::probe`] for its type).
+type Probe<S> = for<'a> fn(&'a S) -> Option<Endpoint<'a>>;
 
 /// Why a head could not be read.
 #[derive(Debug)]
@@ -33,7 +43,28 @@ impl<S: AsyncRead + Unpin> Buffered<S> {
             io,
             buf: Vec::new(),
             start: 0,
+            splice: None,
         }
+    }
+
+    /// Lets bulk copies from and to this stream use `splice(2)` in `mode`
+    /// when `io` is a raw socket and so is the other end.
+    pub fn splicing(mut self, mode: Mode) -> Self
+    where
+        S: 'static,
+    {
+        self.splice = Some((mode, crate::splice::probe::<S>));
+        self
+    }
+
+    /// The raw socket under this stream and the relay mode, when bulk copies
+    /// may splice it.
+    fn endpoint(&self) -> Option<(Mode, Endpoint<'_>)> {
+        let (mode, probe) = self.splice?;
+        if mode == Mode::Copy {
+            return None;
+        }
+        Some((mode, probe(&self.io)?))
     }
 
     pub fn pending(&self) -> &[u8] {
@@ -130,14 +161,24 @@ impl<S: AsyncRead + Unpin> Buffered<S> {
         Ok(out)
     }
 
-    /// Copies exactly `n` bytes to `w`.
-    pub async fn copy_n<W: AsyncWrite + Unpin>(&mut self, n: u64, w: &mut W) -> io::Result<()> {
+    /// Copies exactly `n` bytes to `w` (spliced when both are raw sockets
+    /// and the rest is large).
+    pub async fn copy_n<W>(&mut self, n: u64, w: &mut Buffered<W>) -> io::Result<()>
+    where
+        W: AsyncRead + AsyncWrite + Unpin,
+    {
         let from_buf = (self.pending().len() as u64).min(n) as usize;
         if from_buf > 0 {
             w.write_all(&self.pending()[..from_buf]).await?;
             self.consume(from_buf);
         }
         let mut rest = n - from_buf as u64;
+        if rest >= crate::splice::SPLICE_MIN
+            && let (Some((mode, from)), Some((_, to))) = (self.endpoint(), w.endpoint())
+        {
+            crate::splice::pump(&from, &to, Some(rest), mode).await?;
+            return Ok(());
+        }
         let mut buf = vec![0u8; COPY_BUF.min(rest as usize)];
         while rest > 0 {
             let want = (rest as usize).min(buf.len());
@@ -151,12 +192,20 @@ impl<S: AsyncRead + Unpin> Buffered<S> {
         Ok(())
     }
 
-    /// Copies everything until the end of the stream to `w`.
-    pub async fn copy_to_end<W: AsyncWrite + Unpin>(&mut self, w: &mut W) -> io::Result<()> {
+    /// Copies everything until the end of the stream to `w` (spliced when
+    /// both are raw sockets).
+    pub async fn copy_to_end<W>(&mut self, w: &mut Buffered<W>) -> io::Result<()>
+    where
+        W: AsyncRead + AsyncWrite + Unpin,
+    {
         if !self.pending().is_empty() {
             w.write_all(self.pending()).await?;
             let n = self.pending().len();
             self.consume(n);
+        }
+        if let (Some((mode, from)), Some((_, to))) = (self.endpoint(), w.endpoint()) {
+            crate::splice::pump(&from, &to, None, mode).await?;
+            return Ok(());
         }
         let mut buf = vec![0u8; COPY_BUF];
         loop {
@@ -180,6 +229,30 @@ where
     B: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
     tokio::io::copy_bidirectional_with_sizes(a, b, COPY_BUF, COPY_BUF).await
+}
+
+/// Relays a tunnel both ways until both sides are done: spliced when the
+/// client is a raw socket (the upstream always is), else through user space.
+/// Bytes the client sent after the tunnel's head go first either way.
+pub(crate) async fn tunnel<S>(
+    client: &mut Buffered<S>,
+    upstream: &mut Counted<TcpStream>,
+) -> io::Result<(u64, u64)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if client.endpoint().is_some() {
+        let early = client.pending().len();
+        if early > 0 {
+            upstream.write_all(client.pending()).await?;
+            client.consume(early);
+        }
+        if let (Some((mode, c)), Some(u)) = (client.endpoint(), crate::splice::probe(&*upstream)) {
+            let (up, down) = crate::splice::relay(&c, &u, mode).await?;
+            return Ok((up + early as u64, down));
+        }
+    }
+    relay(client, upstream).await
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

@@ -16,6 +16,10 @@
 //!   like the command), is not dumpable (the command cannot read its memory
 //!   or descriptors through `/proc`) and dies with init.
 //! * Any failure here stops the task before the command starts (fail closed).
+//! * The forwarder moves bytes with `splice(2)` through a pipe per direction
+//!   (socket to pipe, pipe to socket: they never enter its memory), and
+//!   copies through a buffer only where the kernel refuses splice; bytes
+//!   already in the pipe then go first, so none is lost or reordered.
 
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
@@ -117,6 +121,7 @@ fn relay(tcp: TcpStream, target: &str) {
         return; // the client sees the connection close
     };
     let _ = tcp.set_nodelay(true);
+    widen_send_buffer(&unix);
     let (Ok(mut tcp_in), Ok(mut unix_in)) = (tcp.try_clone(), unix.try_clone()) else {
         return;
     };
@@ -134,8 +139,143 @@ fn relay(tcp: TcpStream, target: &str) {
     }
 }
 
+/// Raises the Unix socket's send buffer toward the proxy (uploads) to 4 MiB
+/// (capped by `net.core.wmem_max`): 208 KiB by default, where TCP grows its
+/// window to megabytes. The proxy does the same on its end (downloads).
+fn widen_send_buffer(s: &UnixStream) {
+    let size: libc::c_int = 2 << 20; // the kernel doubles it
+    // SAFETY: `setsockopt` on a descriptor the stream keeps open, with a
+    // pointer to an int and its size; a refusal keeps the default.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Copies `from` to `to` until `from` ends: spliced through a pipe, or
+/// through user space where the kernel cannot splice these sockets.
+fn copy<R, W>(from: &mut R, to: &mut W) -> std::io::Result<()>
+where
+    R: std::io::Read + std::os::fd::AsRawFd,
+    W: std::io::Write + std::os::fd::AsRawFd,
+{
+    match splice_all(from.as_raw_fd(), to.as_raw_fd()) {
+        Spliced::Done(r) => r,
+        Spliced::Unsupported { pending } => {
+            to.write_all(&pending)?;
+            copy_buffered(from, to)
+        }
+    }
+}
+
+/// How [`splice_all`] ended.
+enum Spliced {
+    /// `from` ended (`Ok`) or a socket failed.
+    Done(std::io::Result<()>),
+    /// The kernel refused to splice (`EINVAL`, `ENOSYS`, no pipe): the bytes
+    /// that were in the pipe, to write before copying the rest.
+    Unsupported { pending: Vec<u8> },
+}
+
+/// Pipe capacity asked for (the kernel may keep its default).
+const PIPE_SIZE: libc::c_int = 1 << 20;
+
+/// Blocking `splice(2)` from socket `from` to socket `to` through a pipe
+/// until `from` ends. The pipe is filled only when empty and drained
+/// completely before the next fill.
+fn splice_all(from: i32, to: i32) -> Spliced {
+    use std::io::Read as _;
+    let mut fds: [libc::c_int; 2] = [-1, -1];
+    // SAFETY: `pipe2` writes two descriptors into an array of two; checked.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Spliced::Unsupported {
+            pending: Vec::new(),
+        };
+    }
+    // SAFETY: fresh descriptors owned by nothing else; the files close them.
+    let (pipe_r, pipe_w) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    // SAFETY: `fcntl` with integer arguments on a descriptor we own; a
+    // refusal leaves the default size, which works too.
+    let size = unsafe { libc::fcntl(pipe_w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    // SAFETY: as above.
+    let size = if size > 0 {
+        size
+    } else {
+        unsafe { libc::fcntl(pipe_w.as_raw_fd(), libc::F_GETPIPE_SZ) }
+    };
+    let size = if size > 0 { size as usize } else { 64 * 1024 };
+    let unsupported =
+        |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS));
+    loop {
+        let got = match splice(from, pipe_w.as_raw_fd(), size) {
+            Ok(0) => return Spliced::Done(Ok(())),
+            Ok(n) => n,
+            Err(e) if unsupported(&e) => {
+                return Spliced::Unsupported {
+                    pending: Vec::new(),
+                };
+            }
+            Err(e) => return Spliced::Done(Err(e)),
+        };
+        let mut left = got;
+        while left > 0 {
+            match splice(pipe_r.as_raw_fd(), to, left) {
+                Ok(0) => return Spliced::Done(Err(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => left -= n,
+                Err(e) if unsupported(&e) => {
+                    let mut pending = vec![0u8; left];
+                    return match (&pipe_r).read_exact(&mut pending) {
+                        Ok(()) => Spliced::Unsupported { pending },
+                        Err(e) => Spliced::Done(Err(e)),
+                    };
+                }
+                Err(e) => return Spliced::Done(Err(e)),
+            }
+        }
+    }
+}
+
+/// One blocking `splice(2)` of up to `len` bytes, retried on `EINTR`.
+fn splice(from: i32, to: i32, len: usize) -> std::io::Result<usize> {
+    loop {
+        // SAFETY: two descriptors their owners keep open for the call and
+        // null offsets (pipes and sockets have none); the kernel moves data
+        // between them and touches no memory of ours.
+        let n = unsafe {
+            libc::splice(
+                from,
+                std::ptr::null_mut(),
+                to,
+                std::ptr::null_mut(),
+                len,
+                libc::SPLICE_F_MOVE,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// `std::io::copy` with a buffer large enough for bulk transfers.
-fn copy(from: &mut impl std::io::Read, to: &mut impl std::io::Write) -> std::io::Result<()> {
+fn copy_buffered(
+    from: &mut impl std::io::Read,
+    to: &mut impl std::io::Write,
+) -> std::io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -217,4 +357,68 @@ fn loopback_up() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::net::UnixStream;
+
+    use super::copy;
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(29) ^ (i >> 11) as u8)
+            .collect()
+    }
+
+    /// A TCP connection whose far end sends `data` then closes: the near end.
+    fn sender(data: Vec<u8>) -> (TcpStream, std::thread::JoinHandle<()>) {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut far = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (near, _) = l.accept().expect("accept");
+        let t = std::thread::spawn(move || far.write_all(&data).expect("send"));
+        (near, t)
+    }
+
+    #[test]
+    fn the_forwarder_relays_tcp_to_unix_byte_exact() {
+        let data = pattern(16 << 20);
+        let (mut from, t) = sender(data.clone());
+        let (mut to, mut other) = UnixStream::pair().expect("pair");
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            other.read_to_end(&mut got).expect("read");
+            got
+        });
+        copy(&mut from, &mut to).expect("copy");
+        drop(to);
+        t.join().expect("sender");
+        assert!(
+            reader.join().expect("reader") == data,
+            "other bytes arrived"
+        );
+    }
+
+    #[test]
+    fn where_the_kernel_refuses_splice_the_forwarder_copies_and_loses_nothing() {
+        // splice(2) into a file opened for appending is EINVAL: the first
+        // read is already in the pipe when the kernel refuses.
+        let data = pattern(4 << 20);
+        let (mut from, t) = sender(data.clone());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("out");
+        let mut to = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("open");
+        copy(&mut from, &mut to).expect("copy");
+        t.join().expect("sender");
+        assert!(
+            std::fs::read(&path).expect("read") == data,
+            "other bytes arrived"
+        );
+    }
 }
