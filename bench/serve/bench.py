@@ -114,6 +114,8 @@ def main():
     ap.add_argument("--bin", default=os.path.join(target, "release", "capstan"))
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--conc", default="1,4,16")
+    ap.add_argument("--idle-wait", type=float, default=12,
+                    help="seconds to wait after the last run before reading the idle RSS")
     args = ap.parse_args()
     binary = os.path.abspath(args.bin)
     home = tempfile.mkdtemp(prefix="capstan-bench-serve-")
@@ -131,6 +133,10 @@ def main():
             n, rate, p50, p99 = load(host, port, ws, conc, args.seconds)
             cpu = (cpu_ms(proc.pid) - cpu) / n
             rows.append((conc, n, rate, p50, p99, cpu, rss_kib(proc.pid)))
+        # Idle again: what the server holds once the runs are over (a server
+        # that trims freed heap does so every 10 s).
+        time.sleep(args.idle_wait)
+        idle_after = rss_kib(proc.pid)
     finally:
         proc.terminate()
         proc.wait()
@@ -155,7 +161,8 @@ def main():
             f"| {conc} | {n} | {rate:.1f} | {p50:.1f} ms | {p99:.1f} ms | {cpu:.2f} ms | {rss / 1024:.0f} MiB |"
         )
     print()
-    print(f"server RSS idle after warm-up: {idle / 1024:.0f} MiB")
+    print(f"server RSS idle after warm-up: {idle / 1024:.0f} MiB; "
+          f"idle {args.idle_wait:g} s after the last run: {idle_after / 1024:.0f} MiB")
     print(
         f"event store: {runs} runs, {events / runs:.1f} events/run ({deltas / runs:.1f} response.delta), "
         f"{size / runs / 1024:.2f} KiB of event JSON per run; database files {db_bytes / 1024 / 1024:.1f} MiB"
