@@ -114,13 +114,21 @@ def main():
     ap.add_argument("--bin", default=os.path.join(target, "release", "capstan"))
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--conc", default="1,4,16")
+    ap.add_argument("--workspace", help="ask in this directory instead of a copy of "
+                    "examples/handbook (e.g. the linux-doc corpus of bench/kb, 3,183 files)")
+    ap.add_argument("--question", help="ask this instead of the handbook question")
     ap.add_argument("--idle-wait", type=float, default=12,
                     help="seconds to wait after the last run before reading the idle RSS")
     args = ap.parse_args()
+    if args.question:
+        QUESTIONS[:] = [args.question]
     binary = os.path.abspath(args.bin)
     home = tempfile.mkdtemp(prefix="capstan-bench-serve-")
-    ws = os.path.join(home, "handbook")
-    shutil.copytree(os.path.join(ROOT, "examples", "handbook"), ws)
+    if args.workspace:  # used in place: a question does not write
+        ws = os.path.abspath(args.workspace)
+    else:
+        ws = os.path.join(home, "handbook")
+        shutil.copytree(os.path.join(ROOT, "examples", "handbook"), ws)
     proc, host, port = start(binary, home, ws)
     try:
         conn = http.client.HTTPConnection(host, port, timeout=300)
@@ -168,7 +176,9 @@ def main():
         f"{size / runs / 1024:.2f} KiB of event JSON per run; database files {db_bytes / 1024 / 1024:.1f} MiB"
     )
     print()
-    print(f"Command: python3 bench/serve/bench.py --bin {args.bin} --seconds {args.seconds:g} --conc {args.conc}")
+    print(f"Command: python3 bench/serve/bench.py --bin {args.bin} --seconds {args.seconds:g} --conc {args.conc}"
+          + (f" --workspace {args.workspace}" if args.workspace else "")
+          + (f" --question {json.dumps(args.question)}" if args.question else ""))
     shutil.rmtree(home, ignore_errors=True)
 
 

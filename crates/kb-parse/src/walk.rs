@@ -286,7 +286,8 @@ mod tests {
     fn many_files_come_out_in_walk_order_with_sizes_and_skips() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let mut expected = vec!["top.md".to_string()];
+        // .gitignore is text, so a candidate too; root files first, in name order.
+        let mut expected = vec![".gitignore".to_string(), "top.md".to_string()];
         for sub in ["b", "a"] {
             std::fs::create_dir(root.join(sub)).unwrap();
             for i in 0..300 {
@@ -315,8 +316,8 @@ mod tests {
             assert_eq!(c.size, meta.len(), "{}", c.path);
             assert!(c.mtime_ms > 0);
         }
-        // .gitignore is private (a dot file), then big.md, then pic.png, in name order.
-        assert_eq!(found.skipped, [Skip::Private, Skip::TooLarge, Skip::Binary]);
+        // big.md, then pic.png, in name order (ignored.md is not counted).
+        assert_eq!(found.skipped, [Skip::TooLarge, Skip::Binary]);
         assert_eq!(
             found.warnings,
             ["big.md: 5000 bytes is over the 4096-byte limit, skipped"]
