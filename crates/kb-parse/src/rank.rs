@@ -220,7 +220,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             asked.into_inner(),
-            [("rotate keys".to_string(), 100), ("key rotation".to_string(), 100)]
+            [
+                ("rotate keys".to_string(), 100),
+                ("key rotation".to_string(), 100)
+            ]
         );
         let paths: Vec<(&str, u64)> = a.data["passages"]
             .as_array()

@@ -9,8 +9,8 @@
 
 mod walk;
 
-use capstan_plugin::host::events::{Activity, emit};
 use capstan_kb_parse::rank;
+use capstan_plugin::host::events::{Activity, emit};
 use capstan_plugin::host::index;
 use capstan_plugin::{
     CapabilityInfo, JsonSchema, Plugin, Risk, Task, TaskError, TaskOutput, op, progress,
