@@ -388,6 +388,11 @@ pub enum Event {
     },
 }
 
+/// The names of the events that end a run: each run's stream ends with
+/// exactly one of them. The store keeps one back until the run's terminal
+/// status is written, so both are stored in one transaction.
+pub const RUN_ENDING: [&str; 3] = ["run.completed", "run.failed", "run.cancelled"];
+
 impl Event {
     /// The event's dotted name, as in the envelope's `type` field.
     pub const fn name(&self) -> &'static str {
@@ -473,5 +478,20 @@ mod tests {
         assert_eq!(json["seq"], 3);
         let back: Envelope = serde_json::from_value(json).unwrap();
         assert_eq!(back, env);
+    }
+
+    #[test]
+    fn run_ending_names_the_three_terminal_events() {
+        let usage = Usage::default();
+        let ends = [
+            Event::RunCompleted { usage },
+            Event::RunFailed {
+                reason: FailureReason::RetryLimit,
+                message: String::new(),
+                usage,
+            },
+            Event::RunCancelled { usage },
+        ];
+        assert_eq!(ends.map(|e| e.name()), RUN_ENDING);
     }
 }

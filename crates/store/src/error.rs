@@ -173,6 +173,19 @@ pub enum StoreError {
         run_id: String,
     },
 
+    /// `start_run_exclusive` while another run of the session is running,
+    /// in this process or any other sharing the database.
+    #[error(
+        "session {id} already has a run in progress ({run_id}), maybe started from another \
+         window, process or replica; wait for it to end or cancel it, then ask again"
+    )]
+    SessionBusy {
+        /// The session.
+        id: String,
+        /// Its run in flight.
+        run_id: String,
+    },
+
     /// A caller passed a value the store refuses (e.g. `finish_run` with status
     /// `running`, or JSON that does not parse).
     #[error("{0}")]

@@ -6,6 +6,7 @@
 //! whole batch in one transaction. [`EventWriter`] does the batching for
 //! callers that must not block.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
@@ -14,7 +15,9 @@ use std::thread::JoinHandle;
 use rusqlite::{Connection, ffi, params};
 
 use crate::error::{Result, StoreError};
-use crate::{Durability, EventRecord, SqliteStore, Store, constraint_code};
+use capstan_protocol::event::RUN_ENDING;
+
+use crate::{Durability, EventRecord, RunStatus, SqliteStore, Store, Usage, constraint_code};
 
 const INSERT: &str = "INSERT INTO events (run_id, seq, ts, type, json) VALUES (?1, ?2, ?3, ?4, ?5)";
 /// Coalescing (see [`crate::coalesce`]): the deltas a completed response replaces.
@@ -60,22 +63,25 @@ impl SqliteStore {
         if batch.is_empty() {
             return Ok(());
         }
+        self.write(Durability::Fast, |c| self.insert_batch(c, batch))?;
+        self.notifier.bump();
+        Ok(())
+    }
+
+    /// Inserts `batch` in the caller's transaction, leaving out the deltas a
+    /// completed response later in the batch replaces.
+    pub(crate) fn insert_batch(&self, c: &Connection, batch: &[EventRecord]) -> Result<()> {
         let seqs = batch
             .iter()
             .map(|e| seq_to_i64(e.seq))
             .collect::<Result<Vec<_>>>()?;
         let superseded = crate::coalesce::superseded(batch);
-        self.write(Durability::Fast, |c| {
-            for ((e, seq_i), skip) in batch.iter().zip(seqs).zip(superseded.iter().copied()) {
-                // A delta whose completed response is in this batch is never written.
-                if skip {
-                    continue;
-                }
-                self.insert_event(c, &e.run_id, e.seq, seq_i, &e.ts, &e.kind, &e.json)?;
+        for ((e, seq_i), skip) in batch.iter().zip(seqs).zip(superseded) {
+            if skip {
+                continue;
             }
-            Ok(())
-        })?;
-        self.notifier.bump();
+            self.insert_event(c, &e.run_id, e.seq, seq_i, &e.ts, &e.kind, &e.json)?;
+        }
         Ok(())
     }
 
@@ -107,21 +113,7 @@ impl SqliteStore {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn insert_event_pub(
-        &self,
-        c: &Connection,
-        run_id: &str,
-        seq: u64,
-        seq_i: i64,
-        ts: &str,
-        kind: &str,
-        json: &str,
-    ) -> Result<()> {
-        self.insert_event(c, run_id, seq, seq_i, ts, kind, json)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn insert_event(
+    pub(crate) fn insert_event(
         &self,
         c: &Connection,
         run_id: &str,
@@ -172,6 +164,15 @@ const MAX_BATCH: usize = 512;
 enum Msg {
     Event(EventRecord),
     Flush(SyncSender<Result<()>>),
+    Finish(RunEnd, SyncSender<Result<()>>),
+}
+
+/// A run's terminal status, for [`EventWriter::finish`].
+struct RunEnd {
+    run_id: String,
+    status: RunStatus,
+    reason: Option<String>,
+    usage: Option<Usage>,
 }
 
 /// Appends events on a background thread, in batches: [`EventWriter::push`]
@@ -185,6 +186,13 @@ enum Msg {
 /// committed and reports errors. A process crash loses the events still
 /// queued (at most one batch of latency, typically well under a millisecond);
 /// dropping the writer commits them first.
+///
+/// A run's terminal event ([`capstan_protocol::event::RUN_ENDING`]) and
+/// anything after it are held back until [`EventWriter::finish`] stores them
+/// with the run's terminal status in one transaction, so a reader on any
+/// replica never sees a run's last event while the run still reads
+/// `running`, nor an ended run whose last event is missing. A `flush`, or
+/// dropping the writer, stores what is held as it is.
 ///
 /// A batch that fails is retried event by event, so one bad event (a
 /// duplicate seq, a deleted run) costs only itself. The first error since the
@@ -235,6 +243,29 @@ impl EventWriter {
         rx.recv().map_err(|_| self.stopped())?
     }
 
+    /// Ends `run_id` ([`Store::finish_run`]): stores everything pushed
+    /// before this call, then the run's held terminal event together with
+    /// its terminal status, reason and usage, in one transaction. When the
+    /// run cannot end (already ended, unknown), its held events are stored
+    /// alone and the error is returned.
+    pub fn finish(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+    ) -> Result<()> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let end = RunEnd {
+            run_id: run_id.to_owned(),
+            status,
+            reason: reason.map(str::to_owned),
+            usage,
+        };
+        self.send(Msg::Finish(end, tx))?;
+        rx.recv().map_err(|_| self.stopped())?
+    }
+
     fn send(&self, msg: Msg) -> Result<()> {
         self.tx
             .as_ref()
@@ -262,6 +293,8 @@ impl Drop for EventWriter {
 fn writer_loop(store: &Store, rx: &Receiver<Msg>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut flushes = Vec::new();
+    let mut finishes = Vec::new();
+    let mut held = Held::default();
     let mut first_error: Option<StoreError> = None;
     // Blocks for the first message of a batch, then takes whatever else is
     // already queued.
@@ -269,35 +302,95 @@ fn writer_loop(store: &Store, rx: &Receiver<Msg>) {
         let mut next = Some(msg);
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Event(e) => batch.push(e),
+                Msg::Event(e) => {
+                    if let Some(e) = held.keep(e) {
+                        batch.push(e);
+                    }
+                }
                 Msg::Flush(reply) => flushes.push(reply),
+                Msg::Finish(end, reply) => finishes.push((end, reply)),
             }
             if batch.len() < MAX_BATCH {
                 next = rx.try_recv().ok();
             }
         }
-        if !batch.is_empty() {
-            if let Err(e) = store.append_events(&batch) {
-                // Keep every good event: retry one by one.
-                let mut err = Some(e);
-                if batch.len() > 1 {
-                    err = None;
-                    for ev in &batch {
-                        if let Err(e) =
-                            store.append_event(&ev.run_id, ev.seq, &ev.ts, &ev.kind, &ev.json)
-                        {
-                            err.get_or_insert(e);
-                        }
-                    }
-                }
-                if first_error.is_none() {
-                    first_error = err;
-                }
+        if let Err(e) = append(store, &batch) {
+            first_error.get_or_insert(e);
+        }
+        batch.clear();
+        for (end, reply) in finishes.drain(..) {
+            let last = held.take(&end.run_id);
+            let mut result = store.finish_run_with_events(
+                &end.run_id,
+                end.status,
+                end.reason.as_deref(),
+                end.usage,
+                &last,
+            );
+            // The run did not end here (another replica interrupted it):
+            // its events are still kept.
+            if result.is_err()
+                && let Err(e) = append(store, &last)
+            {
+                result = result.and(Err(e));
             }
-            batch.clear();
+            let _ = reply.send(result);
+        }
+        if !flushes.is_empty()
+            && let Err(e) = append(store, &held.take_all())
+        {
+            first_error.get_or_insert(e);
         }
         for reply in flushes.drain(..) {
             let _ = reply.send(first_error.take().map_or(Ok(()), Err));
         }
+    }
+    let _ = append(store, &held.take_all());
+}
+
+/// Stores `batch`; when the batch fails, retries event by event so every
+/// good event is kept, and returns the first error.
+fn append(store: &Store, batch: &[EventRecord]) -> Result<()> {
+    match store.append_events(batch) {
+        Ok(()) => Ok(()),
+        Err(e) if batch.len() <= 1 => Err(e),
+        Err(_) => {
+            let mut first = Ok(());
+            for ev in batch {
+                if let Err(e) = store.append_event(&ev.run_id, ev.seq, &ev.ts, &ev.kind, &ev.json) {
+                    first = first.and(Err(e));
+                }
+            }
+            first
+        }
+    }
+}
+
+/// The events held back per run: its terminal event and whatever follows.
+#[derive(Default)]
+struct Held(HashMap<String, Vec<EventRecord>>);
+
+impl Held {
+    /// Holds `e` if it ends its run or its run already has held events;
+    /// otherwise gives it back to be stored now.
+    fn keep(&mut self, e: EventRecord) -> Option<EventRecord> {
+        if let Some(events) = self.0.get_mut(&e.run_id) {
+            events.push(e);
+            None
+        } else if RUN_ENDING.contains(&e.kind.as_str()) {
+            self.0.insert(e.run_id.clone(), vec![e]);
+            None
+        } else {
+            Some(e)
+        }
+    }
+
+    fn take(&mut self, run_id: &str) -> Vec<EventRecord> {
+        self.0.remove(run_id).unwrap_or_default()
+    }
+
+    /// Everything held, each run's events in push order.
+    fn take_all(&mut self) -> Vec<EventRecord> {
+        self.0.drain().flat_map(|(_, events)| events).collect()
     }
 }

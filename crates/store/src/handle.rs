@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, StoreError};
 use crate::pg::PgStore;
 use crate::{
-    Approval, EventRecord, LeaseClaim, NewApproval, Profile, Role, Run, RunRequest, RunRequestKind,
-    RunStatus, Session, SessionDeletion, SqliteStore, StoredEvent, Turn, Usage, Workspace,
+    Approval, Ending, EventRecord, LeaseClaim, NewApproval, Profile, Role, Run, RunRequest,
+    RunRequestKind, RunStatus, Session, SessionDeletion, SqliteStore, StoredEvent, Turn, Usage,
+    Workspace,
 };
 
 /// Which database a [`Store`] is backed by.
@@ -230,16 +231,27 @@ delegate! {
     // Runs.
     /// Starts a `running` run of a session, owned by this store.
     fn start_run(&self, session_id: &str, model: &str) -> Result<Run>;
+    /// Starts a run as [`Store::start_run`] does, refused with
+    /// [`StoreError::SessionBusy`] while another run of the session is
+    /// `running`, whichever process or replica started it: a session runs
+    /// one message at a time.
+    fn start_run_exclusive(&self, session_id: &str, model: &str) -> Result<Run>;
     /// Ends a run once (terminal status, reason, final usage totals) and
     /// drops its lease.
     fn finish_run(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>) -> Result<()>;
+    /// [`Store::finish_run`] that also appends the run's last events (its
+    /// terminal event) in the same transaction, so no reader sees the one
+    /// without the other. On an error nothing is stored.
+    fn finish_run_with_events(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>, last: &[EventRecord]) -> Result<()>;
     /// The run with this id; `None` when there is none.
     fn get_run(&self, id: &str) -> Result<Option<Run>>;
     /// The `limit` most recent runs, newest first.
     fn list_runs(&self, session_id: Option<&str>, limit: usize) -> Result<Vec<Run>>;
     /// Marks `interrupted` (reason `process-exited`) the `running` runs
     /// whose owning store is gone; never touches live owners' runs.
-    fn mark_interrupted_runs(&self) -> Result<Vec<String>>;
+    /// With `ending`, each run's terminal event is appended in the same
+    /// transaction (see [`crate::Ending`]).
+    fn mark_interrupted_runs(&self, ending: Option<Ending<'_>>) -> Result<Vec<String>>;
 
     // Events.
     /// Appends one event with a caller-chosen seq, unique per run. Storing a
@@ -278,7 +290,9 @@ delegate! {
     /// Marks `interrupted` (reason [`crate::LEASE_EXPIRED_REASON`]) every
     /// `running` run whose lease has expired, and returns their ids, oldest
     /// first. Runs never leased are left to [`Store::mark_interrupted_runs`].
-    fn interrupt_expired_leases(&self) -> Result<Vec<String>>;
+    /// With `ending`, each run's terminal event is appended in the same
+    /// transaction.
+    fn interrupt_expired_leases(&self, ending: Option<Ending<'_>>) -> Result<Vec<String>>;
 
     // Requests for a run's owner (see the `requests` module).
     /// Leaves a request for the replica that serves `target` (a run id for

@@ -6,12 +6,37 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::{OptionalExtension, params};
 
+use capstan_protocol::event::RUN_ENDING;
+
 use crate::error::{Result, StoreError};
 use crate::{Durability, RunStatus, SqliteStore, format_rfc3339_millis, now_rfc3339};
 
 /// The reason given to runs interrupted because their lease expired (the
 /// replica running them stopped renewing it: it died or lost the database).
 pub const LEASE_EXPIRED_REASON: &str = "lease-expired";
+
+/// Builds the terminal event of a run the store marks `interrupted`, given
+/// the run's id and the seq it will carry (the run's next). The store appends
+/// it in the transaction that marks the run, so a run is never `interrupted`
+/// without the event that ends its stream.
+pub type Ending<'a> = &'a (dyn Fn(&str, u64) -> crate::EventRecord + Sync);
+
+/// `ending`'s event for `run_id` at `seq`, refused if it names another run
+/// or seq (it would be stored where its envelope does not say).
+pub(crate) fn checked_ending(
+    ending: Ending<'_>,
+    run_id: &str,
+    seq: u64,
+) -> Result<crate::EventRecord> {
+    let e = ending(run_id, seq);
+    if e.run_id != run_id || e.seq != seq {
+        return Err(StoreError::InvalidArgument(format!(
+            "the ending event built for run {run_id} at seq {seq} names run {} at seq {}",
+            e.run_id, e.seq
+        )));
+    }
+    Ok(e)
+}
 
 /// One stored event with its seq (the cursor for [`crate::Store::events_since`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,7 +93,7 @@ impl SqliteStore {
                 .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
                 .map_err(|e| self.sql(e))?;
             let seq = crate::to_u64(next);
-            self.insert_event_pub(c, run_id, seq, next, ts, kind, &json(seq))?;
+            self.insert_event(c, run_id, seq, next, ts, kind, &json(seq))?;
             Ok(seq)
         })?;
         self.notifier.bump();
@@ -153,9 +178,9 @@ impl SqliteStore {
         })
     }
 
-    pub fn interrupt_expired_leases(&self) -> Result<Vec<String>> {
+    pub fn interrupt_expired_leases(&self, ending: Option<Ending<'_>>) -> Result<Vec<String>> {
         let now = now_rfc3339();
-        self.write(Durability::Durable, |c| {
+        let ids = self.write(Durability::Durable, |c| {
             let mut stmt = c
                 .prepare_cached(
                     "UPDATE runs SET status = 'interrupted', reason = ?2, ended_at = ?1,
@@ -173,8 +198,48 @@ impl SqliteStore {
                 .collect::<rusqlite::Result<Vec<_>>>()
                 .map_err(|e| self.sql(e))?;
             ids.sort();
-            Ok(ids.into_iter().map(|(_, id)| id).collect())
-        })
+            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
+            if let Some(ending) = ending {
+                for id in &ids {
+                    self.append_ending(c, id, ending)?;
+                }
+            }
+            Ok(ids)
+        })?;
+        if ending.is_some() && !ids.is_empty() {
+            self.notifier.bump();
+        }
+        Ok(ids)
+    }
+
+    /// Appends `ending`'s event at the run's next seq, in the caller's
+    /// transaction, unless the run's stream already ends with a terminal
+    /// event (one is all).
+    pub(crate) fn append_ending(
+        &self,
+        c: &rusqlite::Connection,
+        run_id: &str,
+        ending: Ending<'_>,
+    ) -> Result<()> {
+        let last: Option<(i64, String)> = c
+            .prepare_cached(
+                "SELECT seq, type FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(|e| self.sql(e))?;
+        if last
+            .as_ref()
+            .is_some_and(|(_, kind)| RUN_ENDING.contains(&kind.as_str()))
+        {
+            return Ok(());
+        }
+        let next = last.map_or(0, |(seq, _)| seq + 1);
+        let seq = crate::to_u64(next);
+        let e = checked_ending(ending, run_id, seq)?;
+        self.insert_event(c, run_id, seq, next, &e.ts, &e.kind, &e.json)
     }
 
     fn lease_row(

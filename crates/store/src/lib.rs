@@ -28,6 +28,10 @@
 //! - Storing a `response.completed` deletes the run's `response.delta`
 //!   events before it, in the same transaction ([`coalesce`]): the completed
 //!   event carries the whole text. Their seqs stay unused.
+//! - A run's terminal event (`run.completed`, `run.failed`, `run.cancelled`)
+//!   and its terminal status are committed together when the run ends
+//!   through [`EventWriter::finish`] ([`Store::finish_run_with_events`]): a
+//!   reader never sees the one without the other.
 //! - Turns of a session have seqs 1, 2, 3... in commit order, no gap.
 //! - Every write is one transaction: all of it or none of it.
 //! - A run's lease (`claim_run`, `renew_lease`) is held by at most one owner;
@@ -132,7 +136,7 @@ pub use error::{Result, StoreError};
 pub use events::EventWriter;
 pub use handle::{Backend, Store};
 pub use id::new_id;
-pub use lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
+pub use lease::{Ending, LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
 pub use model::{
     Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
     Session, SessionDeletion, Turn, Usage, Workspace,

@@ -5,8 +5,10 @@ use std::collections::BTreeSet;
 use rusqlite::{OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
+use crate::lease::Ending;
 use crate::{
-    Durability, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner, to_i64, to_u64,
+    Durability, EventRecord, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner,
+    to_i64, to_u64,
 };
 
 const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
@@ -38,6 +40,16 @@ impl SqliteStore {
     /// The run records this store's owner lock, so other processes know it
     /// is alive (see [`Store::mark_interrupted_runs`]).
     pub fn start_run(&self, session_id: &str, model: &str) -> Result<Run> {
+        self.insert_run(session_id, model, false)
+    }
+
+    /// [`SqliteStore::start_run`], refused with [`StoreError::SessionBusy`]
+    /// while another run of the session is `running` (in any process).
+    pub fn start_run_exclusive(&self, session_id: &str, model: &str) -> Result<Run> {
+        self.insert_run(session_id, model, true)
+    }
+
+    fn insert_run(&self, session_id: &str, model: &str, exclusive: bool) -> Result<Run> {
         let run = Run {
             id: new_id("run"),
             session_id: session_id.to_owned(),
@@ -50,6 +62,22 @@ impl SqliteStore {
         };
         self.write(Durability::Durable, |c| {
             self.require(c, "sessions", "session", session_id)?;
+            // The write lock is held (IMMEDIATE): no other process can start
+            // a run of this session between the check and the insert.
+            if exclusive {
+                let running: Option<String> = c
+                    .prepare_cached(
+                        "SELECT id FROM runs WHERE session_id = ?1 AND status = 'running' LIMIT 1",
+                    )
+                    .and_then(|mut s| s.query_row([session_id], |r| r.get(0)).optional())
+                    .map_err(|e| self.sql(e))?;
+                if let Some(run_id) = running {
+                    return Err(StoreError::SessionBusy {
+                        id: session_id.to_owned(),
+                        run_id,
+                    });
+                }
+            }
             c.prepare_cached(
                 "INSERT INTO runs (id, session_id, status, model, owner, started_at)
                  VALUES (?1, ?2, 'running', ?3, ?4, ?5)",
@@ -89,6 +117,20 @@ impl SqliteStore {
         status: RunStatus,
         reason: Option<&str>,
         usage: Option<Usage>,
+    ) -> Result<()> {
+        self.finish_run_with_events(id, status, reason, usage, &[])
+    }
+
+    /// [`SqliteStore::finish_run`] that also appends the run's last events
+    /// in the same transaction: a reader sees them and the terminal status
+    /// together, or neither. Nothing is stored when the run cannot end.
+    pub fn finish_run_with_events(
+        &self,
+        id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+        last: &[EventRecord],
     ) -> Result<()> {
         if status == RunStatus::Running {
             return Err(StoreError::InvalidArgument(format!(
@@ -134,6 +176,7 @@ impl SqliteStore {
                 ),
                 None => (old_in, old_out, old_cost),
             };
+            self.insert_batch(c, last)?;
             c.prepare_cached(
                 "UPDATE runs SET status = ?2, reason = ?3, ended_at = ?4,
                      lease_owner = NULL, lease_expires_at = NULL, input_tokens = ?5, output_tokens = ?6, cost_usd = ?7
@@ -158,7 +201,11 @@ impl SqliteStore {
                 new_out - old_out,
                 new_cost - old_cost,
             )
-        })
+        })?;
+        if !last.is_empty() {
+            self.notifier.bump();
+        }
+        Ok(())
     }
 
     pub fn get_run(&self, id: &str) -> Result<Option<Run>> {
@@ -197,7 +244,7 @@ impl SqliteStore {
     /// safe to call at any time. One exception: when this file system cannot
     /// lock, runs record no owner and this store's own runs look gone too;
     /// then call it only before starting any run.
-    pub fn mark_interrupted_runs(&self) -> Result<Vec<String>> {
+    pub fn mark_interrupted_runs(&self, ending: Option<Ending<'_>>) -> Result<Vec<String>> {
         let owners: BTreeSet<Option<String>> = self.with_conn(|c| {
             let mut stmt = c
                 .prepare_cached("SELECT DISTINCT owner FROM runs WHERE status = 'running'")
@@ -241,7 +288,18 @@ impl SqliteStore {
                 }
             }
             ids.sort();
-            Ok(ids.into_iter().map(|(_, id)| id).collect())
+            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
+            if let Some(ending) = ending {
+                for id in &ids {
+                    self.append_ending(c, id, ending)?;
+                }
+            }
+            Ok(ids)
+        })
+        .inspect(|ids| {
+            if ending.is_some() && !ids.is_empty() {
+                self.notifier.bump();
+            }
         })
     }
 }

@@ -94,7 +94,7 @@ fn kill_9_loses_no_committed_turn(kind: Kind) {
         // the closed connection, a moment after the kill: wait for that.
         let deadline = Instant::now() + Duration::from_secs(30);
         let interrupted = loop {
-            let ids = store.mark_interrupted_runs().unwrap();
+            let ids = store.mark_interrupted_runs(None).unwrap();
             if !ids.is_empty() || Instant::now() > deadline {
                 break ids;
             }

@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_store::{Backend, LEASE_EXPIRED_REASON, RunRequestKind, RunStatus, Store, StoreError};
+use capstan_store::{
+    Backend, EventRecord, LEASE_EXPIRED_REASON, RunRequestKind, RunStatus, Store, StoreError,
+};
 
 mod common;
 
@@ -179,7 +181,7 @@ fn leases_are_exclusive_and_taken_over_when_expired(kind: Kind) {
     a.renew_lease(&run.id, "replica-a", long).unwrap();
     a.claim_run(&run.id, "replica-a", long).unwrap();
     // A fresh lease is not interrupted.
-    assert!(b.interrupt_expired_leases().unwrap().is_empty());
+    assert!(b.interrupt_expired_leases(None).unwrap().is_empty());
 
     // The holder stops renewing: its lease runs out.
     a.renew_lease(&run.id, "replica-a", tiny).unwrap();
@@ -193,7 +195,7 @@ fn leases_are_exclusive_and_taken_over_when_expired(kind: Kind) {
     ));
     // The starting store is alive, and the run is leased: start-up
     // recovery leaves it alone.
-    assert!(a.mark_interrupted_runs().unwrap().is_empty());
+    assert!(a.mark_interrupted_runs(None).unwrap().is_empty());
 
     // Now the new holder dies too (stops renewing); the expired lease
     // interrupts the run, once.
@@ -202,8 +204,53 @@ fn leases_are_exclusive_and_taken_over_when_expired(kind: Kind) {
     let other = a.start_run(&s.id, "m").unwrap();
     a.claim_run(&other.id, "replica-a", long).unwrap();
     let never_leased = a.start_run(&s.id, "m").unwrap();
-    assert_eq!(a.interrupt_expired_leases().unwrap(), vec![run.id.clone()]);
-    assert!(a.interrupt_expired_leases().unwrap().is_empty());
+    // Its terminal event is appended in the transaction that marks it, at
+    // the next seq after what the dead holder saved.
+    a.append_event(&run.id, 0, "2026-01-01T00:00:00.000Z", "task.started", "{}")
+        .unwrap();
+    let ending = |run_id: &str, seq: u64| EventRecord {
+        run_id: run_id.to_owned(),
+        seq,
+        ts: "2026-01-01T00:00:01.000Z".into(),
+        kind: "run.failed".into(),
+        json: format!(
+            r#"{{"seq":{seq},"run_id":"{run_id}","type":"run.failed","reason":"lease-expired"}}"#
+        ),
+    };
+    assert_eq!(
+        a.interrupt_expired_leases(Some(&ending)).unwrap(),
+        vec![run.id.clone()]
+    );
+    assert!(
+        a.interrupt_expired_leases(Some(&ending))
+            .unwrap()
+            .is_empty()
+    );
+    let stored = b.events_since(&run.id, None).unwrap();
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert_eq!(stored[1].seq, 1);
+    assert!(stored[1].json.contains("lease-expired"));
+    // An ending that names another seq is refused, and nothing is marked.
+    let wrong = |run_id: &str, seq: u64| EventRecord {
+        seq: seq + 7,
+        ..ending(run_id, seq)
+    };
+    let c = a.start_run(&s.id, "m").unwrap();
+    a.claim_run(&c.id, "replica-a", tiny).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(matches!(
+        a.interrupt_expired_leases(Some(&wrong)),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        a.get_run(&c.id).unwrap().unwrap().status,
+        RunStatus::Running
+    );
+    assert!(a.events(&c.id).unwrap().is_empty());
+    assert_eq!(
+        a.interrupt_expired_leases(None).unwrap(),
+        vec![c.id.clone()]
+    );
     let r = a.get_run(&run.id).unwrap().unwrap();
     assert_eq!(r.status, RunStatus::Interrupted);
     assert_eq!(r.reason.as_deref(), Some(LEASE_EXPIRED_REASON));
@@ -244,7 +291,7 @@ fn leased_runs_survive_their_starters_death(kind: Kind) {
         .claim_run(&run.id, "survivor", Duration::from_secs(600))
         .unwrap();
     drop(starter);
-    assert!(survivor.mark_interrupted_runs().unwrap().is_empty());
+    assert!(survivor.mark_interrupted_runs(None).unwrap().is_empty());
     assert_eq!(
         survivor.get_run(&run.id).unwrap().unwrap().status,
         RunStatus::Running

@@ -462,13 +462,13 @@ fn mark_interrupted_runs_spares_live_owners(kind: Kind) {
         .finish_run(&finished.id, RunStatus::Completed, None, None)
         .unwrap();
 
-    assert!(mine.mark_interrupted_runs().unwrap().is_empty());
-    assert!(neighbour.mark_interrupted_runs().unwrap().is_empty());
+    assert!(mine.mark_interrupted_runs(None).unwrap().is_empty());
+    assert!(neighbour.mark_interrupted_runs(None).unwrap().is_empty());
 
     // The neighbour goes away without finishing its run.
     drop(neighbour);
     assert_eq!(
-        mine.mark_interrupted_runs().unwrap(),
+        mine.mark_interrupted_runs(None).unwrap(),
         vec![their_run.id.clone()]
     );
     let r = mine.get_run(&their_run.id).unwrap().unwrap();
@@ -476,7 +476,7 @@ fn mark_interrupted_runs_spares_live_owners(kind: Kind) {
     assert_eq!(r.reason.as_deref(), Some(capstan_store::INTERRUPTED_REASON));
     assert!(r.ended_at.is_some());
     // Idempotent, and our own run is still running and can finish.
-    assert!(mine.mark_interrupted_runs().unwrap().is_empty());
+    assert!(mine.mark_interrupted_runs(None).unwrap().is_empty());
     assert_eq!(
         mine.get_run(&own_run.id).unwrap().unwrap().status,
         RunStatus::Running
@@ -509,7 +509,7 @@ fn runs_without_owner_count_as_interrupted() {
     .unwrap();
     drop(raw);
     let store = reopen_file(&dir);
-    assert_eq!(store.mark_interrupted_runs().unwrap(), ["run_old"]);
+    assert_eq!(store.mark_interrupted_runs(None).unwrap(), ["run_old"]);
 }
 
 // ---- events ----
@@ -734,6 +734,160 @@ fn event_writer_batches_and_reports_errors_at_flush(kind: Kind) {
     }
     drop(writer);
     assert_eq!(store.events(&run.id).unwrap().len(), 5_100);
+}
+
+fn ended(run: &str, seq: u64) -> EventRecord {
+    EventRecord {
+        run_id: run.into(),
+        seq,
+        ts: "2026-01-01T00:00:00.000Z".into(),
+        kind: "run.completed".into(),
+        json: serde_json::json!({
+            "seq": seq, "run_id": run, "ts": "2026-01-01T00:00:00.000Z",
+            "type": "run.completed", "usage": {"input_tokens": 1, "output_tokens": 2},
+        })
+        .to_string(),
+    }
+}
+
+fn kinds(store: &Store, run: &str) -> Vec<String> {
+    store
+        .events(run)
+        .unwrap()
+        .iter()
+        .map(|j| serde_json::from_str::<serde_json::Value>(j).unwrap()["type"].to_string())
+        .collect()
+}
+
+/// A reader on another handle (another replica) never sees a run's terminal
+/// event while the run still reads `running`: the writer holds the event back
+/// until `finish` stores it with the status, in one transaction.
+fn a_run_ends_with_its_terminal_event_in_one_transaction(kind: Kind) {
+    let (db, store) = fresh(kind);
+    let store = Arc::new(store);
+    let other = reopen(&db);
+    let s = store.create_session("s", None).unwrap();
+    let run = store.start_run(&s.id, "m").unwrap();
+    let writer = EventWriter::new(store.clone());
+    for seq in 0..3 {
+        writer.push(event(&run.id, seq)).unwrap();
+    }
+    writer.push(ended(&run.id, 3)).unwrap();
+    let seen = other
+        .wait_events(&run.id, Some(2), std::time::Duration::from_millis(500))
+        .unwrap();
+    assert!(
+        seen.is_empty(),
+        "the terminal event was stored early: {seen:?}"
+    );
+    assert_eq!(other.events(&run.id).unwrap().len(), 3);
+    assert_eq!(
+        other.get_run(&run.id).unwrap().unwrap().status,
+        RunStatus::Running
+    );
+
+    let usage = Usage {
+        input_tokens: 1,
+        output_tokens: 2,
+        ..Usage::default()
+    };
+    writer
+        .finish(&run.id, RunStatus::Completed, None, Some(usage))
+        .unwrap();
+    assert_eq!(kinds(&other, &run.id).last().unwrap(), "\"run.completed\"");
+    let got = other.get_run(&run.id).unwrap().unwrap();
+    assert_eq!(got.status, RunStatus::Completed);
+    assert_eq!(got.usage.output_tokens, 2);
+
+    // Ended elsewhere first (another replica interrupted it): the finish is
+    // refused and the held event is still kept.
+    let run2 = store.start_run(&s.id, "m").unwrap();
+    writer.push(ended(&run2.id, 0)).unwrap();
+    other
+        .finish_run(
+            &run2.id,
+            RunStatus::Interrupted,
+            Some("lease-expired"),
+            None,
+        )
+        .unwrap();
+    let err = writer
+        .finish(&run2.id, RunStatus::Completed, None, None)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::RunNotRunning { .. }), "{err}");
+    assert_eq!(store.events(&run2.id).unwrap().len(), 1);
+    assert_eq!(
+        store.get_run(&run2.id).unwrap().unwrap().status,
+        RunStatus::Interrupted
+    );
+
+    // A flush stores what is held, as it is (callers that end runs another way).
+    let run3 = store.start_run(&s.id, "m").unwrap();
+    writer.push(ended(&run3.id, 0)).unwrap();
+    writer.flush().unwrap();
+    assert_eq!(store.events(&run3.id).unwrap().len(), 1);
+    assert_eq!(
+        store.get_run(&run3.id).unwrap().unwrap().status,
+        RunStatus::Running
+    );
+
+    // All or nothing: a bad last event leaves the run running and stores nothing.
+    let run4 = store.start_run(&s.id, "m").unwrap();
+    let mut bad = ended(&run4.id, 0);
+    bad.json = "{truncated".into();
+    assert!(
+        store
+            .finish_run_with_events(&run4.id, RunStatus::Completed, None, None, &[bad])
+            .is_err()
+    );
+    assert!(store.events(&run4.id).unwrap().is_empty());
+    assert_eq!(
+        store.get_run(&run4.id).unwrap().unwrap().status,
+        RunStatus::Running
+    );
+}
+
+/// One message at a time per session, across handles (processes, replicas):
+/// of eight exclusive starts racing on four handles, exactly one wins.
+fn a_session_runs_one_exclusive_run_at_a_time(kind: Kind) {
+    let (db, store) = fresh(kind);
+    let s = store.create_session("s", None).unwrap();
+    let first = store.start_run_exclusive(&s.id, "m").unwrap();
+    let err = store.start_run_exclusive(&s.id, "m").unwrap_err();
+    assert!(err.to_string().contains("cancel"), "{err}");
+    match err {
+        StoreError::SessionBusy { run_id, .. } => assert_eq!(run_id, first.id),
+        other => panic!("expected SessionBusy, got {other:?}"),
+    }
+    // Another session is not held up.
+    let t = store.create_session("t", None).unwrap();
+    store.start_run_exclusive(&t.id, "m").unwrap();
+    store
+        .finish_run(&first.id, RunStatus::Completed, None, None)
+        .unwrap();
+    let second = store.start_run_exclusive(&s.id, "m").unwrap();
+    store
+        .finish_run(&second.id, RunStatus::Cancelled, None, None)
+        .unwrap();
+
+    let handles: Vec<Arc<Store>> = (0..4).map(|_| Arc::new(reopen(&db))).collect();
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let h = handles[i % 4].clone();
+            let (barrier, sid) = (barrier.clone(), s.id.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                h.start_run_exclusive(&sid, "m")
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let won = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(won, 1, "{results:?}");
+    for r in results.iter().filter(|r| r.is_err()) {
+        assert!(matches!(r, Err(StoreError::SessionBusy { .. })), "{r:?}");
+    }
 }
 
 // ---- approvals ----
@@ -1216,6 +1370,8 @@ both!(
     event_seq_is_unique_and_batches_are_atomic,
     completed_responses_coalesce_their_deltas,
     event_writer_batches_and_reports_errors_at_flush,
+    a_run_ends_with_its_terminal_event_in_one_transaction,
+    a_session_runs_one_exclusive_run_at_a_time,
     approvals_round_trip,
     deleting_a_session_erases_the_conversation_and_keeps_the_audit,
     sessions_are_found_by_title_or_by_what_was_said,

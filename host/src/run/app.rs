@@ -148,19 +148,14 @@ impl App {
         let store = Arc::new(crate::run::lease::open_store(&dirs, &config.store)?);
         // Housekeeping, not news: the command at hand is usually unrelated
         // (the runs list shows them as `interrupted`).
-        if let Ok(ids) = store.mark_interrupted_runs()
+        // Shared with replicas, whose streams wait for a terminal event: on
+        // PostgreSQL each run gets one, in the same transaction.
+        let ending: capstan_store::Ending<'_> =
+            &|run, seq| crate::run::lease::ending(run, seq, crate::run::lease::Ended::ProcessGone);
+        let shared = store.backend() == capstan_store::Backend::Postgres;
+        if let Ok(ids) = store.mark_interrupted_runs(shared.then_some(ending))
             && !ids.is_empty()
         {
-            // Shared with replicas, whose streams wait for a terminal event.
-            if store.backend() == capstan_store::Backend::Postgres {
-                for id in &ids {
-                    crate::run::lease::end_interrupted(
-                        &store,
-                        id,
-                        crate::run::lease::Ended::ProcessGone,
-                    );
-                }
-            }
             tracing::info!(
                 "marked {} run(s) from an earlier process as interrupted",
                 ids.len()
@@ -326,6 +321,20 @@ impl App {
         })
     }
 
+    /// Ends a run: stores every event pushed for it so far, then its
+    /// terminal event together with its terminal status in one transaction
+    /// (see [`EventWriter::finish`]), so a replica following the run never
+    /// sees the one without the other.
+    pub fn finish_run(
+        &self,
+        run_id: &str,
+        status: capstan_store::RunStatus,
+        reason: Option<&str>,
+        usage: Option<capstan_protocol::Usage>,
+    ) -> capstan_store::Result<()> {
+        self.events.finish(run_id, status, reason, usage)
+    }
+
     pub fn flush_events(&self) {
         if let Err(e) = self.events.flush() {
             crate::term::warn(format_args!("some events were not saved: {e}"));
@@ -408,7 +417,11 @@ impl App {
                 content: t.content,
             })
             .collect();
-        let run = self.store.start_run(&session.id, &self.model.id())?;
+        // One message at a time per session, whichever process or replica
+        // started the other.
+        let run = self
+            .store
+            .start_run_exclusive(&session.id, &self.model.id())?;
         // The user's turn is committed before anything runs: a crash loses no turn.
         self.store
             .add_turn(&session.id, Some(&run.id), Role::User, &req.message)?;
@@ -496,32 +509,29 @@ impl App {
         };
         let outcome = host.run(request, &ctx).await;
 
-        if !outcome.answer.is_empty() {
-            store.add_turn(&session_id, Some(&run_id), Role::Assistant, &outcome.answer)?;
-        }
-        store.update_summary(
-            &session_id,
-            &roll_summary(&summary, &message, &outcome.answer),
-        )?;
+        // The answer and summary are saved first, but their failure must not
+        // leave the run `running`: it still ends, and the error is returned.
+        let saved = (|| {
+            if !outcome.answer.is_empty() {
+                store.add_turn(&session_id, Some(&run_id), Role::Assistant, &outcome.answer)?;
+            }
+            store.update_summary(
+                &session_id,
+                &roll_summary(&summary, &message, &outcome.answer),
+            )
+        })();
         let status = match outcome.status {
             RunStatus::Completed => capstan_store::RunStatus::Completed,
             RunStatus::Failed => capstan_store::RunStatus::Failed,
             RunStatus::Cancelled => capstan_store::RunStatus::Cancelled,
         };
-        // Its events are stored before the run is marked ended: a replica
-        // following it through the store stops at an ended run with nothing
-        // left to read, so nothing may be left behind in the writer.
-        if let Err(e) = self.events.flush() {
-            crate::term::warn(format_args!(
-                "some events of run {run_id} were not saved: {e}"
-            ));
-        }
-        store.finish_run(
+        self.finish_run(
             &run_id,
             status,
             outcome.reason.map(|r| r.as_str()),
             Some(outcome.usage),
         )?;
+        saved?;
         Ok(AskOutcome {
             run_id,
             session_id,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use capstan_protocol::{Envelope, Event, FailureReason, Usage};
-use capstan_store::{Backend, Store, StoreError};
+use capstan_store::{Backend, EventRecord, Store, StoreError};
 
 use crate::config::store::StoreSection;
 use crate::dirs::Dirs;
@@ -103,22 +103,20 @@ impl Replica {
     }
 
     /// Marks `interrupted` the runs whose lease expired and ends each one's
-    /// event stream with `run.failed` (`lease-expired`). Each expired run is
-    /// marked by exactly one sweeping replica (the store's update is atomic),
-    /// which alone appends the event. Returns the runs it marked.
+    /// event stream with `run.failed` (`lease-expired`), in one transaction
+    /// per sweep: each expired run is marked, and its event appended, by
+    /// exactly one sweeping replica. Returns the runs it marked.
     ///
     /// Runs whose process is gone before it took a lease (killed between
     /// starting the run and claiming it), or runs of a `capstan chat` or
     /// `ask` on this database that died, are ended the same way.
     pub fn sweep(&self) -> Result<Vec<String>, StoreError> {
-        let mut ids = self.store.interrupt_expired_leases()?;
-        for id in &ids {
-            end_interrupted(&self.store, id, Ended::LeaseExpired);
-        }
-        let orphans = self.store.mark_interrupted_runs()?;
-        for id in &orphans {
-            end_interrupted(&self.store, id, Ended::ProcessGone);
-        }
+        let mut ids = self
+            .store
+            .interrupt_expired_leases(Some(&|run, seq| ending(run, seq, Ended::LeaseExpired)))?;
+        let orphans = self
+            .store
+            .mark_interrupted_runs(Some(&|run, seq| ending(run, seq, Ended::ProcessGone)))?;
         ids.extend(orphans);
         Ok(ids)
     }
@@ -133,30 +131,12 @@ pub enum Ended {
     ProcessGone,
 }
 
-/// Ends the event stream of a run just marked interrupted with its terminal
-/// event (`run.failed`, reason `lease-expired`) at the next seq, so streams
-/// following it from any replica end. Only whoever marked it calls this.
-pub fn end_interrupted(store: &Store, run_id: &str, why: Ended) {
-    if let Err(e) = append_interrupted(store, run_id, why) {
-        tracing::warn!("run {run_id} was interrupted but its last event was not saved: {e}");
-    }
-}
-
-/// Appends an interrupted run's terminal event at its next seq.
-fn append_interrupted(store: &Store, run_id: &str, why: Ended) -> Result<u64, StoreError> {
-    // Killed after its terminal event was saved but before the run was
-    // recorded as ended: the stream has its end already, and one is all.
-    let stored = store.events_since(run_id, None)?;
-    if let Some(last) = stored.last()
-        && serde_json::from_str::<Envelope>(&last.json).is_ok_and(|e| {
-            matches!(
-                e.event,
-                Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled { .. }
-            )
-        })
-    {
-        return Ok(last.seq);
-    }
+/// The terminal event of a run another process ran and this one marked
+/// interrupted: `run.failed`, reason `lease-expired`, at `seq` (the run's
+/// next). The store appends it in the transaction that marks the run, so
+/// streams following the run from any replica end, and a sweeper that dies
+/// midway leaves neither half.
+pub fn ending(run_id: &str, seq: u64, why: Ended) -> EventRecord {
     let ts = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
     let message = match why {
         Ended::LeaseExpired => {
@@ -175,14 +155,17 @@ fn append_interrupted(store: &Store, run_id: &str, why: Ended) -> Result<u64, St
         usage: Usage::default(),
     };
     let kind = event.name().to_string();
-    let run = run_id.to_string();
-    store.append_next_event(run_id, &ts.clone(), &kind, move |seq| {
-        let envelope = Envelope {
-            seq,
-            run_id: run,
-            ts,
-            event,
-        };
-        serde_json::to_string(&envelope).unwrap_or_default()
-    })
+    let envelope = Envelope {
+        seq,
+        run_id: run_id.to_string(),
+        ts: ts.clone(),
+        event,
+    };
+    EventRecord {
+        run_id: run_id.to_string(),
+        seq,
+        ts,
+        kind,
+        json: serde_json::to_string(&envelope).unwrap_or_default(),
+    }
 }

@@ -9,16 +9,19 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Row, Transaction};
+use tokio_postgres::{Row, Statement, Transaction};
 
 use super::{PgStore, wait};
 use crate::error::{Result, StoreError};
-use crate::lease::{LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent, check_ttl, lease_held};
+use crate::lease::{
+    Ending, LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent, check_ttl, checked_ending, lease_held,
+};
 use crate::workspaces::canonical_root;
 use crate::{
     Approval, EventRecord, INTERRUPTED_REASON, NewApproval, Profile, Role, Run, RunStatus, Session,
     SessionDeletion, Turn, Usage, Workspace, limit, new_id, now_rfc3339, to_i64, to_u64,
 };
+use capstan_protocol::event::RUN_ENDING;
 
 const WS_COLUMNS: &str =
     "id, root_path, name, policy_profile, profile_set, policy_json::text, created_at";
@@ -677,6 +680,14 @@ impl PgStore {
     // ---- Runs
 
     pub(crate) fn start_run(&self, session_id: &str, model: &str) -> Result<Run> {
+        self.insert_run(session_id, model, false)
+    }
+
+    pub(crate) fn start_run_exclusive(&self, session_id: &str, model: &str) -> Result<Run> {
+        self.insert_run(session_id, model, true)
+    }
+
+    fn insert_run(&self, session_id: &str, model: &str, exclusive: bool) -> Result<Run> {
         let run = Run {
             id: new_id("run"),
             session_id: session_id.to_owned(),
@@ -690,8 +701,24 @@ impl PgStore {
         let mut c = self.conn()?;
         wait(async {
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
-            self.require(&tx, "sessions", "session", session_id, false)
+            // Locking the session's row serialises exclusive starts of one
+            // session across replicas: the second sees the first's run.
+            self.require(&tx, "sessions", "session", session_id, exclusive)
                 .await?;
+            if exclusive
+                && let Some(row) = tx
+                    .query_opt(
+                        "SELECT id FROM runs WHERE session_id = $1 AND status = 'running' LIMIT 1",
+                        &[&session_id],
+                    )
+                    .await
+                    .map_err(|e| self.err(e))?
+            {
+                return Err(StoreError::SessionBusy {
+                    id: session_id.to_owned(),
+                    run_id: row.get(0),
+                });
+            }
             tx.execute(
                 "INSERT INTO runs (id, session_id, status, model, owner, started_at)
                  VALUES ($1, $2, 'running', $3, $4, $5)",
@@ -723,6 +750,17 @@ impl PgStore {
         reason: Option<&str>,
         usage: Option<Usage>,
     ) -> Result<()> {
+        self.finish_run_with_events(id, status, reason, usage, &[])
+    }
+
+    pub(crate) fn finish_run_with_events(
+        &self,
+        id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+        last: &[EventRecord],
+    ) -> Result<()> {
         if status == RunStatus::Running {
             return Err(StoreError::InvalidArgument(format!(
                 "finish_run({id}) needs a terminal status, not running"
@@ -730,6 +768,8 @@ impl PgStore {
         }
         let mut c = self.conn()?;
         wait(async {
+            let insert = c.statement(INSERT_EVENT).await?;
+            let coalesce = c.statement(COALESCE).await?;
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
             let current = tx
                 .query_opt(
@@ -758,6 +798,7 @@ impl PgStore {
                 ),
                 None => (old_in, old_out, old_cost),
             };
+            self.insert_batch(&tx, &insert, &coalesce, last).await?;
             tx.execute(
                 "UPDATE runs SET status = $2, reason = $3, ended_at = $4,
                      lease_owner = NULL, lease_expires_at = NULL,
@@ -810,7 +851,7 @@ impl PgStore {
         rows.iter().map(|r| self.run(r)).collect()
     }
 
-    pub(crate) fn mark_interrupted_runs(&self) -> Result<Vec<String>> {
+    pub(crate) fn mark_interrupted_runs(&self, ending: Option<Ending<'_>>) -> Result<Vec<String>> {
         let owners: Vec<Option<String>> = {
             let c = self.conn()?;
             wait(c.query(
@@ -855,10 +896,48 @@ impl PgStore {
                         .map(|r| (r.get::<_, String>(1), r.get::<_, String>(0))),
                 );
             }
-            tx.commit().await.map_err(|e| self.err(e))?;
             ids.sort();
-            Ok(ids.into_iter().map(|(_, id)| id).collect())
+            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
+            if let Some(ending) = ending {
+                for id in &ids {
+                    self.append_ending(&tx, id, ending).await?;
+                }
+            }
+            tx.commit().await.map_err(|e| self.err(e))?;
+            Ok(ids)
         })
+    }
+
+    /// Appends `ending`'s event at the run's next seq in `tx` (whose update
+    /// holds the run's row), unless the run's stream already ends with a
+    /// terminal event (one is all).
+    async fn append_ending(
+        &self,
+        tx: &Transaction<'_>,
+        run_id: &str,
+        ending: Ending<'_>,
+    ) -> Result<()> {
+        let last = tx
+            .query_opt(
+                "SELECT seq, type FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| self.err(e))?;
+        let last: Option<(i64, String)> = last.map(|r| (r.get(0), r.get(1)));
+        if last
+            .as_ref()
+            .is_some_and(|(_, kind)| RUN_ENDING.contains(&kind.as_str()))
+        {
+            return Ok(());
+        }
+        let next = last.map_or(0, |(seq, _)| seq + 1);
+        let seq = crate::to_u64(next);
+        let e = checked_ending(ending, run_id, seq)?;
+        tx.execute(INSERT_EVENT, &[&e.run_id, &next, &e.ts, &e.kind, &e.json])
+            .await
+            .map_err(|err| self.event_error(err, run_id, seq, &e.kind))?;
+        Ok(())
     }
 
     // ---- Events
@@ -936,11 +1015,31 @@ impl PgStore {
         if batch.is_empty() {
             return Ok(());
         }
+        let mut c = self.conn()?;
+        wait(async {
+            let insert = c.statement(INSERT_EVENT).await?;
+            let coalesce = c.statement(COALESCE).await?;
+            let tx = self.event_tx(&mut c).await?;
+            self.insert_batch(&tx, &insert, &coalesce, batch).await?;
+            tx.commit().await.map_err(|e| self.err(e))
+        })
+    }
+
+    /// Inserts `batch` in the caller's transaction, leaving out the deltas a
+    /// completed response later in the batch replaces, then deletes the
+    /// deltas each stored completed response replaces (see
+    /// [`crate::coalesce`]).
+    async fn insert_batch(
+        &self,
+        tx: &Transaction<'_>,
+        insert: &Statement,
+        coalesce: &Statement,
+        batch: &[EventRecord],
+    ) -> Result<()> {
         let seqs = batch
             .iter()
             .map(|e| seq_i64(e.seq))
             .collect::<Result<Vec<_>>>()?;
-        // A delta whose completed response is in this batch is never written.
         let superseded = crate::coalesce::superseded(batch);
         let kept: Vec<(&EventRecord, &i64)> = batch
             .iter()
@@ -961,30 +1060,23 @@ impl PgStore {
                 ]
             })
             .collect();
-        let completed: Vec<[&(dyn ToSql + Sync); 2]> = kept
+        // Pipelined: the whole batch goes out without waiting for each
+        // answer. After a failure the rest fail too (aborted transaction);
+        // the first failure in batch order is the cause.
+        let results =
+            futures_util::future::join_all(params.iter().map(|p| tx.execute(insert, p))).await;
+        for (r, (e, _)) in results.into_iter().zip(&kept) {
+            r.map_err(|err| self.event_error(err, &e.run_id, e.seq, &e.kind))?;
+        }
+        for (e, s) in kept
             .iter()
             .filter(|(e, _)| e.kind == crate::coalesce::COMPLETED)
-            .map(|(e, s)| [&e.run_id as &(dyn ToSql + Sync), *s])
-            .collect();
-        let mut c = self.conn()?;
-        wait(async {
-            let insert = c.statement(INSERT_EVENT).await?;
-            let coalesce = c.statement(COALESCE).await?;
-            let tx = self.event_tx(&mut c).await?;
-            // Pipelined: the whole batch goes out without waiting for each
-            // answer. After a failure the rest fail too (aborted
-            // transaction); the first failure in batch order is the cause.
-            let results =
-                futures_util::future::join_all(params.iter().map(|p| tx.execute(&insert, p))).await;
-            for (r, (e, _)) in results.into_iter().zip(&kept) {
-                r.map_err(|err| self.event_error(err, &e.run_id, e.seq, &e.kind))?;
-            }
-            // Then the deltas each completed response replaces (see crate::coalesce).
-            for p in &completed {
-                tx.execute(&coalesce, p).await.map_err(|e| self.err(e))?;
-            }
-            tx.commit().await.map_err(|e| self.err(e))
-        })
+        {
+            tx.execute(coalesce, &[&e.run_id as &(dyn ToSql + Sync), *s])
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
     }
 
     pub(crate) fn events(&self, run_id: &str) -> Result<Vec<String>> {
@@ -1150,22 +1242,37 @@ impl PgStore {
         })
     }
 
-    pub(crate) fn interrupt_expired_leases(&self) -> Result<Vec<String>> {
-        let c = self.conn()?;
-        let rows = wait(c.query(
-            "UPDATE runs SET status = 'interrupted', reason = $1, ended_at = $2,
-                 lease_owner = NULL, lease_expires_at = NULL
-             WHERE status = 'running' AND lease_expires_at < now()
-             RETURNING id, started_at",
-            &[&LEASE_EXPIRED_REASON, &now_rfc3339()],
-        ))
-        .map_err(|e| self.err(e))?;
-        let mut ids: Vec<(String, String)> = rows
-            .iter()
-            .map(|r| (r.get::<_, String>(1), r.get::<_, String>(0)))
-            .collect();
-        ids.sort();
-        Ok(ids.into_iter().map(|(_, id)| id).collect())
+    pub(crate) fn interrupt_expired_leases(
+        &self,
+        ending: Option<Ending<'_>>,
+    ) -> Result<Vec<String>> {
+        let mut c = self.conn()?;
+        wait(async {
+            let tx = c.transaction().await.map_err(|e| self.err(e))?;
+            let rows = tx
+                .query(
+                    "UPDATE runs SET status = 'interrupted', reason = $1, ended_at = $2,
+                         lease_owner = NULL, lease_expires_at = NULL
+                     WHERE status = 'running' AND lease_expires_at < now()
+                     RETURNING id, started_at",
+                    &[&LEASE_EXPIRED_REASON, &now_rfc3339()],
+                )
+                .await
+                .map_err(|e| self.err(e))?;
+            let mut ids: Vec<(String, String)> = rows
+                .iter()
+                .map(|r| (r.get::<_, String>(1), r.get::<_, String>(0)))
+                .collect();
+            ids.sort();
+            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
+            if let Some(ending) = ending {
+                for id in &ids {
+                    self.append_ending(&tx, id, ending).await?;
+                }
+            }
+            tx.commit().await.map_err(|e| self.err(e))?;
+            Ok(ids)
+        })
     }
 
     // ---- Approvals

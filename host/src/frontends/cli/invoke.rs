@@ -159,11 +159,7 @@ fn finish_run(app: &App, run_id: &str, outcome: &capstan_protocol::TaskOutcome) 
         }
         Err(f) => (capstan_store::RunStatus::Failed, Some(f.reason)),
     };
-    if let Err(e) = app
-        .store
-        .finish_run(run_id, status, reason.map(FailureReason::as_str), None)
-    {
+    if let Err(e) = app.finish_run(run_id, status, reason.map(FailureReason::as_str), None) {
         crate::term::warn(format_args!("run {run_id} not recorded as finished: {e}"));
     }
-    app.flush_events();
 }

@@ -891,7 +891,6 @@ impl ServerHandler for CapstanMcp {
         };
         if let Err(e) =
             host.app
-                .store
                 .finish_run(&stored.id, status, reason.map(FailureReason::as_str), None)
         {
             crate::term::warn(format_args!(
@@ -899,7 +898,6 @@ impl ServerHandler for CapstanMcp {
                 stored.id
             ));
         }
-        host.app.flush_events();
 
         Ok(match outcome {
             Ok(success) => {

@@ -127,12 +127,23 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+impl ApiError {
+    /// 409 for a session that runs another message now (on any replica),
+    /// with the route that cancels that run.
+    pub fn session_busy(e: &capstan_store::StoreError, run_id: &str) -> ApiError {
+        ApiError::conflict(format!("{e} (POST /v1/runs/{run_id}/cancel cancels it)"))
+    }
+}
+
 impl From<capstan_store::StoreError> for ApiError {
     fn from(e: capstan_store::StoreError) -> Self {
         match e {
             capstan_store::StoreError::NotFound { .. } => ApiError::not_found(e.to_string()),
             capstan_store::StoreError::InvalidArgument(_) => ApiError::bad_request(e.to_string()),
             capstan_store::StoreError::SessionRunning { .. } => ApiError::conflict(e.to_string()),
+            capstan_store::StoreError::SessionBusy { ref run_id, .. } => {
+                ApiError::session_busy(&e, run_id)
+            }
             other => ApiError::internal(other),
         }
     }

@@ -349,14 +349,18 @@ impl RunManager {
             session_id: req.session_id,
             workspace,
         };
-        let prepared =
-            self.app
-                .prepare(&ask)
-                .await
-                .map_err(|e| match e.downcast_ref::<Refusal>() {
-                    Some(refusal) => ApiError::from(refusal.clone()),
-                    None => ApiError::internal(format!("{e:#}")),
-                })?;
+        let prepared = self.app.prepare(&ask).await.map_err(|e| {
+            if let Some(refusal) = e.downcast_ref::<Refusal>() {
+                return ApiError::from(refusal.clone());
+            }
+            // Another replica or process runs this session now.
+            if let Some(busy @ capstan_store::StoreError::SessionBusy { run_id, .. }) =
+                e.downcast_ref()
+            {
+                return ApiError::session_busy(busy, run_id);
+            }
+            ApiError::internal(format!("{e:#}"))
+        })?;
         // A new session is reserved now that it has an id.
         let session_guard = match session_guard {
             Some(g) => g,
