@@ -345,7 +345,7 @@ fn an_unreachable_store_is_a_clear_error_without_the_password() {
 async fn runs_spread_over_replicas_with_kills_each_end_in_one_terminal_state() {
     const RUNS: usize = 1000;
     // A kill every 125 runs: 7 kills, each with runs of every kind in flight.
-    let kill_at = |i: usize| i > 0 && i % 125 == 0;
+    let kill_at = |i: usize| i > 0 && i.is_multiple_of(125);
     let url = pg::Cluster::shared().fresh_database();
     let ws = handbook();
     let wsp = ws.path().to_str().unwrap().to_string();
