@@ -11,7 +11,7 @@ The index is built once first (`capstan index`, timed). Wall time per process,
 p50 and p90 over the rounds; ratios against ripgrep.
 
 usage: python3 bench/kb/search.py [--capstan target/release/capstan]
-       [--root DIR] [--rounds N]
+       [--root DIR] [--rounds N] [--baseline OTHER_CAPSTAN]
 The default root is linux-doc-6.1's html/_sources (3,183 files, 24 MB; the corpus
 of the kb benches, fetched by bench/kb/fetch-corpus.sh).
 """
@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--capstan", default=str(Path(__file__).resolve().parents[2] / "target/release/capstan"))
     ap.add_argument("--root", type=Path)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--baseline", help="another capstan binary, timed interleaved with the first "
+                    "(same home and index) for a before/after comparison")
     args = ap.parse_args()
     capstan = os.environ.get("CAPSTAN_BIN", args.capstan)
     if not Path(capstan).exists():
@@ -75,6 +77,9 @@ def main():
         "capstan search, refresh first (before)":
             lambda q: [capstan, "invoke", "local_kb_retrieval", "--json", "--operation", "search",
                        "--workspace", str(root), "--input", json.dumps({"query": q})],
+        **({"capstan search, baseline binary":
+            lambda q: [args.baseline, "search", "--json", "--workspace", str(root), q]}
+           if args.baseline else {}),
         "ripgrep -i -l -F (all words, whole corpus)":
             lambda q: ["rg", "-i", "-l", "-F", *[a for w in q.split() for a in ("-e", w)], str(root)],
     }
@@ -97,7 +102,9 @@ def main():
         print(f"{name:<46} {p50:>8.1f} {p90:>8.1f} {p50 / rg:>9.2f}x")
     print(f"\nrefresh skipped in {skipped} of {runs} searches")
     print(f"reproduce: python3 bench/kb/search.py --rounds {args.rounds}" +
-          (f" --root {root}" if args.root else ""))
+          (f" --root {root}" if args.root else "") +
+          (f" --baseline {args.baseline}" if args.baseline else ""))
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     shutil.rmtree(home, ignore_errors=True)
 
 

@@ -114,11 +114,21 @@ def main():
     ap.add_argument("--bin", default=os.path.join(target, "release", "capstan"))
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--conc", default="1,4,16")
+    ap.add_argument("--workspace", help="ask in this directory instead of a copy of "
+                    "examples/handbook (e.g. the linux-doc corpus of bench/kb, 3,183 files)")
+    ap.add_argument("--question", help="ask this instead of the handbook question")
+    ap.add_argument("--idle-wait", type=float, default=12,
+                    help="seconds to wait after the last run before reading the idle RSS")
     args = ap.parse_args()
+    if args.question:
+        QUESTIONS[:] = [args.question]
     binary = os.path.abspath(args.bin)
     home = tempfile.mkdtemp(prefix="capstan-bench-serve-")
-    ws = os.path.join(home, "handbook")
-    shutil.copytree(os.path.join(ROOT, "examples", "handbook"), ws)
+    if args.workspace:  # used in place: a question does not write
+        ws = os.path.abspath(args.workspace)
+    else:
+        ws = os.path.join(home, "handbook")
+        shutil.copytree(os.path.join(ROOT, "examples", "handbook"), ws)
     proc, host, port = start(binary, home, ws)
     try:
         conn = http.client.HTTPConnection(host, port, timeout=300)
@@ -131,6 +141,10 @@ def main():
             n, rate, p50, p99 = load(host, port, ws, conc, args.seconds)
             cpu = (cpu_ms(proc.pid) - cpu) / n
             rows.append((conc, n, rate, p50, p99, cpu, rss_kib(proc.pid)))
+        # Idle again: what the server holds once the runs are over (a server
+        # that trims freed heap does so every 10 s).
+        time.sleep(args.idle_wait)
+        idle_after = rss_kib(proc.pid)
     finally:
         proc.terminate()
         proc.wait()
@@ -155,13 +169,16 @@ def main():
             f"| {conc} | {n} | {rate:.1f} | {p50:.1f} ms | {p99:.1f} ms | {cpu:.2f} ms | {rss / 1024:.0f} MiB |"
         )
     print()
-    print(f"server RSS idle after warm-up: {idle / 1024:.0f} MiB")
+    print(f"server RSS idle after warm-up: {idle / 1024:.0f} MiB; "
+          f"idle {args.idle_wait:g} s after the last run: {idle_after / 1024:.0f} MiB")
     print(
         f"event store: {runs} runs, {events / runs:.1f} events/run ({deltas / runs:.1f} response.delta), "
         f"{size / runs / 1024:.2f} KiB of event JSON per run; database files {db_bytes / 1024 / 1024:.1f} MiB"
     )
     print()
-    print(f"Command: python3 bench/serve/bench.py --bin {args.bin} --seconds {args.seconds:g} --conc {args.conc}")
+    print(f"Command: python3 bench/serve/bench.py --bin {args.bin} --seconds {args.seconds:g} --conc {args.conc}"
+          + (f" --workspace {args.workspace}" if args.workspace else "")
+          + (f" --question {json.dumps(args.question)}" if args.question else ""))
     shutil.rmtree(home, ignore_errors=True)
 
 

@@ -53,6 +53,7 @@
 
 mod analysis;
 mod fusion;
+mod meta_stamp;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -567,6 +568,8 @@ pub struct WorkspaceIndex {
     parser: QueryParser,
     opts: IndexOptions,
     writer: Mutex<WriterState>,
+    /// Skips re-reading an unchanged last commit.
+    meta: meta_stamp::MetaStamps,
 }
 
 impl std::fmt::Debug for WorkspaceIndex {
@@ -596,6 +599,8 @@ impl WorkspaceIndex {
             source,
         })?;
         let (schema, fields) = schema(opts.analyzer);
+        let meta = meta_stamp::MetaStamps::new(dir);
+        let stamp = meta.now();
         let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(TantivyError::from)?;
         let index = if Index::exists(&mmap).map_err(TantivyError::from)? {
             let index = Index::open(mmap)?;
@@ -628,6 +633,8 @@ impl WorkspaceIndex {
             // re-parsed by the next refresh, which is harmless.
             _ => files_from_docs(&reader.searcher(), fields)?,
         };
+        meta.reader_read(stamp);
+        meta.files_read(stamp);
         // Without a heading boost the heading field is not searched by default (its words
         // are in `body` already); `heading:word` still targets it explicitly.
         let parser = if opts.heading_boost > 0.0 {
@@ -648,6 +655,7 @@ impl WorkspaceIndex {
                 files: committed.clone(),
                 committed,
             }),
+            meta,
         })
     }
 
@@ -690,7 +698,12 @@ impl WorkspaceIndex {
 
     /// Re-reads the last commit's file list from disk (another process may have committed).
     fn sync_committed(&self, st: &mut WriterState) -> Result<()> {
+        let stamp = self.meta.now();
+        if self.meta.files_current(stamp) && self.meta.reader_current(stamp) {
+            return Ok(());
+        }
         self.reader.reload()?;
+        self.meta.reader_read(stamp);
         let committed = match self
             .index
             .load_metas()?
@@ -703,6 +716,7 @@ impl WorkspaceIndex {
         };
         st.files = committed.clone();
         st.committed = committed;
+        self.meta.files_read(stamp);
         Ok(())
     }
 
@@ -846,7 +860,9 @@ impl WorkspaceIndex {
         st.committed = st.files.clone();
         // Let the merges the commit started finish, then release the lock.
         writer.wait_merging_threads()?;
+        let stamp = self.meta.now();
         self.reader.reload()?;
+        self.meta.reader_read(stamp);
         Ok(IndexStats {
             files: st.files.len() as u64,
             passages: self.reader.searcher().num_docs(),
@@ -879,7 +895,11 @@ impl WorkspaceIndex {
         }
         let q = self.build_query(query);
         // Another process may have committed since the last look.
-        self.reader.reload()?;
+        let stamp = self.meta.now();
+        if !self.meta.reader_current(stamp) {
+            self.reader.reload()?;
+            self.meta.reader_read(stamp);
+        }
         let searcher = self.reader.searcher();
         let top = searcher.search(&*q, &TopDocs::with_limit(limit).order_by_score())?;
         if top.is_empty() {

@@ -36,6 +36,7 @@ mod html;
 mod ignore_rules;
 mod lines;
 mod markdown;
+pub mod rank;
 mod rst;
 mod text;
 pub mod walk;

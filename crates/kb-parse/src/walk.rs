@@ -69,6 +69,10 @@ pub struct Walk {
 /// cannot be read is a warning.
 pub fn walk(root: &Path, opts: &ChunkOptions) -> Walk {
     let mut found = Walk::default();
+    // Everything found, in the order found; `items[..resolved]` have their metadata.
+    let mut items: Vec<Item> = Vec::new();
+    // Pending files, and directories they keep open, since `resolved`.
+    let (mut resolved, mut pending, mut open_dirs) = (0usize, 0usize, 0usize);
     let mut rules = IgnoreRules::new();
     let read_text = |rel: &str| std::fs::read_to_string(fs_path(root, rel)).unwrap_or_default();
     // (dir path relative to the root, "" for the root; depth)
@@ -86,9 +90,9 @@ pub fn walk(root: &Path, opts: &ChunkOptions) -> Walk {
             Ok(e) => e,
             Err(e) => {
                 let shown = if dir.is_empty() { "." } else { dir.as_str() };
-                found
-                    .warnings
-                    .push(format!("{shown}: cannot list directory: {e}"));
+                items.push(Item::Warning(format!(
+                    "{shown}: cannot list directory: {e}"
+                )));
                 continue;
             }
         };
@@ -116,7 +120,8 @@ pub fn walk(root: &Path, opts: &ChunkOptions) -> Walk {
             &ignore_text(".gitignore"),
             &ignore_text(".capstanignore"),
         );
-        found.warnings.extend(warnings);
+        items.extend(warnings.into_iter().map(Item::Warning));
+        let pending_before = pending;
         for (name, entry) in names {
             let Ok(ft) = entry.file_type() else { continue };
             let rel = join(&name);
@@ -128,9 +133,9 @@ pub fn walk(root: &Path, opts: &ChunkOptions) -> Walk {
                     continue;
                 }
                 if depth + 1 > MAX_DEPTH {
-                    found
-                        .warnings
-                        .push(format!("{rel}: deeper than {MAX_DEPTH} levels, skipped"));
+                    items.push(Item::Warning(format!(
+                        "{rel}: deeper than {MAX_DEPTH} levels, skipped"
+                    )));
                     continue;
                 }
                 stack.push((rel, depth + 1));
@@ -139,44 +144,126 @@ pub fn walk(root: &Path, opts: &ChunkOptions) -> Walk {
                     continue;
                 }
                 if crate::detect_format(&rel).is_none() && !crate::may_sniff(&rel) {
-                    found.skipped.push(if crate::is_binary_extension(&rel) {
+                    items.push(Item::Skipped(if crate::is_binary_extension(&rel) {
                         Skip::Binary
                     } else {
                         Skip::Private
-                    });
+                    }));
                     continue;
                 }
-                // From the directory's own handle: no path lookup from the
-                // root, and a symlink swapped in is not followed.
-                let Ok(meta) = entry.metadata() else {
-                    found.skipped.push(Skip::Unreadable);
-                    found.warnings.push(format!("{rel}: cannot read metadata"));
-                    continue;
-                };
-                if meta.len() > opts.max_file_bytes {
+                // Its metadata is read later, in order, in batches
+                // ([`stat_pending`]): on several threads where there are some.
+                items.push(Item::File {
+                    rel,
+                    entry: Some(entry),
+                    meta: None,
+                });
+                pending += 1;
+            }
+        }
+        if pending > pending_before {
+            open_dirs += 1;
+        }
+        // Each pending entry keeps its directory open: resolve them before
+        // too many directories are.
+        if pending >= STAT_BATCH_FILES
+            || open_dirs >= STAT_BATCH_DIRS
+            || items.len() - resolved >= STAT_BATCH_ITEMS
+        {
+            stat_pending(&mut items[resolved..], pending);
+            resolved = items.len();
+            pending = 0;
+            open_dirs = 0;
+        }
+    }
+    stat_pending(&mut items[resolved..], pending);
+    for item in items {
+        match item {
+            Item::Warning(w) => found.warnings.push(w),
+            Item::Skipped(skip) => found.skipped.push(skip),
+            Item::File { rel, meta, .. } => match meta {
+                Some(Ok((size, _))) if size > opts.max_file_bytes => {
                     found.skipped.push(Skip::TooLarge);
                     found.warnings.push(format!(
-                        "{rel}: {} bytes is over the {}-byte limit, skipped",
-                        meta.len(),
+                        "{rel}: {size} bytes is over the {}-byte limit, skipped",
                         opts.max_file_bytes
                     ));
-                    continue;
                 }
-                let mtime_ms = meta
+                Some(Ok((size, mtime_ms))) => found.candidates.push(Candidate {
+                    path: rel,
+                    size,
+                    mtime_ms,
+                }),
+                _ => {
+                    found.skipped.push(Skip::Unreadable);
+                    found.warnings.push(format!("{rel}: cannot read metadata"));
+                }
+            },
+        }
+    }
+    found
+}
+
+/// Files whose metadata is read at once, at most (each keeps its directory open
+/// until then).
+const STAT_BATCH_FILES: usize = 4096;
+/// Directories kept open by pending files, at most (well under the usual limit
+/// of 1,024 open files).
+const STAT_BATCH_DIRS: usize = 128;
+/// Items after which pending files are resolved anyway.
+const STAT_BATCH_ITEMS: usize = 16384;
+/// Pending files below which one thread reads them all.
+const PARALLEL_MIN: usize = 256;
+
+/// One thing the walk found, in order. A file's metadata comes later.
+enum Item {
+    Warning(String),
+    Skipped(Skip),
+    File {
+        rel: String,
+        entry: Option<std::fs::DirEntry>,
+        /// (size, modification time in ms since the epoch, 0 when unknown)
+        meta: Option<std::io::Result<(u64, u64)>>,
+    },
+}
+
+/// Reads the metadata of the `pending` files among `items`, from each
+/// directory's own handle (no path lookup from the root, and a symlink swapped
+/// in is not followed), and lets their directories go. On several threads when
+/// there are many and the platform has threads; the results are the same.
+fn stat_pending(items: &mut [Item], pending: usize) {
+    fn stat(item: &mut Item) {
+        if let Item::File { entry, meta, .. } = item
+            && let Some(entry) = entry.take()
+        {
+            *meta = Some(entry.metadata().map(|m| {
+                let mtime_ms = m
                     .modified()
                     .ok()
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                     .map(|d| d.as_millis() as u64)
                     .unwrap_or(0);
-                found.candidates.push(Candidate {
-                    path: rel,
-                    size: meta.len(),
-                    mtime_ms,
-                });
-            }
+                (m.len(), mtime_ms)
+            }));
         }
     }
-    found
+    #[cfg(not(target_family = "wasm"))]
+    if pending >= PARALLEL_MIN {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 4);
+        if threads > 1 {
+            let chunk = items.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                for part in items.chunks_mut(chunk) {
+                    scope.spawn(move || part.iter_mut().for_each(stat));
+                }
+            });
+            return;
+        }
+    }
+    let _ = (pending, PARALLEL_MIN);
+    items.iter_mut().for_each(stat);
 }
 
 /// `rel` under `root` as the file system wants it. Under `.` (the plugin's
@@ -186,5 +273,54 @@ fn fs_path(root: &Path, rel: &str) -> PathBuf {
         (true, _) => root.to_path_buf(),
         (false, true) => PathBuf::from(rel),
         (false, false) => root.join(rel),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Enough files for the metadata to be read on several threads: the walk
+    /// finds what one thread would, in the same order.
+    #[test]
+    fn many_files_come_out_in_walk_order_with_sizes_and_skips() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // .gitignore is text, so a candidate too; root files first, in name order.
+        let mut expected = vec![".gitignore".to_string(), "top.md".to_string()];
+        for sub in ["b", "a"] {
+            std::fs::create_dir(root.join(sub)).unwrap();
+            for i in 0..300 {
+                let rel = format!("{sub}/{i:04}.md");
+                std::fs::write(root.join(&rel), "x".repeat(i % 7)).unwrap();
+            }
+        }
+        // Popped last in, so `b` before `a`, each in name order.
+        for sub in ["b", "a"] {
+            expected.extend((0..300).map(|i| format!("{sub}/{i:04}.md")));
+        }
+        std::fs::write(root.join("top.md"), "top").unwrap();
+        std::fs::write(root.join("big.md"), "y".repeat(5000)).unwrap();
+        std::fs::write(root.join("ignored.md"), "no").unwrap();
+        std::fs::write(root.join("pic.png"), "png").unwrap();
+        std::fs::write(root.join(".gitignore"), "ignored.md\n").unwrap();
+        let opts = ChunkOptions {
+            max_file_bytes: 4096,
+            ..Default::default()
+        };
+        let found = walk(root, &opts);
+        let paths: Vec<&str> = found.candidates.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, expected);
+        for c in &found.candidates {
+            let meta = std::fs::metadata(root.join(&c.path)).unwrap();
+            assert_eq!(c.size, meta.len(), "{}", c.path);
+            assert!(c.mtime_ms > 0);
+        }
+        // big.md, then pic.png, in name order (ignored.md is not counted).
+        assert_eq!(found.skipped, [Skip::TooLarge, Skip::Binary]);
+        assert_eq!(
+            found.warnings,
+            ["big.md: 5000 bytes is over the 4096-byte limit, skipped"]
+        );
     }
 }

@@ -43,6 +43,9 @@ pub fn is_legacy_kind(kind: &str) -> bool {
         || k.starts_with("draft_")
 }
 
+/// The origin of the bundled manifest's entries ([`PluginSpec::origin`]).
+pub const BUNDLED_ORIGIN: &str = "bundled manifest";
+
 /// Which manifests to read.
 #[derive(Debug, Clone)]
 pub struct ManifestSources {
@@ -171,7 +174,7 @@ impl Registry {
         };
         if sources.bundled {
             let (found, errors) =
-                manifest::parse(crate::plugins::bundled::MANIFEST, "bundled manifest", None);
+                manifest::parse(crate::plugins::bundled::MANIFEST, BUNDLED_ORIGIN, None);
             add(found, errors, &mut problems);
         }
         for file in &sources.files {

@@ -9,15 +9,13 @@
 
 mod walk;
 
-use std::collections::HashMap;
-
+use capstan_kb_parse::rank;
 use capstan_plugin::host::events::{Activity, emit};
 use capstan_plugin::host::index;
 use capstan_plugin::{
     CapabilityInfo, JsonSchema, Plugin, Risk, Task, TaskError, TaskOutput, op, progress,
 };
 use serde::Deserialize;
-use serde_json::json;
 
 struct KbRetrieval;
 
@@ -111,10 +109,6 @@ fn chunk_options(input: &IndexInput) -> capstan_kb_parse::ChunkOptions {
     opts
 }
 
-/// Reciprocal-rank fusion constant: 60 is the value from Cormack et al. that
-/// most systems use; it damps the head of each list without flattening it.
-const RRF_K: f32 = 60.0;
-
 fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     if input.query.trim().is_empty() {
         return Err(TaskError::InvalidInput("`query` is empty".into()));
@@ -124,125 +118,39 @@ fn search(input: SearchInput) -> Result<TaskOutput, TaskError> {
     } else {
         None
     };
-    let limit = input.limit.clamp(1, 50);
-    let mut queries = vec![input.query.clone()];
-    for v in &input.variants {
-        if !v.trim().is_empty() && !queries.contains(v) {
-            queries.push(v.clone());
-        }
-    }
-    // Fuse by (path, lines); keep the best-ranked copy of each passage.
-    let mut fused: HashMap<(String, u32, u32), (f32, index::Hit)> = HashMap::new();
-    for q in &queries {
-        let hits = index::search(q, limit * 2)
-            .map_err(|e| TaskError::Failed(format!("index search: {}", e.message())))?;
-        for (rank, hit) in hits.into_iter().enumerate() {
-            let key = (hit.path.clone(), hit.line_start, hit.line_end);
-            let entry = fused.entry(key).or_insert((0.0, hit));
-            entry.0 += 1.0 / (RRF_K + rank as f32 + 1.0);
-        }
-    }
-    let mut ranked: Vec<(f32, index::Hit)> = fused.into_values().collect();
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
-    // Drop passages that overlap a better one in the same file (chunk overlap).
-    let mut kept: Vec<(f32, index::Hit)> = Vec::new();
-    for (score, hit) in ranked {
-        let overlaps = kept.iter().any(|(_, k)| {
-            k.path == hit.path && k.line_start <= hit.line_end && hit.line_start <= k.line_end
-        });
-        if !overlaps {
-            kept.push((score, hit));
-        }
-        if kept.len() as u32 >= limit {
-            break;
-        }
-    }
-    let keywords = keywords(&input.query);
-    let coverage = kept.first().map(|(_, h)| {
-        let words = keywords_of(&format!("{} {}", h.heading, h.text));
-        let found = keywords.iter().filter(|k| words.contains(k)).count();
-        if keywords.is_empty() {
-            1.0
-        } else {
-            found as f32 / keywords.len() as f32
-        }
-    });
-    // Sufficient when the best passage holds most of what was asked about.
-    let sufficient = coverage.is_some_and(|c| c >= 0.6);
-    let passages: Vec<serde_json::Value> = kept
-        .iter()
-        .map(|(score, h)| {
-            json!({
-                "path": h.path, "heading": h.heading, "line_start": h.line_start, "line_end": h.line_end,
-                "score": score, "bm25": h.score, "snippet": h.snippet, "text": h.text,
-            })
-        })
-        .collect();
+    // Fusion, overlap and coverage: shared with the host's `capstan search`,
+    // which answers the same way when there is nothing to refresh.
+    let answer = rank::answer(
+        &input.query,
+        &input.variants,
+        input.limit,
+        refreshed.map(|r| r.to_json()),
+        |q, n| {
+            let hits = index::search(q, n)
+                .map_err(|e| TaskError::Failed(format!("index search: {}", e.message())))?;
+            Ok(hits
+                .into_iter()
+                .map(|h| rank::Hit {
+                    path: h.path,
+                    heading: h.heading,
+                    text: h.text,
+                    line_start: h.line_start,
+                    line_end: h.line_end,
+                    score: h.score,
+                    snippet: h.snippet,
+                })
+                .collect())
+        },
+    )?;
     emit(&Activity {
         kind: "kb.searched".into(),
-        message: format!(
-            "searched the knowledge base for \"{}\": {} passages",
-            input.query,
-            passages.len()
-        ),
+        message: rank::searched_message(&input.query, answer.passages),
         data: None,
     });
-    let summary = format!(
-        "{} passages for \"{}\"{}",
-        passages.len(),
-        input.query,
-        if sufficient { "" } else { " (insufficient)" }
-    );
-    let data = json!({
-        "passages": passages,
-        "sufficient": sufficient,
-        "coverage": coverage.unwrap_or(0.0),
-        "queries": queries,
-        "index": refreshed.map(|r| r.to_json()),
-    });
     Ok(TaskOutput {
-        summary,
-        data: Some(data.to_string()),
+        summary: answer.summary,
+        data: Some(answer.data.to_string()),
     })
-}
-
-const STOPWORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
-    "i", "in", "is", "it", "me", "my", "of", "on", "or", "our", "should", "so", "that", "the",
-    "this", "to", "we", "what", "when", "where", "which", "who", "why", "will", "with", "you",
-    "your", "not",
-];
-
-fn stem(w: &str) -> String {
-    for suffix in ["ing", "ed", "es", "s"] {
-        if let Some(base) = w.strip_suffix(suffix)
-            && base.len() >= 3
-        {
-            return base.to_string();
-        }
-    }
-    w.to_string()
-}
-
-fn keywords_of(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .map(|w| w.to_lowercase())
-        .filter(|w| w.len() > 1 && !STOPWORDS.contains(&w.as_str()))
-        .map(|w| stem(&w))
-        .collect()
-}
-
-fn keywords(text: &str) -> Vec<String> {
-    let mut out = keywords_of(text);
-    out.retain(|w| w != "or" && w != "and");
-    out.dedup();
-    let mut seen = Vec::new();
-    out.retain(|w| {
-        let new = !seen.contains(w);
-        seen.push(w.clone());
-        new
-    });
-    out
 }
 
 /// Report progress (files, and bytes for rate and ETA) without flooding the event stream.

@@ -61,6 +61,8 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> Result<ExitCode> {
         .map(|d| workspace_root(global, d))
         .transpose()?;
     let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
+    // Long-running: watch workspaces instead of walking them before each question.
+    app.indexes.watch_changes();
     if let Some(id) = &args.session
         && app.store.get_session(id)?.is_none()
     {

@@ -150,13 +150,21 @@ pub async fn search(global: &GlobalArgs, args: SearchArgs) -> Result<ExitCode> {
         bar,
         warnings: Mutex::default(),
     });
-    let input = json!({"query": args.query, "limit": args.limit});
-    let outcome = kb_task(global, args.workspace, "search", input, sink).await?;
-    let data = match outcome {
-        Ok(ok) => ok.data,
-        Err(f) => {
-            errln!("search failed ({}): {}", f.reason, f.message);
-            return Ok(ExitCode::from(1));
+    // Nothing to refresh: the host answers from its index, as the plugin would.
+    let root = workspace_root(global, &args.workspace)?;
+    let direct =
+        super::kb_direct::search_if_current(&global.dirs()?, &root, &args.query, args.limit);
+    let data = match direct {
+        Some(data) => data,
+        None => {
+            let input = json!({"query": args.query, "limit": args.limit});
+            match kb_task(global, args.workspace, "search", input, sink).await? {
+                Ok(ok) => ok.data,
+                Err(f) => {
+                    errln!("search failed ({}): {}", f.reason, f.message);
+                    return Ok(ExitCode::from(1));
+                }
+            }
         }
     };
     if args.json {

@@ -89,6 +89,8 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
         .map(|d| workspace_root(global, d))
         .transpose()?;
     let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
+    // Long-running: watch workspaces instead of walking them before each question.
+    app.indexes.watch_changes();
     if let Some(ws) = &workspace {
         app.check_workspace(ws)?;
     }

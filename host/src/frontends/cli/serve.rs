@@ -109,6 +109,9 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
     // Checked before anything opens: a bad flag combination fails fast.
     let token = TokenChoice::pick(args.token, args.no_token)?;
     let app = Arc::new(App::open_with(global.dirs()?, args.approve, None, args.store).await?);
+    // Long-running: watch workspaces instead of walking them before each question.
+    app.indexes.watch_changes();
+    super::idle_trim::spawn();
     if let Some(root) = &workspace {
         register(&app, root)?;
     }

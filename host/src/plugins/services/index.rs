@@ -22,6 +22,8 @@ pub struct Indexes {
     root: PathBuf,
     options: IndexOptions,
     open: Arc<Mutex<HashMap<PathBuf, Arc<WorkspaceIndex>>>>,
+    /// Change watchers, in a long-running process ([`Indexes::watch_changes`]).
+    watches: Arc<super::index_watch::Watches>,
 }
 
 impl Indexes {
@@ -32,7 +34,14 @@ impl Indexes {
             root,
             options,
             open: Arc::default(),
+            watches: Arc::default(),
         }
+    }
+
+    /// From now on, watch each workspace asked about ([`super::index_watch`]):
+    /// while nothing under it changes, its index stays current without a walk.
+    pub fn watch_changes(&self) {
+        self.watches.enable();
     }
 
     /// Where a workspace's index lives: a hash of its root path, plus its name
@@ -74,7 +83,16 @@ impl Indexes {
     /// the two cannot disagree on which files count. A file the refresh reads
     /// and then skips (binary content, a broken .docx) is never in the index,
     /// so a workspace with one is never current: it is refreshed as before.
-    fn is_current_now(&self, workspace: &Path) -> Result<bool, String> {
+    /// With [`Indexes::watch_changes`] on, no walk while no change has come
+    /// since the last walk that found the index current.
+    pub fn is_current_now(&self, workspace: &Path) -> Result<bool, String> {
+        match self.watches.for_root(workspace) {
+            Some(watch) => watch.is_current(|| self.walk_is_current(workspace)),
+            None => self.walk_is_current(workspace),
+        }
+    }
+
+    fn walk_is_current(&self, workspace: &Path) -> Result<bool, String> {
         let ix = self.for_workspace(workspace)?;
         let known = ix.known_files().map_err(|e| e.to_string())?;
         let walked = capstan_kb_parse::walk::walk(workspace, &Default::default());

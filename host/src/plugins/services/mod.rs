@@ -13,6 +13,7 @@ pub mod egress;
 mod egress_always;
 pub mod exec;
 pub mod index;
+pub mod index_watch;
 
 /// The sentence a plugin gets for a service this host does not offer.
 pub fn not_offered(service: &str) -> String {
