@@ -9,16 +9,17 @@ read each SSE stream to its end, for `--seconds` per setup.
 
 Fan-out: a slow run (`run \\`sleep 1\\``, approved by flag) is started on the
 first replica and followed from the last one (`GET /v1/runs/{id}/events`, the
-path a load balancer's other replica takes); for every event the runner's own
-stream delivered after the follower subscribed, the delay between the two
-deliveries. With one replica the follower is a second stream on the same
-server (the in-process fan-out).
+path a load balancer's other replica takes); for every event emitted after the
+follower subscribed, the time from its emission (the envelope's `ts`, in
+milliseconds, so figures carry up to 1 ms of rounding) to its delivery on the
+follower. With one replica the follower is a second stream on the same server.
 
 Usage: python3 bench/replicas/bench.py [--bin PATH] [--seconds S] [--conc N]
 [--fanout-runs N]. Prints a Markdown table and the command that reproduces it.
 """
 
 import argparse
+import calendar
 import http.client
 import json
 import os
@@ -170,9 +171,11 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round((len(xs) - 1) * p)))]
 
 
-def sse_times(resp, out, until="run."):
-    """Reads an SSE stream, recording (seq, type, arrival) per event."""
-    seq, kind = None, None
+def sse_times(resp, out):
+    """Reads an SSE stream to its terminal event, recording per event its
+    (seq, type, arrival wall time, emission wall time from the envelope's
+    `ts`, which has millisecond precision)."""
+    seq, kind, emitted = None, None, None
     while True:
         line = resp.readline()
         if not line:
@@ -182,14 +185,19 @@ def sse_times(resp, out, until="run."):
             seq = int(line[3:].strip())
         elif line.startswith("event:"):
             kind = line[6:].strip()
+        elif line.startswith("data:"):
+            ts = json.loads(line[5:])["ts"]
+            emitted = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) + int(ts[20:23]) / 1e3
         elif line == "" and kind is not None:
-            out.append((seq, kind, time.monotonic()))
+            out.append((seq, kind, time.time(), emitted))
             if kind in ("run.completed", "run.failed", "run.cancelled"):
                 return
-            seq, kind = None, None
+            seq, kind, emitted = None, None, None
 
 
 def fanout(replicas, ws, runs):
+    """Emission (the envelope's `ts`) to delivery on the follower, for the
+    events emitted after the follower subscribed."""
     delays = []
     for _ in range(runs):
         origin, follower = replicas[0], replicas[-1]
@@ -204,15 +212,13 @@ def fanout(replicas, ws, runs):
         f = follower.conn()
         f.request("GET", f"/v1/runs/{run_id}/events")
         fresp = f.getresponse()
-        # Events the runner streams after this instant reach the follower live.
-        subscribed = time.monotonic()
+        subscribed = time.time()
         seen_follower = []
         sse_times(fresp, seen_follower)
         t_origin.join()
-        at_follower = {s: t for s, _, t in seen_follower}
-        for s, kind, t in seen_origin:
-            if t > subscribed + 0.05 and s in at_follower and kind != "response.delta":
-                delays.append(at_follower[s] - t)
+        for _, kind, arrived, emitted in seen_follower:
+            if emitted > subscribed + 0.05 and kind != "response.delta":
+                delays.append(arrived - emitted)
     delays.sort()
     if not delays:  # the follower's stream ended before the runner's events
         return 0, float("nan"), float("nan")
