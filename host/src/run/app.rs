@@ -311,7 +311,7 @@ impl App {
 
     /// The event sink of a run that does not go through [`App::ask`] (an MCP
     /// tool call): each event stamped, persisted for replay and handed to
-    /// `frontend`. Call [`App::flush_events`] when the run ends.
+    /// `frontend`. End the run with [`App::finish_run`].
     pub fn run_events(&self, run_id: &str, frontend: Frontend) -> Arc<dyn EventSink> {
         Arc::new(RunEvents {
             run_id: run_id.to_string(),
@@ -333,12 +333,6 @@ impl App {
         usage: Option<capstan_protocol::Usage>,
     ) -> capstan_store::Result<()> {
         self.events.finish(run_id, status, reason, usage)
-    }
-
-    pub fn flush_events(&self) {
-        if let Err(e) = self.events.flush() {
-            crate::term::warn(format_args!("some events were not saved: {e}"));
-        }
     }
 
     /// Run one message in a session, start to terminal event.
