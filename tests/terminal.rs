@@ -386,7 +386,8 @@ fn the_feed_says_each_thing_once_in_plain_words() {
     assert!(!err.contains("WARN"), "{err}");
 
     // A run an earlier process left running is housekeeping, not news for
-    // an unrelated command: it is marked, silently.
+    // an unrelated command: it is marked, silently. (`index`, not `search`:
+    // a search of a current index answers without opening the store.)
     let left = {
         let store = store(&home);
         let session = store.create_session("left behind", None).unwrap();
@@ -394,7 +395,7 @@ fn the_feed_says_each_thing_once_in_plain_words() {
     };
     let out = home
         .capstan()
-        .args(["search", "signing keys", "-w"])
+        .args(["index", "-w"])
         .arg(ws.path())
         .output()
         .unwrap();
