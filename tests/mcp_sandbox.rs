@@ -201,6 +201,24 @@ fn a_sandboxed_server_sees_neither_home_nor_workspace_and_reaches_no_host() {
     );
 }
 
+/// `[sandbox]`'s limits hold for MCP servers as for commands: its `/tmp`
+/// (which holds its `HOME`) is `tmp_mb` large.
+#[test]
+fn the_sandbox_sections_limits_apply_to_a_server() {
+    let s = Setup::new("");
+    let s = Setup {
+        home: Home::new(&format!("[sandbox]\ntmp_mb = 2\n\n{}", config(""))),
+        ..s
+    };
+    let write = |bytes: u64| s.answer("write", json!({ "path": "/tmp/fill", "bytes": bytes }));
+    assert_eq!(write(512 << 10), "ok: written");
+    let answer = write(4 << 20);
+    assert!(
+        answer.starts_with("error:") && answer.contains("ENOSPC"),
+        "{answer}"
+    );
+}
+
 #[test]
 fn workspace_read_lets_it_read_but_not_write_and_write_lets_it_write() {
     let s = Setup::new("workspace = \"read\"");

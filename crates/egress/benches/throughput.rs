@@ -14,9 +14,21 @@
 //! feature each proxy row is followed by the same path through a proxy that
 //! copies through user space, as it does for TLS it terminates.
 //!
+//! Rows are measured in interleaved rounds (every row once per round), so a
+//! slow stretch of a shared machine hits all rows alike. Throughput is the
+//! best round; the CPU column is the whole process's CPU time (server, proxy
+//! and client together) per 100 MB in the median round: the proxy's own
+//! cost per byte, whatever the machine's core count lets the three overlap.
+//!
+//! On 2 cores an unpaced download keeps the server and the client busy on
+//! one core each, so any third party (the proxy) takes time from them:
+//! `CAPSTAN_BENCH_LINE_MBPS=10000` paces the server to a 10 Gbit/s link,
+//! as a download from outside the machine arrives, and shows what the
+//! proxy costs below that.
+//!
 //! Reproduce: `cargo bench -p capstan-egress --bench throughput --features bench-copy`
-//! (`CAPSTAN_BENCH_MB` and `CAPSTAN_BENCH_N` change the download size and the
-//! request count; `CAPSTAN_BENCH_ONLY=text` measures only the direct rows and
+//! (`CAPSTAN_BENCH_MB`, `CAPSTAN_BENCH_N` and `CAPSTAN_BENCH_ROUNDS` change
+//! the download size, the request count and the rounds; `CAPSTAN_BENCH_ONLY=text` measures only the direct rows and
 //! those whose name contains `text`, e.g. under `perf record`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::disallowed_macros)]
@@ -76,18 +88,36 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, big: u64) {
             return;
         }
         let mut left = len;
+        let start = tokio::time::Instant::now();
         while left > 0 {
             let n = left.min(chunk.len() as u64) as usize;
             if s.write_all(&chunk[..n]).await.is_err() {
                 return;
             }
             left -= n as u64;
+            // Paced to a line rate: the bytes sent so far may not be ahead of
+            // it by more than a millisecond.
+            if let Some(rate) = line_rate() {
+                let due = start + Duration::from_secs_f64((len - left) as f64 / rate);
+                if due > tokio::time::Instant::now() + Duration::from_millis(1) {
+                    tokio::time::sleep_until(due).await;
+                }
+            }
         }
         // Over TLS the last records may wait in the session until a flush.
         if s.flush().await.is_err() {
             return;
         }
     }
+}
+
+/// The server's line rate in bytes/s (`CAPSTAN_BENCH_LINE_MBPS`, megabits
+/// per second, as links are rated); `None`: as fast as it can.
+fn line_rate() -> Option<f64> {
+    std::env::var("CAPSTAN_BENCH_LINE_MBPS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|mbit| mbit * 1e6 / 8.0)
 }
 
 /// Sends one GET and reads the whole response; returns the body length.
@@ -262,16 +292,84 @@ fn pct(v: &mut [Duration], p: f64) -> Duration {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// CPU time of this process (every thread: server, proxy and client).
+fn cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// What the rounds measured for one row.
+#[derive(Default)]
+struct Stat {
+    /// MB/s of each download.
+    rates: Vec<f64>,
+    /// Process CPU per 100 MB of each download.
+    cpus: Vec<Duration>,
+    /// Each small request.
+    times: Vec<Duration>,
+}
+
+impl Stat {
+    fn download(&mut self, bytes: u64, wall: Duration, cpu: Duration) {
+        let mb = bytes as f64 / (1 << 20) as f64;
+        self.rates.push(mb / wall.as_secs_f64());
+        self.cpus.push(cpu.mul_f64(100.0 / mb));
+    }
+
+    fn best(&self) -> f64 {
+        self.rates.iter().copied().fold(0.0, f64::max)
+    }
+
+    fn cpu(&mut self) -> Duration {
+        pct(&mut self.cpus, 0.5)
+    }
+}
+
+/// Prints one row per stat, each proxy row compared with the first (direct).
+fn print_rows(names: &[&str], stats: &mut [Stat]) {
+    let (direct_rate, direct_cpu) = (stats[0].best(), stats[0].cpu());
+    let direct_p50 = pct(&mut stats[0].times, 0.5);
+    for (i, (name, st)) in names.iter().zip(stats.iter_mut()).enumerate() {
+        let (best, cpu) = (st.best(), st.cpu());
+        let (p50, p99) = (pct(&mut st.times, 0.5), pct(&mut st.times, 0.99));
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        if i == 0 {
+            println!(
+                "| {name} | {best:.0} | {:.0} ms | {:.0} µs | {:.0} µs |",
+                ms(cpu),
+                us(p50),
+                us(p99)
+            );
+        } else {
+            println!(
+                "| {name} | {best:.0} ({:+.1}%) | {:.0} ms ({:+.0} ms) | {:.0} µs ({:+.0} µs) | {:.0} µs |",
+                (best / direct_rate - 1.0) * 100.0,
+                ms(cpu),
+                ms(cpu) - ms(direct_cpu),
+                us(p50),
+                us(p50) - us(direct_p50),
+                us(p99)
+            );
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
-    let mb: u64 = std::env::var("CAPSTAN_BENCH_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let n: usize = std::env::var("CAPSTAN_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let mb: u64 = env_or("CAPSTAN_BENCH_MB", 100);
+    let n: usize = env_or("CAPSTAN_BENCH_N", 200);
+    let rounds: usize = env_or("CAPSTAN_BENCH_ROUNDS", 5).max(1);
     let big = mb << 20;
     let port = server(big, None).await;
     let dir = tempfile::tempdir().unwrap();
@@ -294,57 +392,39 @@ async fn main() {
         sockets.push((copy, serve(builder(), copy, dir.path(), &cancel).await));
     }
 
-    println!("| path | {mb} MB download, MB/s (best of 3) | {n} small requests, p50 | p99 |");
-    println!("|---|---|---|---|");
-    let mut direct = (0.0f64, Duration::ZERO);
+    println!(
+        "| path | {mb} MB download, MB/s (best of {rounds}) | CPU per 100 MB | {n} small requests, p50 | p99 |"
+    );
+    println!("|---|---|---|---|---|");
     let mut rows = vec![(Path::Direct, false, sockets[0].1.clone())];
     for path in [Path::Forward, Path::Tunnel, Path::TunnelTcp] {
         for (copy, socket) in &sockets {
             rows.push((path, *copy, socket.clone()));
         }
     }
-    for (path, copy, socket) in rows {
-        if !selected(path.name(copy)) {
-            continue;
-        }
-        // Warm-up.
-        let socket = &socket;
-        fetch(path, port, socket, "/small").await;
-        let mut best = 0.0f64;
-        for _ in 0..3 {
-            let t = Instant::now();
-            let got = fetch(path, port, socket, "/big").await;
-            assert_eq!(got, big);
-            best = best.max(big as f64 / (1 << 20) as f64 / t.elapsed().as_secs_f64());
-        }
-        // Each small request on a connection of its own: the proxy decides
-        // every one (the cost a command pays per request).
-        let mut times = Vec::with_capacity(n);
-        for _ in 0..n {
-            let t = Instant::now();
-            fetch(path, port, socket, "/small").await;
-            times.push(t.elapsed());
-        }
-        let (p50, p99) = (pct(&mut times, 0.5), pct(&mut times, 0.99));
-        let extra = if matches!(path, Path::Direct) {
-            direct = (best, p50);
-            String::new()
-        } else {
-            format!(
-                " ({:+.1}% throughput, {:+.0} µs p50)",
-                (best / direct.0 - 1.0) * 100.0,
-                p50.as_secs_f64() * 1e6 - direct.1.as_secs_f64() * 1e6
-            )
-        };
-        println!(
-            "| {} | {best:.0}{extra} | {:.0} µs | {:.0} µs |",
-            path.name(copy),
-            p50.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6
-        );
+    rows.retain(|(path, copy, _)| selected(path.name(*copy)));
+    let mut stats: Vec<Stat> = rows.iter().map(|_| Stat::default()).collect();
+    for (path, _, via) in &rows {
+        fetch(*path, port, via, "/small").await; // warm-up
     }
+    for _ in 0..rounds {
+        for ((path, _, via), st) in rows.iter().zip(stats.iter_mut()) {
+            let (t, c) = (Instant::now(), cpu());
+            assert_eq!(fetch(*path, port, via, "/big").await, big);
+            st.download(big, t.elapsed(), cpu() - c);
+            // Each small request on a connection of its own: the proxy
+            // decides every one (the cost a command pays per request).
+            for _ in 0..n.div_ceil(rounds) {
+                let t = Instant::now();
+                fetch(*path, port, via, "/small").await;
+                st.times.push(t.elapsed());
+            }
+        }
+    }
+    let names: Vec<&str> = rows.iter().map(|(p, copy, _)| p.name(*copy)).collect();
+    print_rows(&names, &mut stats);
     println!();
-    tls_table(big, mb, n).await;
+    tls_table(big, mb, n, rounds).await;
     cancel.cancel();
     println!();
     println!(
@@ -439,7 +519,7 @@ async fn tls_fetch(
     }
 }
 
-async fn tls_table(big: u64, mb: u64, n: usize) {
+async fn tls_table(big: u64, mb: u64, n: usize, rounds: usize) {
     // A test CA and a certificate for both names the server answers as.
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -507,57 +587,42 @@ async fn tls_table(big: u64, mb: u64, n: usize) {
     let capstan_ca = client_config(ca.cert_pem());
 
     println!(
-        "| TLS path | {mb} MB download, MB/s (best of 3) | {n} small requests (new connection each), p50 | p99 |"
+        "| TLS path | {mb} MB download, MB/s (best of {rounds}) | CPU per 100 MB | {n} small requests (new connection each), p50 | p99 |"
     );
-    println!("|---|---|---|---|");
-    let mut direct = (0.0f64, Duration::ZERO);
+    println!("|---|---|---|---|---|");
     let mut rows = vec![(TlsPath::Direct, false, sockets[0].1.clone())];
     for (copy, socket) in &sockets {
         rows.push((TlsPath::Blind, *copy, socket.clone()));
     }
     rows.push((TlsPath::Brokered, false, sockets[0].1.clone()));
-    for (path, copy, socket) in rows {
-        if !selected(path.name(copy)) {
-            continue;
-        }
-        let socket = socket.as_path();
+    rows.retain(|(path, copy, _)| selected(path.name(*copy)));
+    let fetch = |path: TlsPath, socket: &std::path::PathBuf, what: &'static str| {
         let host = if path == TlsPath::Brokered {
             "api.test"
         } else {
             "plain.test"
         };
-        let fetch =
-            |what: &'static str| tls_fetch(path, port, socket, host, &server_ca, &capstan_ca, what);
-        fetch("/small").await;
-        let mut best = 0.0f64;
-        for _ in 0..3 {
-            let t = Instant::now();
-            assert_eq!(fetch("/big").await, big);
-            best = best.max(big as f64 / (1 << 20) as f64 / t.elapsed().as_secs_f64());
-        }
-        let mut times = Vec::with_capacity(n);
-        for _ in 0..n {
-            let t = Instant::now();
-            fetch("/small").await;
-            times.push(t.elapsed());
-        }
-        let (p50, p99) = (pct(&mut times, 0.5), pct(&mut times, 0.99));
-        let extra = if path == TlsPath::Direct {
-            direct = (best, p50);
-            String::new()
-        } else {
-            format!(
-                " ({:+.1}% throughput, {:+.0} µs p50)",
-                (best / direct.0 - 1.0) * 100.0,
-                p50.as_secs_f64() * 1e6 - direct.1.as_secs_f64() * 1e6
-            )
-        };
-        println!(
-            "| {} | {best:.0}{extra} | {:.0} µs | {:.0} µs |",
-            path.name(copy),
-            p50.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6
-        );
+        let socket = socket.clone();
+        let (server_ca, capstan_ca) = (server_ca.clone(), capstan_ca.clone());
+        async move { tls_fetch(path, port, &socket, host, &server_ca, &capstan_ca, what).await }
+    };
+    let mut stats: Vec<Stat> = rows.iter().map(|_| Stat::default()).collect();
+    for (path, _, socket) in &rows {
+        fetch(*path, socket, "/small").await; // warm-up
     }
+    for _ in 0..rounds {
+        for ((path, _, socket), st) in rows.iter().zip(stats.iter_mut()) {
+            let (t, c) = (Instant::now(), cpu());
+            assert_eq!(fetch(*path, socket, "/big").await, big);
+            st.download(big, t.elapsed(), cpu() - c);
+            for _ in 0..n.div_ceil(rounds) {
+                let t = Instant::now();
+                fetch(*path, socket, "/small").await;
+                st.times.push(t.elapsed());
+            }
+        }
+    }
+    let names: Vec<&str> = rows.iter().map(|(p, copy, _)| p.name(*copy)).collect();
+    print_rows(&names, &mut stats);
     cancel.cancel();
 }

@@ -701,11 +701,19 @@ pub struct ListedTool {
 pub async fn connect_all(
     files: &[PathBuf],
     cwd: Option<&Path>,
+    limits: &capstan_sandbox::Limits,
 ) -> (Vec<Arc<McpTool>>, Vec<Problem>) {
     let (entries, problems) = entries(files);
     let slots = entries
         .into_iter()
-        .map(|entry| Arc::new(pool::Slot::new(entry, cwd.map(Path::to_path_buf), None)))
+        .map(|entry| {
+            Arc::new(pool::Slot::new(
+                entry,
+                cwd.map(Path::to_path_buf),
+                None,
+                limits.clone(),
+            ))
+        })
         .collect();
     pool::list_tools(slots, problems).await
 }
@@ -737,6 +745,7 @@ fn tools_of(slot: &Arc<pool::Slot>, listed: &[ListedTool]) -> Vec<Arc<McpTool>> 
 async fn start(
     entry: &McpServerEntry,
     cwd: Option<&Path>,
+    limits: &capstan_sandbox::Limits,
     tools_changed: Arc<AtomicBool>,
 ) -> Result<(McpServer, Vec<ListedTool>), String> {
     let entry = entry.clone();
@@ -767,9 +776,10 @@ async fn start(
     let mut confined = None;
     let client = match (&entry.command, &entry.url) {
         (Some(program), _) if confine::sandboxed(&entry) => {
-            let mut task = confine::spawn(&entry, program, cwd, entry_env(&entry.env), &side)
-                .await
-                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            let mut task =
+                confine::spawn(&entry, program, cwd, entry_env(&entry.env), limits, &side)
+                    .await
+                    .map_err(|e| format!("cannot start `{program}`: {e}"))?;
             let (Some(stdout), Some(stdin)) = (task.task.stdout.take(), task.task.stdin.take())
             else {
                 return Err(format!(

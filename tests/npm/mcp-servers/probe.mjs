@@ -12,7 +12,7 @@ import http from "node:http";
 
 const TOOLS = [
   { name: "read", description: "Reads a file", inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] } },
-  { name: "write", description: "Writes a file", inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] } },
+  { name: "write", description: "Writes a file (`bytes` of it, when given)", inputSchema: { type: "object", properties: { path: { type: "string" }, bytes: { type: "integer" } }, required: ["path"] } },
   { name: "connect", description: "GETs a URL directly, and through HTTP_PROXY when set", inputSchema: { type: "object", properties: { url: { type: "string" } }, required: ["url"] } },
   { name: "env", description: "Its environment", inputSchema: { type: "object", properties: {} } },
 ];
@@ -68,7 +68,7 @@ for await (const line of createInterface({ input: process.stdin })) {
           try { text(req.id, `ok: ${readFileSync(args.path, "utf8")}`); } catch (e) { text(req.id, why(e)); }
           break;
         case "write":
-          try { writeFileSync(args.path, "written by probe"); text(req.id, "ok: written"); } catch (e) { text(req.id, why(e)); }
+          try { writeFileSync(args.path, args.bytes ? Buffer.alloc(args.bytes, 120) : "written by probe"); text(req.id, "ok: written"); } catch (e) { text(req.id, why(e)); }
           break;
         case "connect":
           text(req.id, await connect(args.url));

@@ -1,7 +1,7 @@
 //! `capstan plugins list|check|new|add|remove` (the last three in plugins_manage.rs). The list also shows the external MCP servers your
 //! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -107,8 +107,9 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
     } else {
         let files = [dirs.user_config_file()];
         let (servers, _) = crate::plugins::mcp_client::entries(&files);
+        let limits = mcp_server_limits(&files[0]);
         let (tools, problems) =
-            crate::plugins::mcp_client::connect_all(&files, workspace.as_deref()).await;
+            crate::plugins::mcp_client::connect_all(&files, workspace.as_deref(), &limits).await;
         (servers, tools, problems)
     };
     let server_json = |name: &str| {
@@ -250,4 +251,13 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         outln!("all {} plugins loaded and valid", registry.plugins().len());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `[sandbox]`'s limits for MCP servers from the user's file (the defaults
+/// when it cannot be read; `config check` names what is wrong with it).
+pub fn mcp_server_limits(user_file: &Path) -> capstan_sandbox::Limits {
+    crate::config::Config::load(user_file)
+        .unwrap_or_default()
+        .sandbox
+        .mcp_server_limits()
 }

@@ -609,7 +609,9 @@ async fn mcp_findings(dirs: &Dirs, workspace: Option<&Path>, out: &mut Vec<Findi
         ));
         return;
     }
-    let (tools, problems) = crate::plugins::mcp_client::connect_all(&files, workspace).await;
+    let limits = super::plugins::mcp_server_limits(&files[0]);
+    let (tools, problems) =
+        crate::plugins::mcp_client::connect_all(&files, workspace, &limits).await;
     for entry in &entries {
         let n = tools.iter().filter(|t| t.owner() == entry.name).count();
         if problems

@@ -15,12 +15,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use capstan_egress::{ConnectionRecord, Policy, Proxy};
-use capstan_protocol::Event;
 use capstan_sandbox::{Command, ExecSpec, Limits, Network, SandboxError, StdioTask};
-use tokio_util::sync::CancellationToken;
 
 use super::ClientSide;
 use crate::config::{McpServerEntry, WorkspaceAccess};
+use crate::plugins::services::egress::{RunningProxy, connect_event};
 
 /// Whether the entry's server runs in the sandbox: every `command` server
 /// unless `sandbox = false` is written.
@@ -113,31 +112,19 @@ pub fn describe(entry: &McpServerEntry) -> String {
 /// task (every process of it) and stops its proxy.
 pub struct Confined {
     pub task: StdioTask,
-    proxy: Option<ServerProxy>,
+    proxy: Option<RunningProxy>,
     _cwd: Option<tempfile::TempDir>,
 }
 
-/// The egress proxy of one server, on a Unix socket in a private directory.
-struct ServerProxy {
-    _dir: tempfile::TempDir,
-    socket: PathBuf,
-    proxy: Proxy,
-    cancel: CancellationToken,
-}
-
-impl Drop for ServerProxy {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
 /// Starts the entry's program in the sandbox for the workspace `workspace`
-/// (`None`: none). `env` is the entry's resolved `env`.
+/// (`None`: none). `env` is the entry's resolved `env`; `limits` come from
+/// `[sandbox]` (`SandboxSection::mcp_server_limits`).
 pub async fn spawn(
     entry: &McpServerEntry,
     program: &str,
     workspace: Option<&Path>,
     env: Vec<(String, String)>,
+    limits: &Limits,
     side: &ClientSide,
 ) -> Result<Confined, String> {
     // The server's root: the workspace when the entry grants it, otherwise
@@ -173,11 +160,7 @@ pub async fn spawn(
     spec.env = env;
     spec.read = entry.read.clone();
     spec.workspace_read_only = access == WorkspaceAccess::Read;
-    spec.limits = Limits {
-        // A long-lived server's writes to the workspace land at once.
-        workspace_write_quota: None,
-        ..Limits::default()
-    };
+    spec.limits = limits.clone();
     for p in &spec.read {
         if !p.exists() {
             return Err(format!(
@@ -248,14 +231,7 @@ fn start_proxy(
     entry: &McpServerEntry,
     policy: Policy,
     side: &ClientSide,
-) -> Result<ServerProxy, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("capstan-mcp-egress-")
-        .tempdir()
-        .map_err(|e| format!("cannot make the egress proxy's directory: {e}"))?;
-    let socket = dir.path().join("proxy.sock");
-    let listener = capstan_egress::bind_unix(&socket)
-        .map_err(|e| format!("cannot start its egress proxy: {e}"))?;
+) -> Result<RunningProxy, String> {
     let (server, side) = (entry.name.clone(), side.clone());
     let audit = move |r: ConnectionRecord| {
         tracing::info!(
@@ -271,37 +247,19 @@ fn start_proxy(
             "network.connect"
         );
         if let Ok((task_id, run)) = side.asker() {
-            run.events.emit(Event::NetworkConnect {
-                task_id,
-                host: r.host.clone(),
-                port: r.port,
-                protocol: r.protocol,
-                verdict: r.verdict,
-                decided_by: r.decided_by,
-                rule: r.rule.clone(),
-                reason: match (&r.reason, r.verdict) {
-                    (Some(why), capstan_egress::Verdict::Denied) => Some(format!(
-                        "{why} (MCP server `{server}`: to allow it, add the host to `network` \
-                         in its [[mcp_server]] entry)"
-                    )),
-                    (why, _) => why.clone(),
-                },
-                address: r.address.map(|a| a.to_string()),
-                credential: r.credential.clone(),
-                bytes_up: r.bytes_up,
-                bytes_down: r.bytes_down,
-                duration_ms: r.duration.as_millis() as u64,
-            });
+            let reason = match (&r.reason, r.verdict) {
+                (Some(why), capstan_egress::Verdict::Denied) => Some(format!(
+                    "{why} (MCP server `{server}`: to allow it, add the host to `network` \
+                     in its [[mcp_server]] entry)"
+                )),
+                (why, _) => why.clone(),
+            };
+            run.events.emit(connect_event(task_id, &r, reason));
         }
     };
-    let proxy: Proxy = Proxy::builder(policy).audit(audit).build();
-    let cancel = CancellationToken::new();
-    let (p, c) = (proxy.clone(), cancel.clone());
-    tokio::spawn(async move { p.serve_unix(listener, c).await });
-    Ok(ServerProxy {
-        _dir: dir,
-        socket,
-        proxy,
-        cancel,
-    })
+    RunningProxy::serve(
+        "capstan-mcp-egress-",
+        Proxy::builder(policy).audit(audit).build(),
+    )
+    .map_err(|e| format!("cannot start its egress proxy: {e}"))
 }

@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 use super::{CONNECT_TIMEOUT, ListedTool, McpServer, McpTool, problem, start, tools_of};
 use crate::config::McpServerEntry;
 use crate::plugins::registry::Problem;
+use capstan_sandbox::Limits;
 
 /// One entry for one workspace: its tool list and, once started, its server.
 pub struct Slot {
@@ -37,14 +38,22 @@ pub struct Slot {
     listed: Mutex<Option<Vec<ListedTool>>>,
     /// Set by its running server's `tools/list_changed`.
     tools_changed: Arc<AtomicBool>,
+    /// `[sandbox]`'s limits, for a sandboxed server's process.
+    limits: Limits,
 }
 
 impl Slot {
-    pub(super) fn new(entry: McpServerEntry, cwd: Option<PathBuf>, cache: Option<PathBuf>) -> Self {
+    pub(super) fn new(
+        entry: McpServerEntry,
+        cwd: Option<PathBuf>,
+        cache: Option<PathBuf>,
+        limits: Limits,
+    ) -> Self {
         Self {
             entry,
             cwd,
             cache,
+            limits,
             running: tokio::sync::Mutex::new(None),
             listed: Mutex::new(None),
             tools_changed: Arc::default(),
@@ -62,7 +71,12 @@ impl Slot {
         *running = None;
         let started = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            start(&self.entry, self.cwd.as_deref(), self.tools_changed.clone()),
+            start(
+                &self.entry,
+                self.cwd.as_deref(),
+                &self.limits,
+                self.tools_changed.clone(),
+            ),
         )
         .await
         .map_err(|_| {
@@ -220,14 +234,18 @@ pub(super) async fn list_tools(
 /// The process's external MCP servers, by entry and workspace.
 pub struct McpPool {
     cache_dir: PathBuf,
+    limits: Limits,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
 }
 
 impl McpPool {
-    /// A pool caching tool lists in `cache_dir`.
-    pub fn new(cache_dir: PathBuf) -> Self {
+    /// A pool caching tool lists in `cache_dir`, starting sandboxed servers
+    /// with `limits` (`[sandbox]`'s memory and /tmp size; a server's
+    /// workspace writes land at once, so no write quota applies).
+    pub fn new(cache_dir: PathBuf, limits: Limits) -> Self {
         Self {
             cache_dir,
+            limits,
             slots: Mutex::default(),
         }
     }
@@ -268,7 +286,12 @@ impl McpPool {
             .entry(key.clone())
             .or_insert_with(|| {
                 let cache = self.cache_dir.join(format!("{}-{key}.json", entry.name));
-                Arc::new(Slot::new(entry, cwd.map(Path::to_path_buf), Some(cache)))
+                Arc::new(Slot::new(
+                    entry,
+                    cwd.map(Path::to_path_buf),
+                    Some(cache),
+                    self.limits.clone(),
+                ))
             })
             .clone()
     }

@@ -18,17 +18,70 @@ use crate::config::network::CommandNetwork;
 use crate::plugins::context::TaskScope;
 use capstan_protocol::Event;
 
-/// A running proxy; dropping it stops accepting.
-pub struct CommandProxy {
+/// A proxy serving on a Unix socket in a private directory: tempfile makes
+/// it 0700, so only Capstan reaches the socket by path (the sandbox opens it
+/// before the command's view exists). Dropping it stops accepting and
+/// removes the directory. Commands and `[[mcp_server]]` servers both run
+/// their proxies this way.
+pub struct RunningProxy {
     _dir: tempfile::TempDir,
     pub socket: PathBuf,
+    pub proxy: Proxy,
+    cancel: CancellationToken,
+}
+
+impl RunningProxy {
+    /// Binds `<tmp>/<prefix>XXXX/proxy.sock` and serves `proxy` on it.
+    pub fn serve(prefix: &str, proxy: Proxy) -> std::io::Result<Self> {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir()?;
+        let socket = dir.path().join("proxy.sock");
+        let listener = capstan_egress::bind_unix(&socket)?;
+        let cancel = CancellationToken::new();
+        let (p, c) = (proxy.clone(), cancel.clone());
+        tokio::spawn(async move { p.serve_unix(listener, c).await });
+        Ok(Self {
+            _dir: dir,
+            socket,
+            proxy,
+            cancel,
+        })
+    }
+}
+
+impl Drop for RunningProxy {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// The `network.connect` event of a connection made during task `task_id`,
+/// with `reason` in place of the record's own.
+pub fn connect_event(task_id: String, r: &ConnectionRecord, reason: Option<String>) -> Event {
+    Event::NetworkConnect {
+        task_id,
+        host: r.host.clone(),
+        port: r.port,
+        protocol: r.protocol,
+        verdict: r.verdict,
+        decided_by: r.decided_by,
+        rule: r.rule.clone(),
+        reason,
+        address: r.address.map(|a| a.to_string()),
+        credential: r.credential.clone(),
+        bytes_up: r.bytes_up,
+        bytes_down: r.bytes_down,
+        duration_ms: r.duration.as_millis() as u64,
+    }
+}
+
+/// The proxy of one command; dropping it stops accepting.
+pub struct CommandProxy {
+    running: RunningProxy,
     /// Files the command must be able to read (the workspace CA and the
     /// trust bundle, never the CA's key): extra read paths of the sandbox.
     pub read: Vec<PathBuf>,
     /// Variables that make the usual tools trust the workspace CA.
     pub env: Vec<(String, String)>,
-    proxy: Proxy,
-    cancel: CancellationToken,
     /// Why connections were refused, one line each (deduplicated).
     refused: Arc<Mutex<Vec<String>>>,
 }
@@ -37,13 +90,18 @@ pub struct CommandProxy {
 const REFUSALS_SHOWN: usize = 5;
 
 impl CommandProxy {
+    /// The socket the sandbox bridges into the command's network namespace.
+    pub fn socket(&self) -> &std::path::Path {
+        &self.running.socket
+    }
+
     /// Waits briefly until the command's last connections are recorded, then
     /// returns a note for the command's stderr naming each refused
     /// connection and the rule to add (empty when none was refused). Tools
     /// such as pip and npm print only "403"; the note is what tells the
     /// agent and the person which `[network]` rule would let them through.
     pub async fn finish(self) -> String {
-        self.proxy.idle(Duration::from_secs(2)).await;
+        self.running.proxy.idle(Duration::from_secs(2)).await;
         let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         let mut note = String::new();
         for r in refused.iter().take(REFUSALS_SHOWN) {
@@ -61,12 +119,6 @@ impl CommandProxy {
     }
 }
 
-impl Drop for CommandProxy {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
 /// Starts the proxy for one command of `scope`'s task. Errors are sentences
 /// naming what is wrong (a credential's variable not set, ...), never a
 /// secret.
@@ -77,14 +129,6 @@ pub fn start(
     cwd: String,
 ) -> anyhow::Result<CommandProxy> {
     let brokered = Brokered::open(&network)?;
-    // tempfile makes the directory 0700: only Capstan can reach the socket
-    // by path (the sandbox opens it before the command's view exists).
-    let dir = tempfile::Builder::new()
-        .prefix("capstan-egress-")
-        .tempdir()?;
-    let socket = dir.path().join("proxy.sock");
-    let listener = capstan_egress::bind_unix(&socket)?;
-
     let events = scope.run.events.clone();
     let task_id = scope.task_id.clone();
     let refused = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -100,21 +144,7 @@ pub fn start(
                 seen.push(line);
             }
         }
-        events.emit(Event::NetworkConnect {
-            task_id: task_id.clone(),
-            host: r.host.clone(),
-            port: r.port,
-            protocol: r.protocol,
-            verdict: r.verdict,
-            decided_by: r.decided_by,
-            rule: r.rule.clone(),
-            reason: r.reason.clone(),
-            address: r.address.map(|a| a.to_string()),
-            credential: r.credential.clone(),
-            bytes_up: r.bytes_up,
-            bytes_down: r.bytes_down,
-            duration_ms: r.duration.as_millis() as u64,
-        })
+        events.emit(connect_event(task_id.clone(), &r, r.reason.clone()))
     };
     let scope = scope.clone();
     let always = network.always.clone();
@@ -172,17 +202,10 @@ pub fn start(
             builder = builder.upstream_ca(b.upstream_ca);
         }
     }
-    let proxy = builder.build();
-    let cancel = CancellationToken::new();
-    let (p, c) = (proxy.clone(), cancel.clone());
-    tokio::spawn(async move { p.serve_unix(listener, c).await });
     Ok(CommandProxy {
-        _dir: dir,
-        socket,
+        running: RunningProxy::serve("capstan-egress-", builder.build())?,
         read,
         env,
-        proxy,
-        cancel,
         refused,
     })
 }

@@ -360,7 +360,7 @@ impl Exec {
             ))
         })?;
         spec.set_network(capstan_sandbox::Network::Proxy {
-            socket: proxy.socket.clone(),
+            socket: proxy.socket().to_path_buf(),
         });
         // Brokered credentials: the command trusts the workspace CA.
         spec.read.extend(proxy.read.iter().cloned());
