@@ -103,6 +103,7 @@ impl Harness {
             message: message.into(),
             session_id: session,
             workspace: workspace.map(Path::to_path_buf),
+            quota: None,
         };
         let out = self.app.ask(req, frontend, cancel).await.unwrap();
         let events = seen.lock().unwrap().clone();

@@ -964,6 +964,7 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
         message: "read keep.txt through the filesystem MCP server".into(),
         session_id: None,
         workspace: Some(ws.path().to_path_buf()),
+        quota: None,
     };
     let out = app
         .ask(req, frontend, tokio_util::sync::CancellationToken::new())

@@ -320,6 +320,133 @@ async fn a_run_started_on_a_is_streamed_from_b_approved_through_c_and_cancelled_
     assert_eq!(s, 409, "an ended run cannot be cancelled from any replica");
 }
 
+/// A POST to `path` with `token` as the bearer: status, `Retry-After` and
+/// the body.
+async fn post_as(
+    server: &Server,
+    token: &str,
+    path: &str,
+    body: Value,
+) -> (u16, Option<u64>, Value) {
+    let resp = reqwest::Client::new()
+        .post(server.url(path))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    if status == 200 && path == "/v1/runs" {
+        // Run it to its end, so it is in flight no longer.
+        let mut seen = Vec::new();
+        SseReader::with_seq_ids(resp).rest(&mut seen).await;
+        let last = seen.last().cloned().unwrap_or(Value::Null);
+        return (status, retry, last);
+    }
+    (status, retry, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// `[[server.user]]` quotas hold across replicas, counted in the database:
+/// alice (one run in flight, three starts a minute) runs a command on A; B
+/// refuses her next message with 429, `Retry-After` and the key to raise,
+/// while bob and the server's own token still start runs there; once her
+/// run is cancelled (through C), B takes her next message; her fourth start
+/// within the minute is refused by A; and her token does not open `/mcp`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_users_quota_holds_across_replicas() {
+    let url = pg::Cluster::shared().fresh_database();
+    let ws = handbook();
+    let tokens = tempfile::tempdir().unwrap();
+    let (alice, bob) = (
+        "alice-token-5f0c2d9e8b7a6f41",
+        "bob-token-0a1b2c3d4e5f6a7b8c",
+    );
+    std::fs::write(tokens.path().join("alice"), format!("{alice}\n")).unwrap();
+    std::fs::write(tokens.path().join("bob"), bob).unwrap();
+    let users = format!(
+        "[[server.user]]\nname = \"alice\"\ntoken_file = {:?}\nmax_runs = 1\nruns_per_minute = 3\n\n\
+         [[server.user]]\nname = \"bob\"\ntoken_file = {:?}\nmax_runs = 4\n",
+        tokens.path().join("alice").display().to_string(),
+        tokens.path().join("bob").display().to_string(),
+    );
+    let replica = |url: &str| {
+        let home = Home::new(&format!(
+            "[store]\nurl = {url:?}\nlease_secs = {LEASE_SECS}\n\n{users}"
+        ));
+        let server = Server::start(&home, &["-w", ws.path().to_str().unwrap()]);
+        (home, server)
+    };
+    let (_ha, a) = replica(&url);
+    let (_hb, b) = replica(&url);
+    let (_hc, c) = replica(&url);
+    let question = json!({"message": "How are releases signed?"});
+
+    // Alice's long command, in flight on A.
+    let resp = reqwest::Client::new()
+        .post(a.url("/v1/runs"))
+        .bearer_auth(alice)
+        .json(&json!({"message": "run `sleep 60`", "workspace": ws.path()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let run_id = resp.headers()["x-capstan-run-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut on_a = SseReader::with_seq_ids(resp);
+    let mut seen_a = Vec::new();
+    on_a.until("task.started", &mut seen_a).await;
+
+    // B refuses her next one: the count is the database's, not A's.
+    let (s, retry, err) = post_as(&b, alice, "/v1/runs", question.clone()).await;
+    assert_eq!(s, 429, "{err}");
+    assert!(retry.is_some_and(|r| r >= 1), "{retry:?}");
+    let msg = err["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("alice") && msg.contains("runs in flight (1)") && msg.contains("max_runs"),
+        "{msg}"
+    );
+    assert_eq!(err["error"]["code"], "too_many_requests");
+    // Others are not held up by her quota.
+    let (s, _, last) = post_as(&b, bob, "/v1/runs", question.clone()).await;
+    assert_eq!((s, &last["type"]), (200, &json!("run.completed")), "{last}");
+    let (s, _, last) = post_as(
+        &b,
+        b.token.as_deref().unwrap(),
+        "/v1/runs",
+        question.clone(),
+    )
+    .await;
+    assert_eq!((s, &last["type"]), (200, &json!("run.completed")), "{last}");
+
+    // Her run cancelled through C: B takes her next message.
+    let (s, body) = post(&c, &format!("/v1/runs/{run_id}/cancel"), json!({})).await;
+    assert_eq!(s, 202, "{body}");
+    on_a.rest(&mut seen_a).await;
+    assert_eq!(seen_a.last().unwrap()["type"], "run.cancelled");
+    let (s, _, last) = post_as(&b, alice, "/v1/runs", question.clone()).await;
+    assert_eq!((s, &last["type"]), (200, &json!("run.completed")), "{last}");
+    let (s, _, last) = post_as(&c, alice, "/v1/runs", question.clone()).await;
+    assert_eq!((s, &last["type"]), (200, &json!("run.completed")), "{last}");
+
+    // Three starts this minute: A refuses the fourth until the first ages out.
+    let (s, retry, err) = post_as(&a, alice, "/v1/runs", question.clone()).await;
+    assert_eq!(s, 429, "{err}");
+    assert!(retry.is_some_and(|r| (1..=61).contains(&r)), "{retry:?}");
+    let msg = err["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("runs_per_minute"), "{msg}");
+
+    // Her token opens the run API, not /mcp.
+    let (s, _, err) = post_as(&a, alice, "/mcp", json!({})).await;
+    assert_eq!(s, 403, "{err}");
+    assert!(err.to_string().contains("/mcp"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_replica_s_run_is_interrupted_by_another_and_replays_without_gap() {
     let url = pg::Cluster::shared().fresh_database();

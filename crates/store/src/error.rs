@@ -186,6 +186,30 @@ pub enum StoreError {
         run_id: String,
     },
 
+    /// A user's [`crate::Quota`] leaves no room for another run now.
+    #[error(
+        "{user} is at their limit of {what} ({limit}); {advice}",
+        what = kind.describe(),
+        advice = match kind {
+            crate::QuotaKind::Running => format!(
+                "wait for a run to end (or cancel one), then ask again; the server's \
+                 operator sets `{}` under [[server.user]]", kind.key()),
+            _ => format!(
+                "try again in {retry_after_secs} s; the server's operator sets `{}` under \
+                 [[server.user]]", kind.key()),
+        }
+    )]
+    QuotaExceeded {
+        /// The user.
+        user: String,
+        /// Which limit.
+        kind: crate::QuotaKind,
+        /// Its value.
+        limit: u64,
+        /// When a retry may succeed, in seconds (a guess for runs in flight).
+        retry_after_secs: u64,
+    },
+
     /// A caller passed a value the store refuses (e.g. `finish_run` with status
     /// `running`, or JSON that does not parse).
     #[error("{0}")]

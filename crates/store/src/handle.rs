@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, StoreError};
 use crate::pg::PgStore;
 use crate::{
-    Approval, Ending, EventRecord, LeaseClaim, NewApproval, Profile, Role, Run, RunRequest,
+    Approval, Ending, EventRecord, LeaseClaim, NewApproval, Profile, Quota, Role, Run, RunRequest,
     RunRequestKind, RunStatus, Session, SessionDeletion, SqliteStore, StoredEvent, Turn, Usage,
     Workspace,
 };
@@ -234,8 +234,11 @@ delegate! {
     /// Starts a run as [`Store::start_run`] does, refused with
     /// [`StoreError::SessionBusy`] while another run of the session is
     /// `running`, whichever process or replica started it: a session runs
-    /// one message at a time.
-    fn start_run_exclusive(&self, session_id: &str, model: &str) -> Result<Run>;
+    /// one message at a time. With a `quota`, the run is its user's, and is
+    /// refused with [`StoreError::QuotaExceeded`] when the user's runs in
+    /// flight, starts in the last minute or tokens in the last day are at
+    /// the quota's limit, counted over every replica.
+    fn start_run_exclusive(&self, session_id: &str, model: &str, quota: Option<&Quota>) -> Result<Run>;
     /// Ends a run once (terminal status, reason, final usage totals) and
     /// drops its lease.
     fn finish_run(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>) -> Result<()>;

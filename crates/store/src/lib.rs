@@ -119,6 +119,7 @@ mod model;
 mod notify;
 mod owner;
 mod pg;
+mod quota;
 mod requests;
 mod runs;
 mod schema;
@@ -142,6 +143,7 @@ pub use model::{
     Session, SessionDeletion, Turn, Usage, Workspace,
 };
 pub use pg::{PG_SCHEMA_VERSION, redact as redact_url};
+pub use quota::{Quota, QuotaKind};
 pub use requests::{RunRequest, RunRequestKind};
 pub use runs::INTERRUPTED_REASON;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};

@@ -6,8 +6,9 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
 use crate::lease::Ending;
+use crate::quota::{Usage as QuotaUsage, windows};
 use crate::{
-    Durability, EventRecord, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner,
+    Durability, EventRecord, Quota, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner,
     to_i64, to_u64,
 };
 
@@ -40,16 +41,29 @@ impl SqliteStore {
     /// The run records this store's owner lock, so other processes know it
     /// is alive (see [`Store::mark_interrupted_runs`]).
     pub fn start_run(&self, session_id: &str, model: &str) -> Result<Run> {
-        self.insert_run(session_id, model, false)
+        self.insert_run(session_id, model, false, None)
     }
 
     /// [`SqliteStore::start_run`], refused with [`StoreError::SessionBusy`]
-    /// while another run of the session is `running` (in any process).
-    pub fn start_run_exclusive(&self, session_id: &str, model: &str) -> Result<Run> {
-        self.insert_run(session_id, model, true)
+    /// while another run of the session is `running` (in any process), and
+    /// with [`StoreError::QuotaExceeded`] when `quota`'s user has no room
+    /// for another run; the run records `quota`'s user.
+    pub fn start_run_exclusive(
+        &self,
+        session_id: &str,
+        model: &str,
+        quota: Option<&Quota>,
+    ) -> Result<Run> {
+        self.insert_run(session_id, model, true, quota)
     }
 
-    fn insert_run(&self, session_id: &str, model: &str, exclusive: bool) -> Result<Run> {
+    fn insert_run(
+        &self,
+        session_id: &str,
+        model: &str,
+        exclusive: bool,
+        quota: Option<&Quota>,
+    ) -> Result<Run> {
         let run = Run {
             id: new_id("run"),
             session_id: session_id.to_owned(),
@@ -63,7 +77,8 @@ impl SqliteStore {
         self.write(Durability::Durable, |c| {
             self.require(c, "sessions", "session", session_id)?;
             // The write lock is held (IMMEDIATE): no other process can start
-            // a run of this session between the check and the insert.
+            // a run of this session (or of this user) between the checks and
+            // the insert.
             if exclusive {
                 let running: Option<String> = c
                     .prepare_cached(
@@ -78,9 +93,35 @@ impl SqliteStore {
                     });
                 }
             }
+            if let Some(quota) = quota {
+                let (minute, day) = windows();
+                let usage = c
+                    .prepare_cached(
+                        "SELECT
+                           (SELECT count(*) FROM runs WHERE user_name = ?1 AND status = 'running'),
+                           (SELECT count(*) FROM runs WHERE user_name = ?1 AND started_at > ?2),
+                           (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?2),
+                           (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM runs
+                              WHERE user_name = ?1 AND started_at > ?3),
+                           (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?3)",
+                    )
+                    .and_then(|mut s| {
+                        s.query_row(params![quota.user, minute, day], |r| {
+                            Ok(QuotaUsage {
+                                running: r.get::<_, i64>(0)? as u64,
+                                last_minute: r.get::<_, i64>(1)? as u64,
+                                oldest_in_minute: r.get(2)?,
+                                tokens_day: r.get::<_, i64>(3)? as u64,
+                                oldest_in_day: r.get(4)?,
+                            })
+                        })
+                    })
+                    .map_err(|e| self.sql(e))?;
+                quota.admit(&usage)?;
+            }
             c.prepare_cached(
-                "INSERT INTO runs (id, session_id, status, model, owner, started_at)
-                 VALUES (?1, ?2, 'running', ?3, ?4, ?5)",
+                "INSERT INTO runs (id, session_id, status, model, owner, started_at, user_name)
+                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -88,7 +129,8 @@ impl SqliteStore {
                     session_id,
                     model,
                     self.owner_id(),
-                    run.started_at
+                    run.started_at,
+                    quota.map(|q| q.user.as_str())
                 ])
             })
             .map_err(|e| self.sql(e))?;

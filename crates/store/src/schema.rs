@@ -188,6 +188,12 @@ DROP TABLE approvals;
 ALTER TABLE approvals_v6 RENAME TO approvals;
 CREATE INDEX approvals_by_run ON approvals(run_id, created_at);
 "#,
+    // v7: the user a run was started for (`[[server.user]]`), whose quota
+    // counts it; NULL for runs of the server's own token and of the CLI.
+    r#"
+ALTER TABLE runs ADD COLUMN user_name TEXT;
+CREATE INDEX runs_by_user ON runs(user_name, started_at) WHERE user_name IS NOT NULL;
+"#,
 ];
 
 /// Reads the header and refuses files this build must not touch. Writes

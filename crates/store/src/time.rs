@@ -29,6 +29,42 @@ pub fn format_rfc3339_millis(t: SystemTime) -> String {
     )
 }
 
+/// Reads back what [`format_rfc3339_millis`] wrote; `None` for anything
+/// else.
+pub(crate) fn parse_rfc3339_millis(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() != 24
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[19] != b'.'
+        || b[23] != b'Z'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<u64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss, ms) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 59 {
+        return None;
+    }
+    let days = u64::try_from(days_from_civil(y as i64, m as u32, d as u32)).ok()?;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    Some(UNIX_EPOCH + Duration::from_millis(secs * 1000 + ms))
+}
+
+/// A proleptic Gregorian date to days since 1970-01-01 (the inverse of
+/// [`civil_from_days`], same source).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
 /// `civil_from_days`, exact for the whole `i64` day range we can reach).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -62,6 +98,27 @@ mod tests {
             format_rfc3339_millis(UNIX_EPOCH - Duration::from_secs(5)),
             "1970-01-01T00:00:00.000Z"
         );
+    }
+
+    #[test]
+    fn parses_what_it_formats() {
+        for (secs, millis) in [
+            (0, 0),
+            (951_782_400, 7),
+            (1_767_225_599, 999),
+            (4_107_542_400, 0),
+        ] {
+            let t = UNIX_EPOCH + Duration::from_millis(secs * 1000 + millis);
+            assert_eq!(parse_rfc3339_millis(&format_rfc3339_millis(t)), Some(t));
+        }
+        for bad in [
+            "",
+            "2026-13-01T00:00:00.000Z",
+            "2026-01-01 00:00:00.000Z",
+            "2026-01-01T00:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339_millis(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use capstan_store::{
-    DecidedBy, Decision, EventRecord, EventWriter, NewApproval, Profile, Role, RunStatus,
-    SCHEMA_VERSION, Store, StoreError, Usage,
+    DecidedBy, Decision, EventRecord, EventWriter, NewApproval, Profile, Quota, QuotaKind, Role,
+    RunStatus, SCHEMA_VERSION, Store, StoreError, Usage,
 };
 use tempfile::TempDir;
 
@@ -852,8 +852,8 @@ fn a_run_ends_with_its_terminal_event_in_one_transaction(kind: Kind) {
 fn a_session_runs_one_exclusive_run_at_a_time(kind: Kind) {
     let (db, store) = fresh(kind);
     let s = store.create_session("s", None).unwrap();
-    let first = store.start_run_exclusive(&s.id, "m").unwrap();
-    let err = store.start_run_exclusive(&s.id, "m").unwrap_err();
+    let first = store.start_run_exclusive(&s.id, "m", None).unwrap();
+    let err = store.start_run_exclusive(&s.id, "m", None).unwrap_err();
     assert!(err.to_string().contains("cancel"), "{err}");
     match err {
         StoreError::SessionBusy { run_id, .. } => assert_eq!(run_id, first.id),
@@ -861,11 +861,11 @@ fn a_session_runs_one_exclusive_run_at_a_time(kind: Kind) {
     }
     // Another session is not held up.
     let t = store.create_session("t", None).unwrap();
-    store.start_run_exclusive(&t.id, "m").unwrap();
+    store.start_run_exclusive(&t.id, "m", None).unwrap();
     store
         .finish_run(&first.id, RunStatus::Completed, None, None)
         .unwrap();
-    let second = store.start_run_exclusive(&s.id, "m").unwrap();
+    let second = store.start_run_exclusive(&s.id, "m", None).unwrap();
     store
         .finish_run(&second.id, RunStatus::Cancelled, None, None)
         .unwrap();
@@ -878,7 +878,7 @@ fn a_session_runs_one_exclusive_run_at_a_time(kind: Kind) {
             let (barrier, sid) = (barrier.clone(), s.id.clone());
             std::thread::spawn(move || {
                 barrier.wait();
-                h.start_run_exclusive(&sid, "m")
+                h.start_run_exclusive(&sid, "m", None)
             })
         })
         .collect();
@@ -888,6 +888,148 @@ fn a_session_runs_one_exclusive_run_at_a_time(kind: Kind) {
     for r in results.iter().filter(|r| r.is_err()) {
         assert!(matches!(r, Err(StoreError::SessionBusy { .. })), "{r:?}");
     }
+}
+
+/// A user's quota holds across handles (processes, replicas): runs in
+/// flight, starts per minute and tokens per day, each refused with the
+/// limit, the key and when to retry; other users and quota-less starts are
+/// not held up.
+fn a_users_quota_holds_across_handles(kind: Kind) {
+    let (db, store) = fresh(kind);
+    let quota = |user: &str| Quota {
+        user: user.into(),
+        ..Quota::default()
+    };
+
+    // Runs in flight: of eight starts racing on four handles (each for a
+    // session of its own), exactly two win.
+    let alice = Quota {
+        max_running: Some(2),
+        ..quota("alice")
+    };
+    let sessions: Vec<String> = (0..8)
+        .map(|i| store.create_session(&format!("s{i}"), None).unwrap().id)
+        .collect();
+    let handles: Vec<Arc<Store>> = (0..4).map(|_| Arc::new(reopen(&db))).collect();
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let h = handles[i % 4].clone();
+            let (barrier, sid, q) = (barrier.clone(), sessions[i].clone(), alice.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                h.start_run_exclusive(&sid, "m", Some(&q))
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let won: Vec<&capstan_store::Run> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(won.len(), 2, "{results:?}");
+    for r in results.iter().filter(|r| r.is_err()) {
+        match r {
+            Err(
+                e @ StoreError::QuotaExceeded {
+                    user,
+                    kind,
+                    limit,
+                    retry_after_secs,
+                },
+            ) => {
+                assert_eq!(
+                    (user.as_str(), *kind, *limit),
+                    ("alice", QuotaKind::Running, 2)
+                );
+                assert!(*retry_after_secs >= 1, "{e}");
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("runs in flight (2)") && msg.contains("max_runs"),
+                    "{msg}"
+                );
+            }
+            other => panic!("expected QuotaExceeded, got {other:?}"),
+        }
+    }
+    // Another user, and a start with no quota, are not held up.
+    let other = store.create_session("other", None).unwrap();
+    let bob_run = store
+        .start_run_exclusive(&other.id, "m", Some(&quota("bob")))
+        .unwrap();
+    store
+        .finish_run(&bob_run.id, RunStatus::Completed, None, None)
+        .unwrap();
+    let free = store.start_run_exclusive(&other.id, "m", None).unwrap();
+    store
+        .finish_run(&free.id, RunStatus::Completed, None, None)
+        .unwrap();
+    // A run that ends frees its slot at once, whichever handle ends it.
+    reopen(&db)
+        .finish_run(&won[0].id, RunStatus::Cancelled, None, None)
+        .unwrap();
+    let again = store
+        .start_run_exclusive(&sessions[7], "m", Some(&alice))
+        .or_else(|_| store.start_run_exclusive(&sessions[6], "m", Some(&alice)))
+        .unwrap();
+    store
+        .finish_run(&again.id, RunStatus::Completed, None, None)
+        .unwrap();
+
+    // Starts per minute: three go, the fourth waits for the first to age out.
+    let carol = Quota {
+        max_per_minute: Some(3),
+        ..quota("carol")
+    };
+    let s = store.create_session("carol", None).unwrap();
+    for _ in 0..3 {
+        let run = store.start_run_exclusive(&s.id, "m", Some(&carol)).unwrap();
+        store
+            .finish_run(&run.id, RunStatus::Completed, None, None)
+            .unwrap();
+    }
+    match reopen(&db).start_run_exclusive(&s.id, "m", Some(&carol)) {
+        Err(StoreError::QuotaExceeded {
+            kind,
+            retry_after_secs,
+            ..
+        }) => {
+            assert_eq!(kind, QuotaKind::PerMinute);
+            assert!((1..=61).contains(&retry_after_secs), "{retry_after_secs}");
+        }
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+
+    // Tokens per day: what the user's runs used (in flight or ended) counts.
+    let dave = Quota {
+        max_tokens_per_day: Some(100),
+        ..quota("dave")
+    };
+    let s = store.create_session("dave", None).unwrap();
+    let run = store.start_run_exclusive(&s.id, "m", Some(&dave)).unwrap();
+    let used = Usage {
+        input_tokens: 60,
+        output_tokens: 50,
+        ..Usage::default()
+    };
+    store.add_usage(&s.id, Some(&run.id), &used).unwrap();
+    store
+        .finish_run(&run.id, RunStatus::Completed, None, None)
+        .unwrap();
+    let err = reopen(&db)
+        .start_run_exclusive(&s.id, "m", Some(&dave))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::QuotaExceeded {
+                kind: QuotaKind::TokensPerDay,
+                limit: 100,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("tokens_per_day"), "{err}");
+    // Nothing was inserted by the refused starts.
+    assert_eq!(store.list_runs(Some(&s.id), 10).unwrap().len(), 1);
 }
 
 /// A replica that does not run a run finds it by an approval it asked for,
@@ -1408,6 +1550,7 @@ both!(
     event_writer_batches_and_reports_errors_at_flush,
     a_run_ends_with_its_terminal_event_in_one_transaction,
     a_session_runs_one_exclusive_run_at_a_time,
+    a_users_quota_holds_across_handles,
     a_running_run_is_found_by_the_approval_it_asked_for,
     approvals_round_trip,
     deleting_a_session_erases_the_conversation_and_keeps_the_audit,

@@ -103,6 +103,16 @@ pub struct SandboxSettings {
 }
 
 impl SandboxSection {
+    /// The limits of a sandboxed `[[mcp_server]]` process: the memory and
+    /// `/tmp` size every command gets; no write quota (a long-lived
+    /// server's workspace writes land at once).
+    pub fn mcp_server_limits(&self) -> capstan_sandbox::Limits {
+        capstan_sandbox::Limits {
+            workspace_write_quota: None,
+            ..self.settings_for(None, None).limits
+        }
+    }
+
     /// The settings for commands in `workspace` (canonical root, or `None`),
     /// with `~/` expanded against `home`.
     pub fn settings_for(&self, workspace: Option<&Path>, home: Option<&Path>) -> SandboxSettings {
@@ -190,6 +200,84 @@ pub struct ServerSection {
     pub max_streams: usize,
     /// Event streams open at once on one run.
     pub max_streams_per_run: usize,
+    /// `[[server.user]]`: people (or programs) with tokens of their own and
+    /// limits on their runs.
+    #[serde(rename = "user", skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<ServerUser>,
+}
+
+/// `[[server.user]]`: a token of its own for `capstan serve`, and limits on
+/// the runs started with it, counted in the database so they hold across
+/// replicas. The server's own token (`--token`) has no limits. The token is
+/// never written in capstan.toml: it comes from an environment variable or
+/// a file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerUser {
+    /// The name runs are recorded under and errors name.
+    pub name: String,
+    /// The environment variable holding the user's token.
+    pub token_env: Option<String>,
+    /// A file holding the user's token (its first line); `~/` is the home
+    /// directory.
+    pub token_file: Option<PathBuf>,
+    /// Runs of this user in flight at once.
+    pub max_runs: Option<u32>,
+    /// Runs this user may start in any 60 seconds.
+    pub runs_per_minute: Option<u32>,
+    /// Model tokens (input and output) this user's runs may use in any
+    /// 24 hours.
+    pub tokens_per_day: Option<u64>,
+}
+
+impl ServerUser {
+    /// The user's limits, as the store checks them.
+    pub fn quota(&self) -> capstan_store::Quota {
+        capstan_store::Quota {
+            user: self.name.clone(),
+            max_running: self.max_runs,
+            max_per_minute: self.runs_per_minute,
+            max_tokens_per_day: self.tokens_per_day,
+        }
+    }
+
+    /// The user's token, read from where the entry says; errors name the
+    /// entry and what to do.
+    pub fn token(&self, home: Option<&Path>) -> Result<String> {
+        let who = format!("[[server.user]] `{}`", self.name);
+        let token = match (&self.token_env, &self.token_file) {
+            (Some(var), None) => std::env::var(var).map_err(|_| {
+                anyhow::anyhow!(
+                    "{who}: the environment variable {var} (its `token_env`) is not set; \
+                     export it with the user's token before starting the server"
+                )
+            })?,
+            (None, Some(file)) => {
+                let path = expand_home(file, home);
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{who}: cannot read its `token_file` {}: {e}; write the user's token \
+                         there (one line)",
+                        path.display()
+                    )
+                })?;
+                text.lines().next().unwrap_or("").to_string()
+            }
+            _ => anyhow::bail!(
+                "{who}: give exactly one of `token_env` (an environment variable holding the \
+                 token) or `token_file` (a file holding it); tokens are not written in capstan.toml"
+            ),
+        };
+        let token = token.trim().to_string();
+        if token.len() < 16 {
+            anyhow::bail!(
+                "{who}: its token is {} characters long; use at least 16 random characters \
+                 (e.g. `openssl rand -hex 32`)",
+                token.len()
+            );
+        }
+        Ok(token)
+    }
 }
 
 /// Event streams open at once over all runs, unless `[server] max_streams` says.
@@ -204,6 +292,7 @@ impl Default for ServerSection {
             allowed_origins: Vec::new(),
             max_streams: DEFAULT_MAX_STREAMS,
             max_streams_per_run: DEFAULT_MAX_STREAMS_PER_RUN,
+            users: Vec::new(),
         }
     }
 }

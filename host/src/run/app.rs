@@ -49,6 +49,10 @@ pub struct AskRequest {
     pub message: String,
     pub session_id: Option<String>,
     pub workspace: Option<PathBuf>,
+    /// The `[[server.user]]` the run is for: its quota is checked when the
+    /// run starts. `None`: the person at this machine, or the server's own
+    /// token.
+    pub quota: Option<capstan_store::Quota>,
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +182,7 @@ impl App {
         let events = Arc::new(EventWriter::new(store.clone()));
         let mcp = Arc::new(crate::plugins::mcp_client::McpPool::new(
             dirs.cache.join("mcp-tools"),
+            config.sandbox.mcp_server_limits(),
         ));
         Ok(Self {
             gate: WorkspaceGate::for_dirs(&dirs),
@@ -413,9 +418,9 @@ impl App {
             .collect();
         // One message at a time per session, whichever process or replica
         // started the other.
-        let run = self
-            .store
-            .start_run_exclusive(&session.id, &self.model.id())?;
+        let run =
+            self.store
+                .start_run_exclusive(&session.id, &self.model.id(), req.quota.as_ref())?;
         // The user's turn is committed before anything runs: a crash loses no turn.
         self.store
             .add_turn(&session.id, Some(&run.id), Role::User, &req.message)?;

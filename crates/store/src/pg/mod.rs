@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0001_init.sql"),
     include_str!("../../migrations/postgres/0002_run_requests.sql"),
     include_str!("../../migrations/postgres/0003_approved_always.sql"),
+    include_str!("../../migrations/postgres/0004_run_user.sql"),
 ];
 
 /// The PostgreSQL schema version this build reads and writes.

@@ -16,10 +16,11 @@ use crate::error::{Result, StoreError};
 use crate::lease::{
     Ending, LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent, check_ttl, checked_ending, lease_held,
 };
+use crate::quota::{Usage as QuotaUsage, windows};
 use crate::workspaces::canonical_root;
 use crate::{
-    Approval, EventRecord, INTERRUPTED_REASON, NewApproval, Profile, Role, Run, RunStatus, Session,
-    SessionDeletion, Turn, Usage, Workspace, limit, new_id, now_rfc3339, to_i64, to_u64,
+    Approval, EventRecord, INTERRUPTED_REASON, NewApproval, Profile, Quota, Role, Run, RunStatus,
+    Session, SessionDeletion, Turn, Usage, Workspace, limit, new_id, now_rfc3339, to_i64, to_u64,
 };
 use capstan_protocol::event::RUN_ENDING;
 
@@ -680,14 +681,25 @@ impl PgStore {
     // ---- Runs
 
     pub(crate) fn start_run(&self, session_id: &str, model: &str) -> Result<Run> {
-        self.insert_run(session_id, model, false)
+        self.insert_run(session_id, model, false, None)
     }
 
-    pub(crate) fn start_run_exclusive(&self, session_id: &str, model: &str) -> Result<Run> {
-        self.insert_run(session_id, model, true)
+    pub(crate) fn start_run_exclusive(
+        &self,
+        session_id: &str,
+        model: &str,
+        quota: Option<&Quota>,
+    ) -> Result<Run> {
+        self.insert_run(session_id, model, true, quota)
     }
 
-    fn insert_run(&self, session_id: &str, model: &str, exclusive: bool) -> Result<Run> {
+    fn insert_run(
+        &self,
+        session_id: &str,
+        model: &str,
+        exclusive: bool,
+        quota: Option<&Quota>,
+    ) -> Result<Run> {
         let run = Run {
             id: new_id("run"),
             session_id: session_id.to_owned(),
@@ -719,15 +731,47 @@ impl PgStore {
                     run_id: row.get(0),
                 });
             }
+            if let Some(quota) = quota {
+                // One user's starts are serialised across replicas (sessions
+                // differ, so the session lock does not), until commit.
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended('capstan-user:' || $1, 0))",
+                    &[&quota.user],
+                )
+                .await
+                .map_err(|e| self.err(e))?;
+                let (minute, day) = windows();
+                let row = tx
+                    .query_one(
+                        "SELECT
+                           (SELECT count(*) FROM runs WHERE user_name = $1 AND status = 'running'),
+                           (SELECT count(*) FROM runs WHERE user_name = $1 AND started_at > $2),
+                           (SELECT min(started_at) FROM runs WHERE user_name = $1 AND started_at > $2),
+                           (SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM runs
+                              WHERE user_name = $1 AND started_at > $3),
+                           (SELECT min(started_at) FROM runs WHERE user_name = $1 AND started_at > $3)",
+                        &[&quota.user, &minute, &day],
+                    )
+                    .await
+                    .map_err(|e| self.err(e))?;
+                quota.admit(&QuotaUsage {
+                    running: row.get::<_, i64>(0) as u64,
+                    last_minute: row.get::<_, i64>(1) as u64,
+                    oldest_in_minute: row.get(2),
+                    tokens_day: row.get::<_, i64>(3) as u64,
+                    oldest_in_day: row.get(4),
+                })?;
+            }
             tx.execute(
-                "INSERT INTO runs (id, session_id, status, model, owner, started_at)
-                 VALUES ($1, $2, 'running', $3, $4, $5)",
+                "INSERT INTO runs (id, session_id, status, model, owner, started_at, user_name)
+                 VALUES ($1, $2, 'running', $3, $4, $5, $6)",
                 &[
                     &run.id,
                     &session_id,
                     &model,
                     &self.owner_id,
                     &run.started_at,
+                    &quota.map(|q| q.user.as_str()),
                 ],
             )
             .await

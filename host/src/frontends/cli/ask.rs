@@ -111,6 +111,7 @@ pub async fn run(global: &GlobalArgs, args: AskArgs) -> Result<ExitCode> {
         message: args.message,
         session_id: args.session,
         workspace,
+        quota: None,
     };
     let done = app.ask(req, frontend, cancel).await?;
     if !json {

@@ -196,6 +196,7 @@ impl Chat {
             message,
             session_id: self.session.clone(),
             workspace: self.workspace.clone(),
+            quota: None,
         };
         let app = self.app.clone();
         let frontend = feed.frontend();

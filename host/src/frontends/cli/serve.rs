@@ -116,6 +116,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
         register(&app, root)?;
     }
     let server = &app.config.server;
+    let users = user_tokens(&server.users, &token)?;
     let limits = StreamLimits {
         per_run: args
             .max_streams_per_run
@@ -146,6 +147,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
             allowed_hosts: [server.allowed_hosts.clone(), args.allow_host].concat(),
             allowed_origins: [server.allowed_origins.clone(), args.allow_origin].concat(),
             max_body_bytes: args.max_body_bytes,
+            users,
         };
         // MCP joins the server here, behind its doors and body limit.
         let mcp_shutdown = CancellationToken::new();
@@ -162,6 +164,49 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
         crate::frontends::server::serve_http(runs, opts, vec![mcp]).await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `[[server.user]]` tokens with their quotas, checked: names and
+/// tokens distinct, none equal to the server's own token, and a server
+/// token to begin with (without one, nobody would be a user and no limit
+/// would apply).
+fn user_tokens(
+    users: &[crate::config::ServerUser],
+    token: &TokenChoice,
+) -> Result<Vec<(String, capstan_store::Quota)>> {
+    if users.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(own) = token.token() else {
+        anyhow::bail!(
+            "[[server.user]] entries need the server's token: with --no-token every program on \
+             this machine gets in with no user and no limit. Drop --no-token, or remove the \
+             entries"
+        );
+    };
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let mut out: Vec<(String, capstan_store::Quota)> = Vec::new();
+    for user in users {
+        if user.name.trim().is_empty() {
+            anyhow::bail!("a [[server.user]] entry has no `name`; give each user a name");
+        }
+        let t = user.token(home.as_deref())?;
+        if out.iter().any(|(_, q)| q.user == user.name) {
+            anyhow::bail!(
+                "[[server.user]] `{}` is listed twice; give each entry its own name",
+                user.name
+            );
+        }
+        if t == own || out.iter().any(|(other, _)| *other == t) {
+            anyhow::bail!(
+                "[[server.user]] `{}` has the same token as the server or another user; give \
+                 each user a token of their own",
+                user.name
+            );
+        }
+        out.push((t, user.quota()));
+    }
+    Ok(out)
 }
 
 /// A workspace given with `-w` is the user's choice at the command line:

@@ -88,6 +88,7 @@ pub struct ResumeEntry {
 pub async fn run(
     State(state): State<AppState>,
     Extension(via): Extension<Via>,
+    user: Option<Extension<super::guard::RunUser>>,
     ApiJson(input): ApiJson<RunAgentInput>,
 ) -> Result<Response, ApiError> {
     let runs = &state.runs;
@@ -102,11 +103,14 @@ pub async fn run(
             .as_str()
             .map(String::from);
         let started = runs
-            .start(StartRun {
-                message,
-                session_id: runs.session_for_thread(&input.thread_id),
-                workspace,
-            })
+            .start(
+                StartRun {
+                    message,
+                    session_id: runs.session_for_thread(&input.thread_id),
+                    workspace,
+                },
+                user.map(|Extension(u)| u.quota),
+            )
             .await?;
         runs.bind_thread(&input.thread_id, &started.run.session_id);
         let mapper = Mapper::new(&input, &started.run);

@@ -36,6 +36,8 @@ pub enum ErrorKind {
 pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
+    /// Seconds after which a retry may succeed (`Retry-After`), for 429s.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -43,6 +45,7 @@ impl ApiError {
         Self {
             kind,
             message: message.into(),
+            retry_after: None,
         }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -135,6 +138,23 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// 429 for a `[[server.user]]` at a limit of their quota, with
+    /// `Retry-After`.
+    pub fn quota(e: &capstan_store::StoreError) -> ApiError {
+        let retry_after = match e {
+            capstan_store::StoreError::QuotaExceeded {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
+        };
+        ApiError {
+            retry_after,
+            ..ApiError::new(ErrorKind::TooManyRequests, e.to_string())
+        }
+    }
+}
+
 impl From<capstan_store::StoreError> for ApiError {
     fn from(e: capstan_store::StoreError) -> Self {
         match e {
@@ -144,6 +164,7 @@ impl From<capstan_store::StoreError> for ApiError {
             capstan_store::StoreError::SessionBusy { ref run_id, .. } => {
                 ApiError::session_busy(&e, run_id)
             }
+            capstan_store::StoreError::QuotaExceeded { .. } => ApiError::quota(&e),
             other => ApiError::internal(other),
         }
     }
@@ -166,6 +187,11 @@ impl IntoResponse for ApiError {
             crate::errln!("error: {}", self.message);
         }
         let body = json!({"error": {"code": self.code(), "message": self.message}});
-        (self.status(), Json(body)).into_response()
+        let mut resp = (self.status(), Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
     }
 }

@@ -20,6 +20,13 @@
 //!    requests carry and no script can read (401 otherwise).
 //!
 //! `--no-token` drops check 3 (with a warning); checks 1 and 2 always hold.
+//!
+//! Besides the server's token, `[[server.user]]` entries give people tokens
+//! of their own ([`Doors::with_users`]). A request showing one carries a
+//! [`RunUser`] extension: the runs it starts are that user's and count
+//! against the user's quota in the database (crates/store `Quota`), on
+//! every replica. User tokens open the run API, AG-UI and the web chat, not
+//! `/mcp`, whose tools would start runs outside the quota.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -42,8 +49,24 @@ pub struct Doors {
     /// Extra origins, `scheme://host[:port]`, lowercase, no trailing slash.
     origins: Vec<String>,
     token: Option<String>,
+    /// `[[server.user]]` tokens and whose they are.
+    users: Vec<(String, RunUser)>,
     /// How the listener is started, for advice in errors.
     program: &'static str,
+}
+
+/// The `[[server.user]]` whose token a request showed (a request
+/// extension): runs it starts are theirs, within their quota.
+#[derive(Debug, Clone)]
+pub struct RunUser {
+    pub quota: capstan_store::Quota,
+}
+
+/// Who a token belongs to.
+enum Holder<'a> {
+    /// The server's own token: no limits.
+    Server,
+    User(&'a RunUser),
 }
 
 /// The token a listener will require: the user's, a fresh random one, or
@@ -118,8 +141,34 @@ impl Doors {
             hosts: hosts.iter().map(clean).collect(),
             origins: origins.iter().map(clean).collect(),
             token,
+            users: Vec::new(),
             program,
         }
+    }
+
+    /// Adds `[[server.user]]` tokens (with the users' quotas). They are
+    /// checked only while the server has a token of its own: `--no-token`
+    /// lets every local program in, with no user and no limit.
+    pub fn with_users(mut self, users: Vec<(String, capstan_store::Quota)>) -> Self {
+        self.users = users
+            .into_iter()
+            .map(|(token, quota)| (token, RunUser { quota }))
+            .collect();
+        self
+    }
+
+    /// Whose token `given` is; `None`: nobody's. Every token is compared
+    /// in full, whichever matches.
+    fn holder(&self, given: &str) -> Option<Holder<'_>> {
+        let token = self.token.as_deref()?;
+        let mut found =
+            constant_time_eq(given.as_bytes(), token.as_bytes()).then_some(Holder::Server);
+        for (t, user) in &self.users {
+            if constant_time_eq(given.as_bytes(), t.as_bytes()) && found.is_none() {
+                found = Some(Holder::User(user));
+            }
+        }
+        found
     }
 
     /// The cookie the web chat keeps the token in. Cookies ignore ports, so
@@ -130,12 +179,9 @@ impl Doors {
 
     /// `Set-Cookie` for a browser that showed the right `?token=`.
     pub fn cookie_for(&self, given: &str) -> Option<HeaderValue> {
-        let token = self.token.as_deref()?;
-        if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
-            return None;
-        }
+        self.holder(given)?;
         HeaderValue::from_str(&format!(
-            "{}={token}; HttpOnly; SameSite=Strict; Path=/",
+            "{}={given}; HttpOnly; SameSite=Strict; Path=/",
             self.cookie_name()
         ))
         .ok()
@@ -232,27 +278,31 @@ impl Doors {
         Ok(())
     }
 
-    /// Check 3: the credential a request shows, or 401 saying what to send.
-    pub fn credential(&self, headers: &HeaderMap) -> Result<Via, ApiError> {
-        let Some(token) = &self.token else {
-            return Ok(Via::HttpNoToken);
+    /// Check 3: the credential a request shows (and the user it belongs
+    /// to, if a `[[server.user]]`'s), or 401 saying what to send.
+    pub fn credential(&self, headers: &HeaderMap) -> Result<(Via, Option<RunUser>), ApiError> {
+        if self.token.is_none() {
+            return Ok((Via::HttpNoToken, None));
+        }
+        let user = |h: Holder<'_>| match h {
+            Holder::Server => None,
+            Holder::User(u) => Some(u.clone()),
         };
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         if let Some(given) = bearer {
-            return if constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
-                Ok(Via::HttpToken)
-            } else {
-                Err(ApiError::new(
+            return match self.holder(given.trim()) {
+                Some(h) => Ok((Via::HttpToken, user(h))),
+                None => Err(ApiError::new(
                     ErrorKind::Unauthorized,
                     format!(
                         "the bearer token is wrong; send the token `{}` printed at start-up (or \
-                         the one given with --token)",
+                         the one given with --token, or your own from [[server.user]])",
                         self.program
                     ),
-                ))
+                )),
             };
         }
         let name = self.cookie_name();
@@ -264,11 +314,9 @@ impl Doors {
             .filter_map(|pair| pair.trim().split_once('='))
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v);
-        match cookie {
-            Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => {
-                Ok(Via::HttpCookie)
-            }
-            _ => Err(ApiError::new(
+        match cookie.and_then(|given| self.holder(given)) {
+            Some(h) => Ok((Via::HttpCookie, user(h))),
+            None => Err(ApiError::new(
                 ErrorKind::Unauthorized,
                 format!(
                     "this server needs its token: API clients send `Authorization: Bearer \
@@ -323,8 +371,20 @@ pub async fn host_and_origin(
 /// approval records which door it came through.
 pub async fn token(State(doors): State<Arc<Doors>>, mut req: Request, next: Next) -> Response {
     match doors.credential(req.headers()) {
-        Ok(via) => {
+        Ok((_, Some(user))) if req.uri().path().starts_with("/mcp") => {
+            ApiError::forbidden(format!(
+                "the token of [[server.user]] `{}` opens the run API, AG-UI and the web chat, not \
+             /mcp (its tools would start runs outside the user's quota); MCP clients use the \
+             server's own token",
+                user.quota.user
+            ))
+            .into_response()
+        }
+        Ok((via, user)) => {
             req.extensions_mut().insert(via);
+            if let Some(user) = user {
+                req.extensions_mut().insert(user);
+            }
             next.run(req).await
         }
         Err(e) => {
@@ -407,7 +467,8 @@ mod tests {
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer t0k"),
         );
-        assert_eq!(d.credential(&h).unwrap(), Via::HttpToken);
+        assert_eq!(d.credential(&h).unwrap().0, Via::HttpToken);
+        assert!(d.credential(&h).unwrap().1.is_none());
         h.insert(
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer nope"),
@@ -418,12 +479,68 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=b; capstan_token_7878=t0k"),
         );
-        assert_eq!(d.credential(&h).unwrap(), Via::HttpCookie);
+        assert_eq!(d.credential(&h).unwrap().0, Via::HttpCookie);
         h.insert(
             header::COOKIE,
             HeaderValue::from_static("capstan_token_7879=t0k"),
         );
         assert!(d.credential(&h).is_err());
         assert!(d.cookie_for("t0k").is_some() && d.cookie_for("t0").is_none());
+    }
+
+    #[test]
+    fn user_tokens_name_their_user() {
+        let quota = |user: &str| capstan_store::Quota {
+            user: user.into(),
+            max_running: Some(1),
+            ..Default::default()
+        };
+        let d = doors().with_users(vec![
+            ("alice-token-0123456789".into(), quota("alice")),
+            ("bob-token-0123456789ab".into(), quota("bob")),
+        ]);
+        let bearer = |t: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {t}")).unwrap(),
+            );
+            d.credential(&h)
+                .map(|(via, user)| (via, user.map(|u| u.quota.user)))
+        };
+        assert_eq!(
+            bearer("alice-token-0123456789").unwrap(),
+            (Via::HttpToken, Some("alice".into()))
+        );
+        assert_eq!(
+            bearer("bob-token-0123456789ab").unwrap(),
+            (Via::HttpToken, Some("bob".into()))
+        );
+        assert_eq!(bearer("t0k").unwrap(), (Via::HttpToken, None));
+        assert!(bearer("alice-token-012345678").is_err());
+        // The browser of a user keeps the user's token.
+        let cookie = d.cookie_for("bob-token-0123456789ab").unwrap();
+        assert!(
+            cookie
+                .to_str()
+                .unwrap()
+                .contains("=bob-token-0123456789ab;")
+        );
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("capstan_token_7878=bob-token-0123456789ab"),
+        );
+        assert_eq!(d.credential(&h).unwrap().1.unwrap().quota.user, "bob");
+        // Without a server token, nobody is a user.
+        let open = Doors::new(
+            "127.0.0.1:7878".parse().unwrap(),
+            &[],
+            &[],
+            None,
+            "capstan serve",
+        )
+        .with_users(vec![("alice-token-0123456789".into(), quota("alice"))]);
+        assert!(open.cookie_for("alice-token-0123456789").is_none());
     }
 }

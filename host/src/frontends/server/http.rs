@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::{ApiError, ErrorKind};
+use super::guard::RunUser;
 use super::runs::{RunManager, StartRun, Subscription};
 use crate::plugins::services::approval::Via;
 use capstan_protocol::{Envelope, PROTOCOL_VERSION};
@@ -128,9 +129,13 @@ pub async fn openapi() -> Response {
 /// `POST /v1/runs`: start a run; the response is its event stream.
 pub async fn create_run(
     State(state): State<AppState>,
+    user: Option<Extension<RunUser>>,
     ApiJson(body): ApiJson<StartRun>,
 ) -> Result<Response, ApiError> {
-    let started = state.runs.start(body).await?;
+    let started = state
+        .runs
+        .start(body, user.map(|Extension(u)| u.quota))
+        .await?;
     let mut headers = HeaderMap::new();
     for (name, value) in [
         ("x-capstan-run-id", &started.run.run_id),

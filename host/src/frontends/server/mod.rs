@@ -127,6 +127,8 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
+    /// `[[server.user]]` tokens and quotas.
+    pub users: Vec<(String, capstan_store::Quota)>,
 }
 
 /// Serve HTTP until Ctrl-C or SIGTERM; then cancel the runs in flight, let
@@ -143,13 +145,16 @@ pub async fn serve_http(
         .await
         .with_context(|| format!("cannot listen on {}", opts.addr))?;
     let local = listener.local_addr()?;
-    let doors = Arc::new(Doors::new(
-        local,
-        &opts.allowed_hosts,
-        &opts.allowed_origins,
-        opts.token.token().map(String::from),
-        "capstan serve",
-    ));
+    let doors = Arc::new(
+        Doors::new(
+            local,
+            &opts.allowed_hosts,
+            &opts.allowed_origins,
+            opts.token.token().map(String::from),
+            "capstan serve",
+        )
+        .with_users(opts.users),
+    );
     let state = Arc::new(ServerState {
         runs: runs.clone(),
         doors,

@@ -301,7 +301,13 @@ impl RunManager {
 
     /// Validate, prepare and launch a run. The returned subscription starts at
     /// its first event.
-    pub async fn start(self: &Arc<Self>, req: StartRun) -> Result<Started, ApiError> {
+    /// A `quota` makes the run its user's (`[[server.user]]`), refused with
+    /// 429 when the user has no room for another.
+    pub async fn start(
+        self: &Arc<Self>,
+        req: StartRun,
+        quota: Option<capstan_store::Quota>,
+    ) -> Result<Started, ApiError> {
         if req.message.trim().is_empty() {
             return Err(ApiError::bad_request(
                 "`message` is empty: send the question or instruction to run",
@@ -348,6 +354,7 @@ impl RunManager {
             message: req.message,
             session_id: req.session_id,
             workspace,
+            quota,
         };
         let prepared = self.app.prepare(&ask).await.map_err(|e| {
             if let Some(refusal) = e.downcast_ref::<Refusal>() {
@@ -358,6 +365,9 @@ impl RunManager {
                 e.downcast_ref()
             {
                 return ApiError::session_busy(busy, run_id);
+            }
+            if let Some(q @ capstan_store::StoreError::QuotaExceeded { .. }) = e.downcast_ref() {
+                return ApiError::quota(q);
             }
             ApiError::internal(format!("{e:#}"))
         })?;

@@ -223,7 +223,7 @@ async fn call(
         }),
         "run.start" => {
             let req: StartRun = params(method, p)?;
-            let started = runs.start(req).await?;
+            let started = runs.start(req, None).await?;
             let result =
                 json!({"run_id": started.run.run_id, "session_id": started.run.session_id});
             // The response goes out before the first `run.event`, so a client
