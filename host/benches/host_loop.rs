@@ -52,7 +52,7 @@ fn main() {
         for i in 0..n {
             let t = Instant::now();
             let out = a
-                .ask(AskRequest { message: format!("hello {i}"), session_id: session.clone(), workspace: None }, quiet.clone(), CancellationToken::new())
+                .ask(AskRequest { message: format!("hello {i}"), session_id: session.clone(), workspace: None, quota: None }, quiet.clone(), CancellationToken::new())
                 .await
                 .unwrap();
             samples.push(t.elapsed());

@@ -1225,7 +1225,9 @@ fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() 
     // every folder registered without a choice.
     let raw = rusqlite_open(&path);
     raw.execute_batch(
-        "ALTER TABLE workspaces DROP COLUMN profile_set;
+        "DROP INDEX runs_by_user;
+         ALTER TABLE runs DROP COLUMN user_name;
+         ALTER TABLE workspaces DROP COLUMN profile_set;
          ALTER TABLE sessions DROP COLUMN deleted_at;
          DROP INDEX runs_lease;
          ALTER TABLE runs DROP COLUMN lease_expires_at;
@@ -1293,6 +1295,8 @@ fn a_version_5_file_keeps_its_approvals_and_accepts_approved_always() {
          DROP TABLE approvals;
          ALTER TABLE approvals_v5 RENAME TO approvals;
          CREATE INDEX approvals_by_run ON approvals(run_id, created_at);
+         DROP INDEX runs_by_user;
+         ALTER TABLE runs DROP COLUMN user_name;
          PRAGMA user_version = 5;",
     )
     .unwrap();

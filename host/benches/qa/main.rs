@@ -202,6 +202,7 @@ async fn ask(
                 message: message.into(),
                 session_id: session,
                 workspace: Some(workspace.to_path_buf()),
+                quota: None,
             },
             frontend,
             CancellationToken::new(),
