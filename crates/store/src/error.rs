@@ -188,8 +188,12 @@ pub enum StoreError {
 
     /// A user's [`crate::Quota`] leaves no room for another run now.
     #[error(
-        "{user} is at their limit of {what} ({limit}); {advice}",
+        "{user} is at their limit of {what} ({shown}); {advice}",
         what = kind.describe(),
+        shown = match kind {
+            crate::QuotaKind::CostPerDay => format!("${:.2}", *limit as f64 / 100.0),
+            _ => limit.to_string(),
+        },
         advice = match kind {
             crate::QuotaKind::Running => format!(
                 "wait for a run to end (or cancel one), then ask again; the server's \
@@ -204,7 +208,7 @@ pub enum StoreError {
         user: String,
         /// Which limit.
         kind: crate::QuotaKind,
-        /// Its value.
+        /// Its value (a USD limit in cents).
         limit: u64,
         /// When a retry may succeed, in seconds (a guess for runs in flight).
         retry_after_secs: u64,

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use crate::time::format_rfc3339_millis;
 
 /// One user's limits. `None` means no limit of that kind.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Quota {
     /// Who the runs belong to (recorded on each run).
     pub user: String,
@@ -25,6 +25,9 @@ pub struct Quota {
     /// Model tokens (input and output) the user's runs may use in any
     /// 24 hours; runs in flight count with what they have used so far.
     pub max_tokens_per_day: Option<u64>,
+    /// USD the user's runs may cost in any 24 hours (runs in flight count
+    /// with what they cost so far; models without a price cost nothing).
+    pub max_cost_per_day: Option<f64>,
 }
 
 /// Which limit of a [`Quota`] refused a run.
@@ -36,6 +39,8 @@ pub enum QuotaKind {
     PerMinute,
     /// `max_tokens_per_day`.
     TokensPerDay,
+    /// `max_cost_per_day`.
+    CostPerDay,
 }
 
 impl QuotaKind {
@@ -45,6 +50,7 @@ impl QuotaKind {
             Self::Running => "runs in flight",
             Self::PerMinute => "runs started per minute",
             Self::TokensPerDay => "model tokens per 24 hours",
+            Self::CostPerDay => "USD of model use per 24 hours",
         }
     }
 
@@ -54,6 +60,7 @@ impl QuotaKind {
             Self::Running => "max_runs",
             Self::PerMinute => "runs_per_minute",
             Self::TokensPerDay => "tokens_per_day",
+            Self::CostPerDay => "usd_per_day",
         }
     }
 }
@@ -67,6 +74,7 @@ pub(crate) struct Usage {
     pub oldest_in_minute: Option<String>,
     /// Tokens of runs started in the last day, and the oldest such run.
     pub tokens_day: u64,
+    pub cost_day: f64,
     pub oldest_in_day: Option<String>,
 }
 
@@ -113,6 +121,17 @@ impl Quota {
             return Err(refuse(
                 QuotaKind::TokensPerDay,
                 max,
+                usage.oldest_in_day.as_deref(),
+                DAY,
+            ));
+        }
+        if let Some(max) = self.max_cost_per_day
+            && usage.cost_day >= max
+        {
+            // The limit in cents, as the error reports whole numbers.
+            return Err(refuse(
+                QuotaKind::CostPerDay,
+                (max * 100.0).round() as u64,
                 usage.oldest_in_day.as_deref(),
                 DAY,
             ));

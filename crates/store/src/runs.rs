@@ -103,7 +103,9 @@ impl SqliteStore {
                            (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?2),
                            (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM runs
                               WHERE user_name = ?1 AND started_at > ?3),
-                           (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?3)",
+                           (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?3),
+                           (SELECT coalesce(sum(cost_usd), 0.0) FROM runs
+                              WHERE user_name = ?1 AND started_at > ?3)",
                     )
                     .and_then(|mut s| {
                         s.query_row(params![quota.user, minute, day], |r| {
@@ -113,6 +115,7 @@ impl SqliteStore {
                                 oldest_in_minute: r.get(2)?,
                                 tokens_day: r.get::<_, i64>(3)? as u64,
                                 oldest_in_day: r.get(4)?,
+                                cost_day: r.get(5)?,
                             })
                         })
                     })

@@ -1028,6 +1028,44 @@ fn a_users_quota_holds_across_handles(kind: Kind) {
         "{err:?}"
     );
     assert!(err.to_string().contains("tokens_per_day"), "{err}");
+    // USD per day likewise, from the runs' costs.
+    let erin = Quota {
+        max_cost_per_day: Some(0.5),
+        ..quota("erin")
+    };
+    let e = store.create_session("erin", None).unwrap();
+    let run = store.start_run_exclusive(&e.id, "m", Some(&erin)).unwrap();
+    let cost = Usage {
+        cost_usd: Some(0.3),
+        ..Usage::default()
+    };
+    store.add_usage(&e.id, Some(&run.id), &cost).unwrap();
+    store
+        .finish_run(&run.id, RunStatus::Completed, None, None)
+        .unwrap();
+    let run2 = store.start_run_exclusive(&e.id, "m", Some(&erin)).unwrap();
+    store.add_usage(&e.id, Some(&run2.id), &cost).unwrap();
+    store
+        .finish_run(&run2.id, RunStatus::Completed, None, None)
+        .unwrap();
+    let err = reopen(&db)
+        .start_run_exclusive(&e.id, "m", Some(&erin))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::QuotaExceeded {
+                kind: QuotaKind::CostPerDay,
+                limit: 50,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("($0.50)") && err.to_string().contains("usd_per_day"),
+        "{err}"
+    );
     // Nothing was inserted by the refused starts.
     assert_eq!(store.list_runs(Some(&s.id), 10).unwrap().len(), 1);
 }

@@ -228,6 +228,8 @@ pub struct ServerUser {
     /// Model tokens (input and output) this user's runs may use in any
     /// 24 hours.
     pub tokens_per_day: Option<u64>,
+    /// USD this user's runs may cost in any 24 hours (models with a price).
+    pub usd_per_day: Option<f64>,
 }
 
 impl ServerUser {
@@ -238,6 +240,7 @@ impl ServerUser {
             max_running: self.max_runs,
             max_per_minute: self.runs_per_minute,
             max_tokens_per_day: self.tokens_per_day,
+            max_cost_per_day: self.usd_per_day,
         }
     }
 

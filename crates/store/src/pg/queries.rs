@@ -749,7 +749,9 @@ impl PgStore {
                            (SELECT min(started_at) FROM runs WHERE user_name = $1 AND started_at > $2),
                            (SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM runs
                               WHERE user_name = $1 AND started_at > $3),
-                           (SELECT min(started_at) FROM runs WHERE user_name = $1 AND started_at > $3)",
+                           (SELECT min(started_at) FROM runs WHERE user_name = $1 AND started_at > $3),
+                           (SELECT coalesce(sum(cost_usd), 0)::double precision FROM runs
+                              WHERE user_name = $1 AND started_at > $3)",
                         &[&quota.user, &minute, &day],
                     )
                     .await
@@ -760,6 +762,7 @@ impl PgStore {
                     oldest_in_minute: row.get(2),
                     tokens_day: row.get::<_, i64>(3) as u64,
                     oldest_in_day: row.get(4),
+                    cost_day: row.get(5),
                 })?;
             }
             tx.execute(
