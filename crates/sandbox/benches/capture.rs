@@ -11,7 +11,8 @@
 //! (`CAPSTAN_BENCH_PHASES=1` also prints where a captured run's time goes;
 //! `CAPSTAN_BENCH_ONLY=10,000` runs the cases whose name contains it)
 //! (`CAPSTAN_BENCH_N` runs per cell, default 9; the 200 MB and 10,000-file
-//! rows use at most 3).
+//! rows use at most 3; `CAPSTAN_BENCH_LAUNCHER=<path>` runs another
+//! launcher binary, to compare a saved build with this one in one sitting).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -84,7 +85,18 @@ async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
     std::fs::create_dir_all(&ws).unwrap();
     (case.setup)(&ws);
     let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
-    let mut spec = ExecSpec::new(Command::Shell(case.command.into()), &ws);
+    let phases = std::env::var_os("CAPSTAN_BENCH_PHASES").is_some();
+    // With phases, the command times itself (inside the sandbox) so that
+    // the sandbox's own share (staging, copy-back) shows.
+    let command = if phases {
+        format!(
+            "s=$(date +%s%N); ( {} ); e=$(date +%s%N); echo \"command itself $(( (e - s) / 1000000 )) ms\" >&2",
+            case.command
+        )
+    } else {
+        case.command.to_owned()
+    };
+    let mut spec = ExecSpec::new(Command::Shell(command), &ws);
     spec.timeout = Duration::from_secs(600);
     spec.limits.workspace_write_quota = match mode {
         Mode::Direct => None,
@@ -101,13 +113,26 @@ async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
     let out = run(spec, CancellationToken::new()).await.unwrap();
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     let ran = started.elapsed();
+    if phases {
+        let mode = match mode {
+            Mode::Direct => "direct",
+            Mode::CopyBack => "copy-back",
+            Mode::Capture => "capture",
+        };
+        eprintln!(
+            "{} ({mode}): {} ms in the sandbox, {}",
+            case.name,
+            ms(ran),
+            out.stderr.trim()
+        );
+    }
     if let Some((id, _)) = staged {
         let set = out.changes.unwrap();
         if !set.is_empty() {
             store.prepare(&id, &set, Origin::default()).unwrap();
             let prepared = started.elapsed();
             store.land(&id).unwrap();
-            if std::env::var_os("CAPSTAN_BENCH_PHASES").is_some() {
+            if phases {
                 eprintln!(
                     "{}: command in the sandbox (staging included) {} ms (of which the command {} ms), prepare {} ms, land {} ms",
                     case.name,
@@ -149,7 +174,13 @@ async fn undo_1000(base: &Path) -> Duration {
 }
 
 fn main() {
-    set_launcher(env!("CARGO_BIN_EXE_capstan-sandbox-launcher"));
+    // CAPSTAN_BENCH_LAUNCHER: a saved launcher (with the bench binary built
+    // beside it) measures an older build in the same sitting as this one.
+    set_launcher(
+        std::env::var_os("CAPSTAN_BENCH_LAUNCHER")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_capstan-sandbox-launcher").into()),
+    );
     let n: usize = std::env::var("CAPSTAN_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())
