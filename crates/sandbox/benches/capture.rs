@@ -11,7 +11,7 @@
 //! (`CAPSTAN_BENCH_PHASES=1` also prints where a captured run's time goes;
 //! `CAPSTAN_BENCH_ONLY=10,000` runs the cases whose name contains it)
 //! (`CAPSTAN_BENCH_N` runs per cell, default 9; the 200 MB and 10,000-file
-//! rows use at most 3; `CAPSTAN_BENCH_LAUNCHER=<path>` runs another
+//! rows use at most 3, or `CAPSTAN_BENCH_HEAVY_N`; `CAPSTAN_BENCH_LAUNCHER=<path>` runs another
 //! launcher binary, to compare a saved build with this one in one sitting).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -80,8 +80,16 @@ fn ms(d: Duration) -> String {
 }
 
 async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
-    let ws = base.join("ws");
-    let _ = std::fs::remove_dir_all(&ws);
+    // A fresh workspace per run, the old ones removed only when the bench is
+    // over: on an ext4 without a journal (this VM's disk) the inode allocator
+    // steps over every inode freed in the last half minute, one inode table
+    // lookup each, so deleting the last run's 10,000 files made the next
+    // run's file creations 0.1 to 2 s slower, at random.
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let ws = base.join(format!(
+        "ws-{}",
+        RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&ws).unwrap();
     (case.setup)(&ws);
     let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
@@ -185,6 +193,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(9);
+    let heavy_n: usize = std::env::var("CAPSTAN_BENCH_HEAVY_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(n.min(3));
     let rt = tokio::runtime::Runtime::new().unwrap();
     let base = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(base.path()).unwrap();
@@ -194,7 +206,7 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     let only = std::env::var("CAPSTAN_BENCH_ONLY").unwrap_or_default();
     for case in CASES.iter().filter(|c| c.name.contains(only.as_str())) {
-        let runs = if case.heavy { n.min(3) } else { n };
+        let runs = if case.heavy { heavy_n } else { n };
         // Interleaved (direct, copy-back, capture, direct, ...) so that load
         // from other processes falls on the three modes alike.
         let modes = [Mode::Direct, Mode::CopyBack, Mode::Capture];
