@@ -264,7 +264,20 @@ impl Stager<'_> {
                 )
                 .map_err(|e| e.to_string())?;
                 let (src, dst) = (std::fs::File::from(src), std::fs::File::from(dst));
-                copy_sparse(&src, &dst, st.st_size as u64).map_err(|e| e.to_string())?;
+                copy_sparse(&src, &dst, st.st_size as u64, st.st_blocks as u64)
+                    .map_err(|e| e.to_string())?;
+                // The staged file takes its final mode (permission bits only:
+                // no setuid/setgid) and modification time here, through the
+                // descriptor, so landing it is a rename and nothing more. A
+                // mode without owner read stays 0600 until landing: the host
+                // still has to read the file (hash, diff).
+                if mode & 0o400 != 0 {
+                    nix::sys::stat::fchmod(&dst, Mode::from_bits_truncate(mode))
+                        .map_err(|e| e.to_string())?;
+                }
+                let omit = nix::sys::time::TimeSpec::UTIME_OMIT;
+                let mtime = nix::sys::time::TimeSpec::new(st.st_mtime, st.st_mtime_nsec);
+                nix::sys::stat::futimens(&dst, &omit, &mtime).map_err(|e| e.to_string())?;
                 self.write(&Staged::File {
                     path: rel,
                     mode,
