@@ -128,9 +128,10 @@ async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
             Mode::Capture => "capture",
         };
         eprintln!(
-            "{} ({mode}): {} ms in the sandbox, {}",
+            "{} ({mode}): {} ms in the sandbox, of which {} ms after the launcher (classify, cleanup), {}",
             case.name,
             ms(ran),
+            ms(ran.saturating_sub(out.duration)),
             out.stderr.trim()
         );
     }
