@@ -4,7 +4,8 @@
 //! overlay (see [`crate::quota`]) and, when the task is over, init *stages*
 //! the upper layer instead of replaying it: every regular file of the upper
 //! layer is copied (holes kept) into the capture directory under a numbered
-//! name, and one JSON line per upper-layer entry goes to `manifest.jsonl`
+//! name, with its final permission bits and modification time (so that
+//! landing it is one rename), and one JSON line per upper-layer entry goes to `manifest.jsonl`
 //! there ([`Staged`]: whiteouts, directories with their opaque flag, files,
 //! symlinks), in pre-order (a directory before what it holds). The
 //! workspace itself is not touched.
