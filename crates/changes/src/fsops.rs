@@ -2,7 +2,7 @@
 //! crash, none following a symlink out of the workspace.
 
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::{Error, Op, Result, Store, check_rel, io};
@@ -39,12 +39,18 @@ pub(crate) fn apply(store: &Store, ws: &Path, op: &Op) -> Result<()> {
             mtime,
         } => {
             let abs = target(ws, path)?;
-            if std::fs::symlink_metadata(staged).is_err() {
+            let Ok(m) = std::fs::symlink_metadata(staged) else {
                 // Moved into place before a crash.
                 return Ok(());
+            };
+            // The sandbox stages a file with its final mode and time already
+            // (see `capstan_sandbox::changes`): then landing is one rename.
+            if m.permissions().mode() & 0o7777 != mode & 0o777 {
+                chmod(staged, *mode)?;
             }
-            chmod(staged, *mode)?;
-            set_mtime(staged, *mtime);
+            if (m.mtime(), m.mtime_nsec()) != *mtime {
+                set_mtime(staged, *mtime);
+            }
             clear_dir(&abs)?;
             match std::fs::rename(staged, &abs) {
                 Ok(()) => Ok(()),

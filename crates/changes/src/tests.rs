@@ -197,3 +197,38 @@ fn writes_outside_a_snapshot_are_recorded_and_undo_leaves_them() {
         .mode();
     assert_eq!(mode & 0o777, 0o644);
 }
+
+/// A landed set's capture directory is emptied and kept as a spare; the
+/// next command gets it back (empty, owner only) instead of a new one.
+#[test]
+fn a_capture_directory_is_reused_once_its_set_landed() {
+    use std::os::unix::fs::MetadataExt;
+    let (_d, ws, store, id, set) = fixture(3);
+    let staging_root = store.root().join("staging");
+    let inode = std::fs::metadata(&set.staging).unwrap().ino();
+    store.prepare(&id, &set, Origin::default()).unwrap();
+    store.land(&id).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("sub/f0")).unwrap().get(..6),
+        Some("new 0 ")
+    );
+    let left: Vec<PathBuf> = std::fs::read_dir(&staging_root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(std::fs::read_dir(&left[0]).unwrap().next().is_none());
+    std::fs::set_permissions(&left[0], std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_, dir) = store.new_staging().unwrap();
+    let m = std::fs::metadata(&dir).unwrap();
+    assert_eq!(m.ino(), inode, "a new directory instead of the spare");
+    assert_eq!(m.mode() & 0o777, 0o700);
+    assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
+    assert_eq!(std::fs::read_dir(&staging_root).unwrap().count(), 1);
+    // A directory outside the staging root is removed, never kept.
+    let outside = store.root().join("elsewhere");
+    std::fs::create_dir(&outside).unwrap();
+    store.retire_staging(&outside);
+    assert!(!outside.exists());
+    assert_eq!(std::fs::read_dir(&staging_root).unwrap().count(), 1);
+}

@@ -11,7 +11,8 @@
 //! (`CAPSTAN_BENCH_PHASES=1` also prints where a captured run's time goes;
 //! `CAPSTAN_BENCH_ONLY=10,000` runs the cases whose name contains it)
 //! (`CAPSTAN_BENCH_N` runs per cell, default 9; the 200 MB and 10,000-file
-//! rows use at most 3).
+//! rows use at most 3, or `CAPSTAN_BENCH_HEAVY_N`; `CAPSTAN_BENCH_LAUNCHER=<path>` runs another
+//! launcher binary, to compare a saved build with this one in one sitting).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -79,12 +80,31 @@ fn ms(d: Duration) -> String {
 }
 
 async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
-    let ws = base.join("ws");
-    let _ = std::fs::remove_dir_all(&ws);
+    // A fresh workspace per run, the old ones removed only when the bench is
+    // over: on an ext4 without a journal (this VM's disk) the inode allocator
+    // steps over every inode freed in the last half minute, one inode table
+    // lookup each, so deleting the last run's 10,000 files made the next
+    // run's file creations 0.1 to 2 s slower, at random.
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let ws = base.join(format!(
+        "ws-{}",
+        RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&ws).unwrap();
     (case.setup)(&ws);
     let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
-    let mut spec = ExecSpec::new(Command::Shell(case.command.into()), &ws);
+    let phases = std::env::var_os("CAPSTAN_BENCH_PHASES").is_some();
+    // With phases, the command times itself (inside the sandbox) so that
+    // the sandbox's own share (staging, copy-back) shows.
+    let command = if phases {
+        format!(
+            "s=$(date +%s%N); ( {} ); e=$(date +%s%N); echo \"command itself $(( (e - s) / 1000000 )) ms\" >&2",
+            case.command
+        )
+    } else {
+        case.command.to_owned()
+    };
+    let mut spec = ExecSpec::new(Command::Shell(command), &ws);
     spec.timeout = Duration::from_secs(600);
     spec.limits.workspace_write_quota = match mode {
         Mode::Direct => None,
@@ -101,13 +121,27 @@ async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
     let out = run(spec, CancellationToken::new()).await.unwrap();
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     let ran = started.elapsed();
+    if phases {
+        let mode = match mode {
+            Mode::Direct => "direct",
+            Mode::CopyBack => "copy-back",
+            Mode::Capture => "capture",
+        };
+        eprintln!(
+            "{} ({mode}): {} ms in the sandbox, of which {} ms after the launcher (classify, cleanup), {}",
+            case.name,
+            ms(ran),
+            ms(ran.saturating_sub(out.duration)),
+            out.stderr.trim()
+        );
+    }
     if let Some((id, _)) = staged {
         let set = out.changes.unwrap();
         if !set.is_empty() {
             store.prepare(&id, &set, Origin::default()).unwrap();
             let prepared = started.elapsed();
             store.land(&id).unwrap();
-            if std::env::var_os("CAPSTAN_BENCH_PHASES").is_some() {
+            if phases {
                 eprintln!(
                     "{}: command in the sandbox (staging included) {} ms (of which the command {} ms), prepare {} ms, land {} ms",
                     case.name,
@@ -149,11 +183,21 @@ async fn undo_1000(base: &Path) -> Duration {
 }
 
 fn main() {
-    set_launcher(env!("CARGO_BIN_EXE_capstan-sandbox-launcher"));
+    // CAPSTAN_BENCH_LAUNCHER: a saved launcher (with the bench binary built
+    // beside it) measures an older build in the same sitting as this one.
+    set_launcher(
+        std::env::var_os("CAPSTAN_BENCH_LAUNCHER")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_capstan-sandbox-launcher").into()),
+    );
     let n: usize = std::env::var("CAPSTAN_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(9);
+    let heavy_n: usize = std::env::var("CAPSTAN_BENCH_HEAVY_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(n.min(3));
     let rt = tokio::runtime::Runtime::new().unwrap();
     let base = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(base.path()).unwrap();
@@ -163,7 +207,7 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     let only = std::env::var("CAPSTAN_BENCH_ONLY").unwrap_or_default();
     for case in CASES.iter().filter(|c| c.name.contains(only.as_str())) {
-        let runs = if case.heavy { n.min(3) } else { n };
+        let runs = if case.heavy { heavy_n } else { n };
         // Interleaved (direct, copy-back, capture, direct, ...) so that load
         // from other processes falls on the three modes alike.
         let modes = [Mode::Direct, Mode::CopyBack, Mode::Capture];

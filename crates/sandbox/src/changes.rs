@@ -4,7 +4,8 @@
 //! overlay (see [`crate::quota`]) and, when the task is over, init *stages*
 //! the upper layer instead of replaying it: every regular file of the upper
 //! layer is copied (holes kept) into the capture directory under a numbered
-//! name, and one JSON line per upper-layer entry goes to `manifest.jsonl`
+//! name, with its final permission bits and modification time (so that
+//! landing it is one rename), and one JSON line per upper-layer entry goes to `manifest.jsonl`
 //! there ([`Staged`]: whiteouts, directories with their opaque flag, files,
 //! symlinks), in pre-order (a directory before what it holds). The
 //! workspace itself is not touched.
@@ -264,7 +265,20 @@ impl Stager<'_> {
                 )
                 .map_err(|e| e.to_string())?;
                 let (src, dst) = (std::fs::File::from(src), std::fs::File::from(dst));
-                copy_sparse(&src, &dst, st.st_size as u64).map_err(|e| e.to_string())?;
+                copy_sparse(&src, &dst, st.st_size as u64, st.st_blocks as u64)
+                    .map_err(|e| e.to_string())?;
+                // The staged file takes its final mode (permission bits only:
+                // no setuid/setgid) and modification time here, through the
+                // descriptor, so landing it is a rename and nothing more. A
+                // mode without owner read stays 0600 until landing: the host
+                // still has to read the file (hash, diff).
+                if mode & 0o400 != 0 {
+                    nix::sys::stat::fchmod(&dst, Mode::from_bits_truncate(mode))
+                        .map_err(|e| e.to_string())?;
+                }
+                let omit = nix::sys::time::TimeSpec::UTIME_OMIT;
+                let mtime = nix::sys::time::TimeSpec::new(st.st_mtime, st.st_mtime_nsec);
+                nix::sys::stat::futimens(&dst, &omit, &mtime).map_err(|e| e.to_string())?;
                 self.write(&Staged::File {
                     path: rel,
                     mode,

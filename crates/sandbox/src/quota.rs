@@ -242,7 +242,7 @@ impl Quota {
                     mode,
                 )?;
                 let (src, dst) = (std::fs::File::from(src), std::fs::File::from(dst));
-                let copied = copy_sparse(&src, &dst, st.st_size as u64)
+                let copied = copy_sparse(&src, &dst, st.st_size as u64, st.st_blocks as u64)
                     .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
                     .and_then(|()| nix::sys::stat::fchmod(&dst, mode))
                     .and_then(|()| {
@@ -314,13 +314,19 @@ pub(crate) fn opaque(dir: &OwnedFd, xattr_prefix: &str) -> bool {
     n > 0 && buf[0] == b'y'
 }
 
-/// Copies the data of `src` into `dst` and leaves the holes as holes: a
-/// sparse file takes almost nothing of the quota's tmpfs, and must not turn
-/// into its full apparent size on the host's disk.
+/// Files up to this size whose blocks cover their length are copied with one
+/// read and one write.
+const SMALL_FILE: u64 = 64 << 10;
+
+/// Copies the data of `src` (`len` bytes, `blocks` 512-byte blocks allocated,
+/// as `stat` said) into `dst` and leaves the holes as holes: a sparse file
+/// takes almost nothing of the quota's tmpfs, and must not turn into its full
+/// apparent size on the host's disk.
 pub(crate) fn copy_sparse(
     src: &std::fs::File,
     dst: &std::fs::File,
     len: u64,
+    blocks: u64,
 ) -> std::io::Result<()> {
     // One buffer for every file of a copy-back: a fresh 1 MiB per file (zeroed,
     // faulted in, unmapped) made staging 10,000 small files take 11 s.
@@ -331,9 +337,40 @@ pub(crate) fn copy_sparse(
         if buf.is_empty() {
             buf.resize(1 << 20, 0);
         }
-        copy_data(src, dst, buf)
-    })?;
-    dst.set_len(len)
+        // A small file with a block for every byte has no hole to keep: the
+        // three `lseek`s and the `ftruncate` of the sparse copy were a third
+        // of the system calls per file when staging 10,000 small ones. (On a
+        // tmpfs forced to huge pages a hole could hide in the blocks; it costs
+        // at most SMALL_FILE bytes of disk.)
+        if len <= SMALL_FILE && blocks.saturating_mul(512) >= len {
+            return copy_small(src, dst, len as usize, buf);
+        }
+        copy_data(src, dst, buf)?;
+        dst.set_len(len)
+    })
+}
+
+/// The whole of a small file, read and written in one go each.
+fn copy_small(
+    src: &std::fs::File,
+    dst: &std::fs::File,
+    len: usize,
+    buf: &mut [u8],
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut n = 0;
+    while n < len {
+        match src.read_at(&mut buf[n..len], n as u64)? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    dst.write_all_at(&buf[..n], 0)?;
+    if n < len {
+        // The length `stat` gave, as the sparse copy keeps it.
+        dst.set_len(len as u64)?;
+    }
+    Ok(())
 }
 
 /// The data extents of `src` copied to the same offsets of `dst`.

@@ -184,13 +184,16 @@ async fn every_kind_of_change_is_captured_landed_and_undone() {
     );
     assert_eq!(read("evil/f"), "inside\n");
     assert!(!f.outside.join("f").exists());
-    assert!(
-        std::fs::read_dir(f.store.root().join("staging"))
-            .unwrap()
-            .next()
-            .is_none(),
-        "staging left behind"
-    );
+    // Nothing staged is left: at most the empty directory, kept as a spare.
+    for e in std::fs::read_dir(f.store.root().join("staging")).unwrap() {
+        let e = e.unwrap();
+        assert!(
+            e.file_name().to_string_lossy().starts_with(".spare-")
+                && std::fs::read_dir(e.path()).unwrap().next().is_none(),
+            "staging left behind: {:?}",
+            e.path()
+        );
+    }
 
     let report = f.store.undo(&id, Conflicts::Refuse).expect("undo");
     assert!(report.done, "{report:?}");
@@ -306,4 +309,57 @@ async fn the_write_quota_holds_under_capture() {
     );
     assert!(!f.ws.join("big").exists());
     let _ = id;
+}
+
+/// Staging gives each file its final mode and time and copies small files in
+/// one read: what lands is still exactly what the command left (bytes,
+/// permission bits without setuid, modification time, holes), a file without
+/// owner read is still read for its record, and undo removes it all.
+#[tokio::test]
+async fn staged_files_land_with_their_bytes_mode_time_and_holes() {
+    use std::os::unix::fs::MetadataExt;
+    let f = Fixture::new();
+    let (out, id) = f
+        .capture(
+            "printf '' > empty && printf abc > small && touch -d @1000000000 small && \
+             head -c 65536 /dev/zero | tr '\\0' a > at-limit && \
+             head -c 65537 /dev/zero | tr '\\0' b > past-limit && \
+             truncate -s 1G sparse && printf end >> sparse && \
+             printf x > locked && chmod 000 locked && printf w > write-only && chmod 200 write-only && \
+             cp /bin/true suid && chmod 4755 suid && echo ok",
+        )
+        .await;
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    let set = out.changes.unwrap();
+    assert_eq!(set.changes.len(), 8, "{:?}", set.changes);
+    let record = f.store.prepare(&id, &set, Origin::default()).unwrap();
+    let locked = record.changes.iter().find(|c| c.path == "locked").unwrap();
+    assert_eq!(
+        locked.new_hash.as_deref(),
+        Some("2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"),
+        "sha256 of \"x\""
+    );
+    f.store.land(&id).unwrap();
+    let meta = |p: &str| std::fs::symlink_metadata(f.ws.join(p)).unwrap();
+    let read = |p: &str| std::fs::read(f.ws.join(p)).unwrap();
+    assert_eq!(read("empty"), b"");
+    assert_eq!(read("small"), b"abc");
+    assert_eq!(meta("small").mtime(), 1_000_000_000);
+    assert_eq!(read("at-limit"), vec![b'a'; 65536]);
+    assert_eq!(read("past-limit"), vec![b'b'; 65537]);
+    let sparse = meta("sparse");
+    assert_eq!(sparse.len(), (1 << 30) + 3);
+    assert!(
+        sparse.blocks() * 512 < 1 << 20,
+        "the sparse file took {} bytes on disk",
+        sparse.blocks() * 512
+    );
+    assert_eq!(read("locked"), b"x");
+    assert_eq!(meta("locked").mode() & 0o7777, 0);
+    assert_eq!(meta("write-only").mode() & 0o7777, 0o200);
+    assert_eq!(meta("suid").mode() & 0o7777, 0o755);
+    assert_eq!(meta("empty").mode() & 0o7777, 0o644);
+    let r = f.store.undo(&id, Conflicts::Refuse).unwrap();
+    assert!(r.done, "{r:?}");
+    assert_eq!(tree(&f.ws), BTreeMap::new());
 }

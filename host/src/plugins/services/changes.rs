@@ -77,7 +77,7 @@ impl Capture {
         cwd: &str,
     ) -> Result<Option<Record>, String> {
         if set.is_empty() {
-            let _ = std::fs::remove_dir_all(&set.staging);
+            self.store.retire_staging(&set.staging);
             return Ok(None);
         }
         let origin = Origin {
