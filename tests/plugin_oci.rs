@@ -346,7 +346,7 @@ fn unsigned_untrusted_or_changed_components_are_refused_unless_allowed() {
     let user = Home::new("");
     trust(&user, &alice_pub);
     let (code, _, err) = run(&user, &["plugins", "add", &other, "--yes"]);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("not among your trusted keys") && err.contains("trusted-keys"),
         "{err}"
@@ -375,7 +375,7 @@ fn unsigned_untrusted_or_changed_components_are_refused_unless_allowed() {
     let user = Home::new("");
     trust(&user, &alice_pub);
     let (code, _, err) = run(&user, &["plugins", "add", &unsigned, "--yes"]);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("not signed") && err.contains("--allow-unverified"),
         "{err}"
@@ -397,7 +397,7 @@ fn unsigned_untrusted_or_changed_components_are_refused_unless_allowed() {
             "--yes",
         ],
     );
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("does not match its bytes") && err.contains("--allow-unverified"),
         "{err}"
@@ -425,7 +425,7 @@ fn unsigned_untrusted_or_changed_components_are_refused_unless_allowed() {
     let user = Home::new("");
     trust(&user, &alice_pub);
     let (code, _, err) = run(&user, &["plugins", "add", &by_other_name, "--yes"]);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("https://") && err.contains("pass --plain-http only"),
         "{err}"
@@ -441,7 +441,7 @@ fn unsigned_untrusted_or_changed_components_are_refused_unless_allowed() {
     // A reference without a registry host is refused before any network use,
     // and the oci-only flags are refused for other sources.
     let (code, _, err) = run(&user, &["plugins", "add", "oci://hello:1.0", "--yes"]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(2));
     assert!(err.contains("names no registry"), "{err}");
     let (code, _, err) = run(
         &user,
@@ -452,7 +452,7 @@ fn unsigned_untrusted_or_changed_components_are_refused_unless_allowed() {
             "--allow-unverified",
         ],
     );
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(2));
     assert!(err.contains("are for oci:// sources"), "{err}");
 }
 
@@ -509,11 +509,11 @@ fn minisign_made_keys_and_signatures_work_both_ways() {
     );
     let (manifest, _) = registry.manifest("plugins/hello:alice");
     let from_registry = work.path().join("from-registry.minisig");
-    std::fs::write(
-        &from_registry,
-        &manifest.annotations.unwrap()[SIGNATURE_ANNOTATION],
-    )
-    .unwrap();
+    use base64::Engine as _;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(&manifest.annotations.unwrap()[SIGNATURE_ANNOTATION])
+        .unwrap();
+    std::fs::write(&from_registry, text).unwrap();
     minisign(&[
         "-V",
         "-p",

@@ -9,7 +9,7 @@
 //! layer digest, the component's WIT imports and exports).
 //!
 //! Signatures are minisign signatures (Ed25519, the format of the `minisign` tool)
-//! of the component's bytes, carried in the manifest annotation
+//! of the component's bytes, carried (base64) in the manifest annotation
 //! `dev.capstan.plugin.minisign`, so the manifest digest pins the signature too.
 //! `add oci://` checks the bytes against the layer digest (always; there is
 //! nothing to allow when a registry serves other bytes than its manifest names)
@@ -43,7 +43,9 @@ pub const LAYER_MEDIA_TYPE: &str = "application/wasm";
 pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// The older wasm-to-oci layer type, still accepted when pulling.
 const LEGACY_LAYER_MEDIA_TYPE: &str = "application/vnd.wasm.content.layer.v1+wasm";
-/// The minisign signature of the component's bytes (the text of a `.minisig` file).
+/// The minisign signature of the component's bytes: the text of a `.minisig`
+/// file, base64-encoded, since oci-client writes manifests as canonical JSON,
+/// which leaves the newlines and tabs of that text raw and registries refuse them.
 pub const SIGNATURE_ANNOTATION: &str = "dev.capstan.plugin.minisign";
 /// Components bigger than this are not pulled.
 const MAX_COMPONENT_BYTES: i64 = 256 << 20;
@@ -419,7 +421,7 @@ pub async fn publish(
         loaded.kinds.join(","),
     );
     if let Some(sig) = &signature {
-        annotations.insert(SIGNATURE_ANNOTATION.to_string(), sig.clone());
+        annotations.insert(SIGNATURE_ANNOTATION.to_string(), B64.encode(sig));
     }
     let manifest =
         OciImageManifest::build(std::slice::from_ref(&layer), &config, Some(annotations));
@@ -671,10 +673,15 @@ impl std::fmt::Display for Unverified {
 /// Checks a component's minisign signature against the trusted keys; on
 /// success says who signed it.
 fn verify(dirs: &Dirs, signature: Option<&String>, bytes: &[u8]) -> Result<String, Unverified> {
-    let Some(text) = signature else {
+    let Some(encoded) = signature else {
         return Err(Unverified::Unsigned);
     };
-    let sig = SignatureBox::from_string(text).map_err(|e| Unverified::Malformed(e.to_string()))?;
+    let text = B64
+        .decode(encoded.trim())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| Unverified::Malformed("not base64 of a .minisig file".into()))?;
+    let sig = SignatureBox::from_string(&text).map_err(|e| Unverified::Malformed(e.to_string()))?;
     let key = key_id(sig.keynum());
     let trusted = trusted_keys(dirs).map_err(|e| Unverified::NoTrustFile(format!("{e:#}")))?;
     let candidates: Vec<&TrustedKey> = trusted
