@@ -475,9 +475,21 @@ fn minisign_made_keys_and_signatures_work_both_ways() {
     let publisher = Home::new("");
     let detached = registry.url("plugins/hello:detached");
     publish(&publisher, &hello, &detached, &["--signature", &w(&sig)]);
-    // Signed by capstan with the secret key minisign made.
-    let with_key = registry.url("plugins/hello:minisign-key");
-    publish(&publisher, &hello, &with_key, &["--key", &w(&m_key)]);
+    // The minisign crate does not read the unencrypted secret keys minisign 0.11
+    // writes (their checksum differs): refused with the way round it.
+    let (code, _, err) = run(
+        &publisher,
+        &[
+            "plugins",
+            "publish",
+            &w(&hello),
+            &registry.url("plugins/hello:minisign-key"),
+            "--key",
+            &w(&m_key),
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--signature"), "{err}");
 
     let key_id = std::fs::read_to_string(&m_pub)
         .unwrap()
@@ -488,16 +500,14 @@ fn minisign_made_keys_and_signatures_work_both_ways() {
         .next()
         .unwrap()
         .to_string();
-    for source in [&detached, &with_key] {
-        let user = Home::new("");
-        trust(&user, &m_pub);
-        let (code, out, err) = run(&user, &["plugins", "add", source, "--yes"]);
-        assert_eq!(code, Some(0), "{source}: {out}{err}");
-        assert!(
-            out.contains(&format!("signed by trusted key {key_id}")),
-            "{out}"
-        );
-    }
+    let user = Home::new("");
+    trust(&user, &m_pub);
+    let (code, out, err) = run(&user, &["plugins", "add", &detached, "--yes"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(&format!("signed by trusted key {key_id}")),
+        "{out}"
+    );
 
     // And the minisign tool verifies what capstan signed with its own key.
     let (alice_key, alice_pub) = keygen(&publisher, work.path(), "alice");

@@ -300,8 +300,14 @@ fn load_secret(path: &Path) -> Result<SecretKey> {
     let encrypted = raw.get(2..4).ok_or_else(not_a_key)? != [0, 0];
     let sk_box = SecretKeyBox::from_string(&text).map_err(|_| not_a_key())?;
     if !encrypted {
-        return SecretKey::from_unencrypted_box(sk_box)
-            .map_err(|e| anyhow!("{}: the secret key is damaged ({e})", path.display()));
+        return SecretKey::from_unencrypted_box(sk_box).map_err(|e| {
+            anyhow!(
+                "{}: cannot read this secret key ({e}). Keys from `minisign -G -W` are not \
+                 readable here: sign with `minisign -S -m COMPONENT.wasm` and pass --signature, \
+                 or make a key with `capstan plugins keygen`",
+                path.display()
+            )
+        });
     }
     if !std::io::stdin().is_terminal() {
         bail!(
