@@ -50,6 +50,48 @@ fn plugins_check_names_the_file_and_field_and_exits_non_zero() {
 }
 
 #[test]
+fn an_oci_field_must_pin_a_manifest_digest() {
+    let good = format!(
+        "oci://127.0.0.1:5000/plugins/hello@sha256:{}",
+        "a".repeat(64)
+    );
+    let home = Home::new(&plugin_entry(
+        "hello",
+        "hello",
+        &["echo"],
+        &format!("oci = {good:?}"),
+    ));
+    let out = home.capstan().args(["plugins", "check"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for bad in [
+        "oci://127.0.0.1:5000/plugins/hello:1.0".to_string(),
+        format!("127.0.0.1:5000/plugins/hello@sha256:{}", "a".repeat(64)),
+        format!(
+            "oci://127.0.0.1:5000/plugins/hello@sha256:{}",
+            "a".repeat(63)
+        ),
+    ] {
+        let home = Home::new(&plugin_entry(
+            "hello",
+            "hello",
+            &["echo"],
+            &format!("oci = {bad:?}"),
+        ));
+        let out = home.capstan().args(["plugins", "check"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{bad} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("plugin `hello`: field `oci`") && stderr.contains("@sha256:<64 hex"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
 fn invoke_runs_a_task_and_exit_codes_tell_success_from_failure() {
     let home = Home::new(&plugin_entry("hello", "hello", &["echo"], ""));
     let out = home

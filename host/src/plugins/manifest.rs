@@ -139,6 +139,11 @@ pub struct PluginEntry {
     /// Hex sha256 of the component file; required for files.
     #[serde(default)]
     pub sha256: Option<String>,
+    /// Where `capstan plugins add oci://...` got the component, pinned by its
+    /// manifest digest (`oci://REGISTRY/REPOSITORY@sha256:...`). Provenance for
+    /// people: what runs is the local copy, checked against `sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<String>,
     pub kinds: Vec<String>,
     #[serde(default)]
     pub permissions: Permissions,
@@ -338,6 +343,20 @@ fn validate(
             "field `sha256`: must be 64 hex digits (run `sha256sum` on the component)".into(),
         );
     }
+    if let Some(oci) = &entry.oci {
+        let pinned = oci
+            .strip_prefix("oci://")
+            .and_then(|r| r.rsplit_once("@sha256:"))
+            .is_some_and(|(name, hex)| {
+                name.contains('/') && hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit())
+            });
+        if !pinned {
+            return Err(format!(
+                "field `oci`: {oci:?} must be oci://REGISTRY/REPOSITORY@sha256:<64 hex digits> \
+                 (what `capstan plugins add oci://...` writes); fix it or delete the line"
+            ));
+        }
+    }
     let source = if let Some(name) = entry.component.strip_prefix("builtin:") {
         ComponentSource::Builtin(name.to_string())
     } else {
@@ -421,6 +440,34 @@ mod tests {
         );
         assert!(msgs[2].contains("memory_mb"), "{}", msgs[2]);
         assert!(msgs.iter().all(|m| m.starts_with("capstan.toml: ")));
+    }
+
+    #[test]
+    fn an_oci_field_must_pin_a_manifest_digest() {
+        let entry = |oci: &str| {
+            format!(
+                "[[plugin]]\nname = \"p\"\ncomponent = \"p.wasm\"\nsha256 = \"{}\"\n\
+                 oci = \"{oci}\"\nkinds = [\"p\"]\n",
+                "0".repeat(64)
+            )
+        };
+        let good = format!("oci://127.0.0.1:5000/plugins/p@sha256:{}", "a".repeat(64));
+        let (specs, errors) = parse(&entry(&good), "capstan.toml", None);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(specs[0].entry.oci.as_deref(), Some(good.as_str()));
+        for bad in [
+            "oci://127.0.0.1:5000/plugins/p:1.0".to_string(),
+            format!("127.0.0.1:5000/plugins/p@sha256:{}", "a".repeat(64)),
+            format!("oci://127.0.0.1:5000/plugins/p@sha256:{}", "a".repeat(63)),
+        ] {
+            let (specs, errors) = parse(&entry(&bad), "capstan.toml", None);
+            assert!(specs.is_empty(), "{bad} was accepted");
+            assert!(
+                errors[0].to_string().contains("field `oci`"),
+                "{}",
+                errors[0]
+            );
+        }
     }
 
     #[test]

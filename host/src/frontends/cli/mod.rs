@@ -12,6 +12,7 @@ mod kb_direct;
 mod mcp;
 mod plugins;
 mod plugins_manage;
+mod plugins_oci;
 mod serve;
 mod setup;
 mod workspace;

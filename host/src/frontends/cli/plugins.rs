@@ -1,4 +1,6 @@
-//! `capstan plugins list|check|new|add|remove` (the last three in plugins_manage.rs). The list also shows the external MCP servers your
+//! `capstan plugins list|check|new|add|remove|publish|keygen|trust` (new, add and
+//! remove in plugins_manage.rs; publish, keygen, trust and the oci:// part of add
+//! in plugins_oci.rs). The list also shows the external MCP servers your
 //! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
 
 use std::path::{Path, PathBuf};
@@ -40,9 +42,18 @@ pub enum PluginsCommand {
         sdk: Option<PathBuf>,
     },
     /// Validate a component, show what it asks for, and add it to your capstan.toml
-    /// pinned by sha256. SOURCE is a .wasm file or builtin:NAME (e.g. builtin:xlsx).
+    /// pinned by sha256. SOURCE is a .wasm file, builtin:NAME (e.g. builtin:xlsx) or
+    /// oci://HOST[:PORT]/NAME:TAG (its signature checked against your trusted keys).
     Add {
         source: String,
+        /// Add an oci:// component even if it is unsigned, signed by a key you do
+        /// not trust, or its signature does not match its bytes.
+        #[arg(long)]
+        allow_unverified: bool,
+        /// Speak plain HTTP (no TLS) to an oci:// registry that is not on this
+        /// machine. Registries on 127.0.0.1/localhost always get plain HTTP.
+        #[arg(long)]
+        plain_http: bool,
         /// Name of the manifest entry (default: the file name).
         #[arg(long)]
         name: Option<String>,
@@ -59,6 +70,36 @@ pub enum PluginsCommand {
     },
     /// Remove a plugin's entry from your capstan.toml.
     Remove { name: String },
+    /// Push a component to an OCI registry as a wasm artifact, signed with --key
+    /// (or --signature) so that `plugins add` accepts it.
+    Publish {
+        /// The component (.wasm).
+        path: PathBuf,
+        /// Where: oci://HOST[:PORT]/NAME:TAG.
+        target: String,
+        /// Sign with this minisign secret key (from `capstan plugins keygen` or
+        /// `minisign -G`).
+        #[arg(long, value_name = "FILE", conflicts_with = "signature")]
+        key: Option<PathBuf>,
+        /// Attach this minisign signature of the component, made elsewhere
+        /// (`minisign -S -m COMPONENT.wasm`).
+        #[arg(long, value_name = "FILE.minisig")]
+        signature: Option<PathBuf>,
+        /// Speak plain HTTP (no TLS) to a registry that is not on this machine.
+        #[arg(long)]
+        plain_http: bool,
+    },
+    /// Make a key pair for signing plugins: OUT.key (secret) and OUT.pub, in
+    /// minisign's format.
+    Keygen {
+        out: PathBuf,
+        /// Also add the public key to your trusted keys.
+        #[arg(long)]
+        trust: bool,
+    },
+    /// Trust plugins signed by this key: a minisign .pub file or the key itself
+    /// (the base64 line starting with RW). Kept in `trusted-keys` in your config dir.
+    Trust { key: String },
 }
 
 fn parse_access(s: &str) -> Result<crate::plugins::manifest::WorkspaceAccess, String> {
@@ -80,6 +121,8 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         }
         PluginsCommand::Add {
             source,
+            allow_unverified,
+            plain_http,
             name,
             kinds,
             workspace,
@@ -87,6 +130,8 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
         } => {
             let args = super::plugins_manage::AddArgs {
                 source,
+                allow_unverified,
+                plain_http,
                 name,
                 kinds,
                 workspace,
@@ -95,6 +140,25 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
             return super::plugins_manage::add(global, args).await;
         }
         PluginsCommand::Remove { name } => return super::plugins_manage::remove(global, &name),
+        PluginsCommand::Publish {
+            path,
+            target,
+            key,
+            signature,
+            plain_http,
+        } => {
+            use super::plugins_oci::Signing;
+            let signing = match (&key, &signature) {
+                (Some(k), _) => Signing::Key(k),
+                (None, Some(s)) => Signing::Detached(s),
+                (None, None) => Signing::None,
+            };
+            return super::plugins_oci::publish(global, &path, &target, signing, plain_http).await;
+        }
+        PluginsCommand::Keygen { out, trust } => {
+            return super::plugins_oci::keygen(global, &out, trust);
+        }
+        PluginsCommand::Trust { key } => return super::plugins_oci::trust(global, &key),
     };
     let workspace = workspace
         .as_deref()
@@ -153,7 +217,7 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 let e = &p.spec.entry;
                 json!({
                     "name": e.name, "version": e.version, "component": p.spec.source.to_string(),
-                    "origin": p.spec.origin, "sha256": p.sha256, "kinds": e.kinds,
+                    "origin": p.spec.origin, "sha256": p.sha256, "oci": e.oci, "kinds": e.kinds,
                     "wit": p.wit_version.to_string(),
                     "permissions": e.permissions, "limits": e.limits, "imports": p.imports,
                     "operations": p.operations, "status": "ok",
@@ -208,6 +272,9 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
                 },
                 p.load.duration.as_secs_f64() * 1e3
             );
+            if let Some(oci) = &e.oci {
+                outln!("  from:       {oci}");
+            }
         }
         for server in &servers {
             let info = server_json(&server.name);

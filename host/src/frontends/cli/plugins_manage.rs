@@ -1,6 +1,8 @@
 //! `capstan plugins new|add|remove`: scaffold a plugin that builds against the
 //! SDK, add a component to the user's capstan.toml (validated, shown, confirmed,
-//! pinned by sha256), and take one out again.
+//! pinned by sha256), and take one out again. A component from an OCI registry
+//! is pulled and its signature checked first (plugins_oci.rs), then added as
+//! the file it was pulled to, its manifest digest pinned next to its sha256.
 //!
 //! The user's capstan.toml is edited as text: an added entry is appended, a removed
 //! one is cut out line by line, so the rest of the file (comments, order, other
@@ -235,6 +237,10 @@ capstan_plugin::export!({ty});
 /// What `plugins add` was asked.
 pub struct AddArgs {
     pub source: String,
+    /// Add an oci:// component whose signature could not be verified.
+    pub allow_unverified: bool,
+    /// Speak plain HTTP to an oci:// registry that is not on this machine.
+    pub plain_http: bool,
     pub name: Option<String>,
     pub kinds: Vec<String>,
     pub workspace: Option<WorkspaceAccess>,
@@ -271,19 +277,18 @@ fn service_words(s: HostService) -> &'static str {
     }
 }
 
-/// `capstan plugins add PATH|builtin:NAME`.
 /// Where a component comes from and how the manifest entry names it.
-struct Source {
-    source: ComponentSource,
+pub(super) struct Source {
+    pub(super) source: ComponentSource,
     /// The entry's `component` field: `builtin:NAME` or the pinned copy.
-    component_field: String,
-    sha256: Option<String>,
-    default_name: String,
+    pub(super) component_field: String,
+    pub(super) sha256: Option<String>,
+    pub(super) default_name: String,
 }
 
 /// `builtin:NAME` or a file, which is pinned on confirmation as a copy named
 /// by its hash under the data dir.
-fn resolve_source(dirs: &Dirs, arg: &str) -> Result<Source> {
+pub(super) fn resolve_source(dirs: &Dirs, arg: &str) -> Result<Source> {
     if let Some(builtin) = arg.strip_prefix("builtin:") {
         if crate::plugins::bundled::component(builtin).is_none() {
             bail!(
@@ -321,7 +326,12 @@ fn resolve_source(dirs: &Dirs, arg: &str) -> Result<Source> {
 }
 
 /// Load the component with every service granted, to learn what it asks for.
-async fn probe(dirs: &Dirs, name: &str, arg: &str, src: &Source) -> Result<LoadedPlugin> {
+pub(super) async fn probe(
+    dirs: &Dirs,
+    name: &str,
+    arg: &str,
+    src: &Source,
+) -> Result<LoadedPlugin> {
     let runtime = Runtime::new(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
@@ -332,6 +342,7 @@ async fn probe(dirs: &Dirs, name: &str, arg: &str, src: &Source) -> Result<Loade
             version: "0.0.0".into(),
             component: src.component_field.clone(),
             sha256: src.sha256.clone(),
+            oci: None,
             kinds: vec![],
             permissions: Permissions {
                 workspace: WorkspaceAccess::None,
@@ -374,10 +385,18 @@ fn check_clashes(config: &Path, name: &str, kinds: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Where an oci:// component came from, for the entry and for people.
+struct Provenance {
+    /// `oci://REGISTRY/REPOSITORY@sha256:...`: the manifest it was pulled by.
+    pinned: String,
+    signature: String,
+}
+
 /// The `[[plugin]]` entry appended to the user's config.
 fn manifest_entry(
     name: &str,
     src: &Source,
+    oci: Option<&Provenance>,
     kinds: &[String],
     workspace: WorkspaceAccess,
     host: &BTreeSet<HostService>,
@@ -394,6 +413,12 @@ fn manifest_entry(
     if let Some(sha) = &src.sha256 {
         entry.push_str(&format!("sha256 = \"{sha}\"\n"));
     }
+    if let Some(oci) = oci {
+        entry.push_str(&format!(
+            "oci = {}\n",
+            toml::Value::String(oci.pinned.clone())
+        ));
+    }
     let kinds_toml: Vec<String> = kinds
         .iter()
         .map(|k| toml::Value::String(k.clone()).to_string())
@@ -407,10 +432,12 @@ fn manifest_entry(
 }
 
 /// Show what the person is about to trust.
+#[allow(clippy::too_many_arguments)]
 fn show(
     name: &str,
     arg: &str,
     src: &Source,
+    oci: Option<&Provenance>,
     loaded: &LoadedPlugin,
     kinds: &[String],
     workspace: WorkspaceAccess,
@@ -424,6 +451,10 @@ fn show(
             .map(|s| format!(", sha256 {s}"))
             .unwrap_or_default()
     );
+    if let Some(oci) = oci {
+        outln!("  from:          {}", oci.pinned);
+        outln!("  signature:     {}", oci.signature);
+    }
     outln!("  kinds:         {}", kinds.join(", "));
     for op in &loaded.operations {
         outln!(
@@ -519,10 +550,35 @@ fn write_entry(
     write_config(config, &text)
 }
 
+/// `capstan plugins add PATH|builtin:NAME|oci://...`.
 pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
     let dirs = global.dirs()?;
     let config = dirs.user_config_file();
-    let src = resolve_source(&dirs, &args.source)?;
+    let is_oci = args.source.starts_with("oci://");
+    if !is_oci && (args.allow_unverified || args.plain_http) {
+        bail!(
+            "--allow-unverified and --plain-http are for oci:// sources; `{}` is not one",
+            args.source
+        );
+    }
+    // Pulled and verified first (or refused), then added as the file it was
+    // pulled to; the temp file lives as long as `pulled`.
+    let pulled = if is_oci {
+        Some(
+            super::plugins_oci::pull(&dirs, &args.source, args.allow_unverified, args.plain_http)
+                .await?,
+        )
+    } else {
+        None
+    };
+    let src = match &pulled {
+        Some(p) => resolve_source(&dirs, &p.file.display().to_string())?,
+        None => resolve_source(&dirs, &args.source)?,
+    };
+    let provenance = pulled.as_ref().map(|p| Provenance {
+        pinned: p.pinned.clone(),
+        signature: p.signature.clone(),
+    });
     let name = args.name.clone().unwrap_or(src.default_name.clone());
     if !is_plugin_name(&name) {
         bail!(
@@ -552,8 +608,17 @@ pub async fn add(global: &GlobalArgs, args: AddArgs) -> Result<ExitCode> {
         .filter(|s| !s.always_granted())
         .collect();
     check_clashes(&config, &name, &kinds)?;
-    let entry = manifest_entry(&name, &src, &kinds, workspace, &host);
-    show(&name, &args.source, &src, &loaded, &kinds, workspace, &host);
+    let entry = manifest_entry(&name, &src, provenance.as_ref(), &kinds, workspace, &host);
+    show(
+        &name,
+        &args.source,
+        &src,
+        provenance.as_ref(),
+        &loaded,
+        &kinds,
+        workspace,
+        &host,
+    );
     if let Some(stop) = confirm(args.yes, &config)? {
         return Ok(stop);
     }
