@@ -335,6 +335,35 @@ impl Stat {
     }
 }
 
+/// Measures every row in `rounds` interleaved rounds (so a slow stretch of
+/// the machine hits all rows alike): per row and round, one download of
+/// `big` bytes, then its share of `n` small requests, each on a connection
+/// of its own, so the proxy decides every one (the cost a command pays per
+/// request). `fetch(row, target)` returns the body's length.
+async fn measure<R, F, Fut>(rows: &[R], rounds: usize, n: usize, big: u64, fetch: F) -> Vec<Stat>
+where
+    F: Fn(&R, &'static str) -> Fut,
+    Fut: std::future::Future<Output = u64>,
+{
+    let mut stats: Vec<Stat> = rows.iter().map(|_| Stat::default()).collect();
+    for row in rows {
+        fetch(row, "/small").await; // warm-up
+    }
+    for _ in 0..rounds {
+        for (row, st) in rows.iter().zip(stats.iter_mut()) {
+            let (t, c) = (Instant::now(), cpu());
+            assert_eq!(fetch(row, "/big").await, big);
+            st.download(big, t.elapsed(), cpu() - c);
+            for _ in 0..n.div_ceil(rounds) {
+                let t = Instant::now();
+                fetch(row, "/small").await;
+                st.times.push(t.elapsed());
+            }
+        }
+    }
+    stats
+}
+
 /// Prints one row per stat, each proxy row compared with the first (direct).
 fn print_rows(names: &[&str], stats: &mut [Stat]) {
     let (direct_rate, direct_cpu) = (stats[0].best(), stats[0].cpu());
@@ -403,24 +432,11 @@ async fn main() {
         }
     }
     rows.retain(|(path, copy, _)| selected(path.name(*copy)));
-    let mut stats: Vec<Stat> = rows.iter().map(|_| Stat::default()).collect();
-    for (path, _, via) in &rows {
-        fetch(*path, port, via, "/small").await; // warm-up
-    }
-    for _ in 0..rounds {
-        for ((path, _, via), st) in rows.iter().zip(stats.iter_mut()) {
-            let (t, c) = (Instant::now(), cpu());
-            assert_eq!(fetch(*path, port, via, "/big").await, big);
-            st.download(big, t.elapsed(), cpu() - c);
-            // Each small request on a connection of its own: the proxy
-            // decides every one (the cost a command pays per request).
-            for _ in 0..n.div_ceil(rounds) {
-                let t = Instant::now();
-                fetch(*path, port, via, "/small").await;
-                st.times.push(t.elapsed());
-            }
-        }
-    }
+    let mut stats = measure(&rows, rounds, n, big, |(path, _, via), what| {
+        let (path, via) = (*path, via.clone());
+        async move { fetch(path, port, &via, what).await }
+    })
+    .await;
     let names: Vec<&str> = rows.iter().map(|(p, copy, _)| p.name(*copy)).collect();
     print_rows(&names, &mut stats);
     println!();
@@ -606,22 +622,10 @@ async fn tls_table(big: u64, mb: u64, n: usize, rounds: usize) {
         let (server_ca, capstan_ca) = (server_ca.clone(), capstan_ca.clone());
         async move { tls_fetch(path, port, &socket, host, &server_ca, &capstan_ca, what).await }
     };
-    let mut stats: Vec<Stat> = rows.iter().map(|_| Stat::default()).collect();
-    for (path, _, socket) in &rows {
-        fetch(*path, socket, "/small").await; // warm-up
-    }
-    for _ in 0..rounds {
-        for ((path, _, socket), st) in rows.iter().zip(stats.iter_mut()) {
-            let (t, c) = (Instant::now(), cpu());
-            assert_eq!(fetch(*path, socket, "/big").await, big);
-            st.download(big, t.elapsed(), cpu() - c);
-            for _ in 0..n.div_ceil(rounds) {
-                let t = Instant::now();
-                fetch(*path, socket, "/small").await;
-                st.times.push(t.elapsed());
-            }
-        }
-    }
+    let mut stats = measure(&rows, rounds, n, big, |(path, _, socket), what| {
+        fetch(*path, socket, what)
+    })
+    .await;
     let names: Vec<&str> = rows.iter().map(|(p, copy, _)| p.name(*copy)).collect();
     print_rows(&names, &mut stats);
     cancel.cancel();

@@ -236,6 +236,23 @@ pub struct Run {
     pub ended_at: Option<String>,
 }
 
+impl Run {
+    /// A new run of `session_id`, `running` from now: what both backends
+    /// insert when a run starts.
+    pub(crate) fn starting(session_id: &str, model: &str) -> Self {
+        Self {
+            id: crate::new_id("run"),
+            session_id: session_id.to_owned(),
+            status: RunStatus::Running,
+            reason: None,
+            model: model.to_owned(),
+            usage: Usage::default(),
+            started_at: crate::now_rfc3339(),
+            ended_at: None,
+        }
+    }
+}
+
 /// One stored event envelope, for [`crate::Store::append_events`] and the
 /// [`crate::EventWriter`].
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use crate::error::{Result, StoreError};
 use crate::lease::Ending;
 use crate::quota::{Usage as QuotaUsage, windows};
 use crate::{
-    Durability, EventRecord, Quota, Run, RunStatus, SqliteStore, Usage, new_id, now_rfc3339, owner,
-    to_i64, to_u64,
+    Durability, EventRecord, Quota, Run, RunStatus, SqliteStore, Usage, now_rfc3339, owner, to_i64,
+    to_u64,
 };
 
 const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
@@ -64,16 +64,7 @@ impl SqliteStore {
         exclusive: bool,
         quota: Option<&Quota>,
     ) -> Result<Run> {
-        let run = Run {
-            id: new_id("run"),
-            session_id: session_id.to_owned(),
-            status: RunStatus::Running,
-            reason: None,
-            model: model.to_owned(),
-            usage: Usage::default(),
-            started_at: now_rfc3339(),
-            ended_at: None,
-        };
+        let run = Run::starting(session_id, model);
         self.write(Durability::Durable, |c| {
             self.require(c, "sessions", "session", session_id)?;
             // The write lock is held (IMMEDIATE): no other process can start

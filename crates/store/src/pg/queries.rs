@@ -700,16 +700,7 @@ impl PgStore {
         exclusive: bool,
         quota: Option<&Quota>,
     ) -> Result<Run> {
-        let run = Run {
-            id: new_id("run"),
-            session_id: session_id.to_owned(),
-            status: RunStatus::Running,
-            reason: None,
-            model: model.to_owned(),
-            usage: Usage::default(),
-            started_at: now_rfc3339(),
-            ended_at: None,
-        };
+        let run = Run::starting(session_id, model);
         let mut c = self.conn()?;
         wait(async {
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
