@@ -277,7 +277,7 @@ impl SqliteStore {
             let mut stmt = c
                 .prepare_cached(&format!(
                     "SELECT {COLUMNS} FROM runs WHERE ?1 IS NULL OR session_id = ?1
-                     ORDER BY started_at DESC, id DESC LIMIT ?2"
+                     ORDER BY started_at DESC, rowid DESC LIMIT ?2"
                 ))
                 .map_err(|e| self.sql(e))?;
             let rows = stmt

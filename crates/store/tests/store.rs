@@ -439,9 +439,8 @@ fn run_round_trip_and_usage_accounting(kind: Kind) {
         .into_iter()
         .map(|r| r.id)
         .collect();
-    assert_eq!(of_s.len(), 3);
-    assert_eq!(of_s[2], r1.id);
-    assert!(of_s.contains(&r2.id) && of_s.contains(&r3.id));
+    // Runs started in the same millisecond (common here) keep their order.
+    assert_eq!(of_s, [r3.id.clone(), r2.id.clone(), r1.id.clone()]);
     let all = store.list_runs(None, 10).unwrap();
     assert_eq!(all.len(), 4);
     assert!(all.iter().any(|r| r.id == r4.id));

@@ -897,7 +897,7 @@ impl PgStore {
         let rows = wait(c.query(
             &format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE $1::text IS NULL OR session_id = $1
-                 ORDER BY started_at DESC, id DESC LIMIT $2"
+                 ORDER BY started_at DESC, start_order DESC LIMIT $2"
             ),
             &[&session_id, &limit(n)],
         ))
