@@ -3,8 +3,9 @@
 //! own Capstan home, sharing a database (a throw-away cluster this test
 //! starts, see crates/store/tests/common/pg.rs) and one workspace folder.
 //! A run started on one replica is streamed, approved and cancelled through
-//! the others; a replica killed with SIGKILL mid-run has its run marked
-//! interrupted by another, whose replay has every seq once, without a gap.
+//! the others; a replica killed with SIGKILL mid-run has its run continued
+//! (or, with `resume = "off"`, marked interrupted) by another, whose replay
+//! has every seq once, without a gap.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::disallowed_macros)] // eprintln! of the test's tally
 
@@ -447,12 +448,16 @@ async fn a_users_quota_holds_across_replicas() {
     assert!(err.to_string().contains("/mcp"), "{err}");
 }
 
+/// With `[store] resume = "off"` a dead replica's run is not continued: it
+/// ends `interrupted`, whatever was in flight.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_replica_s_run_is_interrupted_by_another_and_replays_without_gap() {
     let url = pg::Cluster::shared().fresh_database();
     let ws = handbook();
-    let (_ha, mut a) = replica(&url, ws.path());
-    let (_hb, b) = replica(&url, ws.path());
+    let config = format!("[store]\nurl = {url:?}\nlease_secs = {LEASE_SECS}\nresume = \"off\"\n");
+    let (ha, hb) = (Home::new(&config), Home::new(&config));
+    let mut a = Server::start(&ha, &["-w", ws.path().to_str().unwrap()]);
+    let b = Server::start(&hb, &["-w", ws.path().to_str().unwrap()]);
 
     let (run_id, _, mut on_a) = start_run(
         &a,
@@ -492,6 +497,99 @@ async fn a_killed_replica_s_run_is_interrupted_by_another_and_replays_without_ga
         again.iter().filter(|e| e["type"] == "run.failed").count(),
         1
     );
+}
+
+/// `[store] resume = "safe"` (the default): a replica killed mid-run has its
+/// run continued by another from its last completed task. The task that
+/// completed on A (a document written) does not run again; the read-only
+/// command that was running starts again on B; the replay has every seq once
+/// and one terminal event, `run.completed`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_replica_s_run_is_resumed_by_another_from_its_last_completed_task() {
+    let url = pg::Cluster::shared().fresh_database();
+    let ws = handbook();
+    let wsp = ws.path().to_str().unwrap();
+    let (ha, hb) = (
+        Home::new(&format!(
+            "[store]\nurl = {url:?}\nlease_secs = {LEASE_SECS}\n"
+        )),
+        Home::new(&format!(
+            "[store]\nurl = {url:?}\nlease_secs = {LEASE_SECS}\n"
+        )),
+    );
+    let mut a = Server::start(&ha, &["-w", wsp, "--approve", "all"]);
+    let b = Server::start(&hb, &["-w", wsp, "--approve", "all"]);
+
+    let (run_id, session_id, mut on_a) = start_run(
+        &a,
+        json!({
+            "message": "run `sleep 6` and create notes.docx: Resumed runs keep their work",
+            "workspace": ws.path(),
+        }),
+    )
+    .await;
+    // The document task completes while the command still sleeps.
+    let mut seen_a = Vec::new();
+    loop {
+        let e = on_a.until("task.completed", &mut seen_a).await;
+        if e["task_id"] == "t2" {
+            break;
+        }
+    }
+    assert!(ws.path().join("notes.docx").is_file());
+    let written = std::fs::metadata(ws.path().join("notes.docx"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let mut on_b = events_from(&b, &run_id, None).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let mut seen_b = Vec::new();
+    on_b.rest(&mut seen_b).await;
+    let kinds = types(&seen_b);
+    assert_eq!(seen_b.last().unwrap()["type"], "run.completed", "{kinds:?}");
+    assert_gap_free(&seen_b);
+    assert_eq!(seen_b[..seen_a.len()], seen_a[..]);
+    let resumed: Vec<&Value> = seen_b
+        .iter()
+        .filter(|e| e["type"] == "run.resumed")
+        .collect();
+    assert_eq!(resumed.len(), 1, "{kinds:?}");
+    assert_eq!(resumed[0]["completed"], json!(["t2"]), "{}", resumed[0]);
+    assert_eq!(resumed[0]["restarted"], json!(["t1"]), "{}", resumed[0]);
+    let started = |task: &str| {
+        seen_b
+            .iter()
+            .filter(|e| e["type"] == "task.started" && e["task_id"] == task)
+            .count()
+    };
+    assert_eq!(started("t2"), 1, "the completed task ran once: {kinds:?}");
+    assert_eq!(started("t1"), 2, "the running one started again: {kinds:?}");
+    // The document was not written a second time.
+    assert_eq!(
+        std::fs::metadata(ws.path().join("notes.docx"))
+            .unwrap()
+            .modified()
+            .unwrap(),
+        written
+    );
+    let (_, run) = get(&b, &format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    // The answer is the session's, as for a run that never moved.
+    let (_, session) = get(&b, &format!("/v1/sessions/{session_id}/turns")).await;
+    let turns = session["turns"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        turns.last().map(|t| t["role"].clone()),
+        Some(json!("assistant")),
+        "{session}"
+    );
+
+    // A replay later: the same events, each once.
+    let mut replay = events_from(&b, &run_id, None).await;
+    let mut again = Vec::new();
+    replay.rest(&mut again).await;
+    assert_eq!(again, seen_b);
 }
 
 #[test]

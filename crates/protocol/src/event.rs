@@ -68,6 +68,20 @@ pub enum Event {
         /// Id of the model that drives the run (`offline` or a provider's model id).
         model: String,
     },
+    /// A replica took the run over after the replica running it died, and
+    /// continues it from its last completed task: what had completed keeps its
+    /// result, what was running starts again, the rest of the plan follows.
+    #[serde(rename = "run.resumed")]
+    RunResumed {
+        /// Tasks of the plan that had completed; they do not run again.
+        completed: Vec<String>,
+        /// Tasks that were running when the replica died, each safe to repeat
+        /// (a knowledge-base search, read-only commands, or a command that was
+        /// still waiting for approval); they run again from the start.
+        restarted: Vec<String>,
+        /// What happened, in plain words for the feed.
+        message: String,
+    },
     /// The host's reading of the situation at one step of its loop.
     #[serde(rename = "host.analysis")]
     HostAnalysis {
@@ -398,6 +412,7 @@ impl Event {
     pub const fn name(&self) -> &'static str {
         match self {
             Event::RunStarted { .. } => "run.started",
+            Event::RunResumed { .. } => "run.resumed",
             Event::HostAnalysis { .. } => "host.analysis",
             Event::RetrievalStarted { .. } => "retrieval.started",
             Event::RetrievalCompleted { .. } => "retrieval.completed",

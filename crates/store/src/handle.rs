@@ -299,6 +299,15 @@ delegate! {
     /// With `ending`, each run's terminal event is appended in the same
     /// transaction.
     fn interrupt_expired_leases(&self, ending: Option<Ending<'_>>) -> Result<Vec<String>>;
+    /// The `running` runs whose lease has expired, oldest first: candidates
+    /// for a take-over ([`Store::claim_run`]) before the sweep interrupts them.
+    fn expired_leases(&self) -> Result<Vec<String>>;
+    /// Stores what a replica needs to resume the run (the host's JSON,
+    /// opaque here), replacing any earlier one. Only a `running` run takes
+    /// one ([`StoreError::RunNotRunning`] otherwise).
+    fn save_checkpoint(&self, run_id: &str, json: &str) -> Result<()>;
+    /// The run's last checkpoint; `None` when it saved none.
+    fn run_checkpoint(&self, run_id: &str) -> Result<Option<String>>;
 
     // Requests for a run's owner (see the `requests` module).
     /// Leaves a request for the replica that serves `target` (a run id for

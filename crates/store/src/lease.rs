@@ -212,6 +212,54 @@ impl SqliteStore {
         Ok(ids)
     }
 
+    pub fn expired_leases(&self) -> Result<Vec<String>> {
+        let now = now_rfc3339();
+        self.with_conn(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT id FROM runs WHERE status = 'running' AND lease_expires_at < ?1
+                     ORDER BY started_at, rowid",
+                )
+                .map_err(|e| self.sql(e))?;
+            let rows = stmt
+                .query_map([now], |r| r.get::<_, String>(0))
+                .map_err(|e| self.sql(e))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(|e| self.sql(e))
+        })
+    }
+
+    pub fn save_checkpoint(&self, run_id: &str, json: &str) -> Result<()> {
+        self.write(Durability::Durable, |c| {
+            let n = c
+                .prepare_cached(
+                    "UPDATE runs SET checkpoint = ?2 WHERE id = ?1 AND status = 'running'",
+                )
+                .and_then(|mut s| s.execute(params![run_id, json]))
+                .map_err(|e| self.sql(e))?;
+            if n == 0 {
+                let (status, _, _) = self.lease_row(c, run_id)?;
+                return Err(StoreError::RunNotRunning {
+                    id: run_id.to_owned(),
+                    status: status.to_string(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    pub fn run_checkpoint(&self, run_id: &str) -> Result<Option<String>> {
+        self.with_conn(|c| {
+            c.prepare_cached("SELECT checkpoint FROM runs WHERE id = ?1")
+                .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
+                .map_err(|e| self.sql(e))?
+                .ok_or_else(|| StoreError::NotFound {
+                    what: "run",
+                    id: run_id.to_owned(),
+                })
+        })
+    }
+
     /// Appends `ending`'s event at the run's next seq, in the caller's
     /// transaction, unless the run's stream already ends with a terminal
     /// event (one is all).

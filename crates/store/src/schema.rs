@@ -194,6 +194,12 @@ CREATE INDEX approvals_by_run ON approvals(run_id, created_at);
 ALTER TABLE runs ADD COLUMN user_name TEXT;
 CREATE INDEX runs_by_user ON runs(user_name, started_at) WHERE user_name IS NOT NULL;
 "#,
+    // v8: what a replica needs to resume a run another replica was running
+    // when it died (`[store] resume`): the run's context once its plan is
+    // made, as JSON the host writes and reads back; NULL before the plan.
+    r#"
+ALTER TABLE runs ADD COLUMN checkpoint TEXT;
+"#,
 ];
 
 /// Reads the header and refuses files this build must not touch. Writes

@@ -298,6 +298,57 @@ fn leased_runs_survive_their_starters_death(kind: Kind) {
     );
 }
 
+/// What a replica resuming a dead one's run reads: the expired leases, then
+/// the run's checkpoint; only one replica's take-over wins.
+fn checkpoints_and_expired_leases_let_one_replica_resume_a_run(kind: Kind) {
+    let db = Db::new(kind);
+    let (a, b, c) = (db.open(), db.open(), db.open());
+    let s = a.create_session("s", None).unwrap();
+    let run = a.start_run(&s.id, "m").unwrap();
+    assert_eq!(a.run_checkpoint(&run.id).unwrap(), None);
+    a.save_checkpoint(&run.id, r#"{"plan":1}"#).unwrap();
+    a.save_checkpoint(&run.id, r#"{"plan":2}"#).unwrap();
+    assert_eq!(
+        b.run_checkpoint(&run.id).unwrap().as_deref(),
+        Some(r#"{"plan":2}"#)
+    );
+    let (tiny, long) = (Duration::from_millis(1), Duration::from_secs(600));
+    a.claim_run(&run.id, "replica-a", long).unwrap();
+    let fresh = a.start_run(&s.id, "m").unwrap();
+    a.claim_run(&fresh.id, "replica-a", long).unwrap();
+    assert!(b.expired_leases().unwrap().is_empty());
+
+    // A dies: its lease runs out. Both survivors see the run; one takes it.
+    a.renew_lease(&run.id, "replica-a", tiny).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(b.expired_leases().unwrap(), vec![run.id.clone()]);
+    assert_eq!(c.expired_leases().unwrap(), vec![run.id.clone()]);
+    let took = b.claim_run(&run.id, "replica-b", long).unwrap();
+    assert_eq!(took.took_over_from.as_deref(), Some("replica-a"));
+    assert!(matches!(
+        c.claim_run(&run.id, "replica-c", long),
+        Err(StoreError::LeaseHeld { .. })
+    ));
+    assert!(c.expired_leases().unwrap().is_empty());
+    assert!(c.interrupt_expired_leases(None).unwrap().is_empty());
+
+    // An ended run takes no checkpoint; an unknown one is not found.
+    b.finish_run(&run.id, RunStatus::Completed, None, None)
+        .unwrap();
+    assert!(matches!(
+        b.save_checkpoint(&run.id, "{}"),
+        Err(StoreError::RunNotRunning { .. })
+    ));
+    assert!(matches!(
+        b.run_checkpoint("run_nope"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        b.save_checkpoint("run_nope", "{}"),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
 fn open_url_names_the_backend(kind: Kind) {
     let (db, store) = fresh(kind);
     let expected = match kind {
@@ -365,6 +416,7 @@ both!(
     cursor_reads_and_wake_ups,
     leases_are_exclusive_and_taken_over_when_expired,
     leased_runs_survive_their_starters_death,
+    checkpoints_and_expired_leases_let_one_replica_resume_a_run,
     open_url_names_the_backend,
 );
 

@@ -1262,7 +1262,8 @@ fn a_version_1_file_keeps_chosen_profiles_and_lets_the_rest_follow_the_config() 
     // every folder registered without a choice.
     let raw = rusqlite_open(&path);
     raw.execute_batch(
-        "DROP INDEX runs_by_user;
+        "ALTER TABLE runs DROP COLUMN checkpoint;
+         DROP INDEX runs_by_user;
          ALTER TABLE runs DROP COLUMN user_name;
          ALTER TABLE workspaces DROP COLUMN profile_set;
          ALTER TABLE sessions DROP COLUMN deleted_at;
@@ -1332,6 +1333,7 @@ fn a_version_5_file_keeps_its_approvals_and_accepts_approved_always() {
          DROP TABLE approvals;
          ALTER TABLE approvals_v5 RENAME TO approvals;
          CREATE INDEX approvals_by_run ON approvals(run_id, created_at);
+         ALTER TABLE runs DROP COLUMN checkpoint;
          DROP INDEX runs_by_user;
          ALTER TABLE runs DROP COLUMN user_name;
          PRAGMA user_version = 5;",

@@ -7,7 +7,8 @@
 //! ```toml
 //! [store]
 //! url = "postgres://capstan:secret@db.internal/capstan"
-//! lease_secs = 30     # a dead replica's runs are interrupted within this
+//! lease_secs = 30     # a dead replica's runs are taken over within this
+//! resume = "safe"     # continue them from their last completed task ("off": interrupt)
 //! ```
 //!
 //! `capstan serve --store URL` (or `CAPSTAN_STORE_URL`) overrides `url`.
@@ -33,6 +34,24 @@ pub struct StoreSection {
     /// heartbeat renews it every third of this; a replica that dies has its
     /// runs marked `interrupted` by another within about this time.
     pub lease_secs: u64,
+    /// What a replica does with a run whose replica died (its lease
+    /// expired).
+    pub resume: ResumePolicy,
+}
+
+/// `[store] resume`: what becomes of a run whose replica died.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResumePolicy {
+    /// Mark it `interrupted` (`run.failed`, `lease-expired`); the person asks again.
+    Off,
+    /// Another replica continues it from its last completed task when that
+    /// is safe: its plan was made, no task failed, and every task that was
+    /// running can be run again without doing anything twice (a knowledge-base
+    /// search, read-only commands, or a command still waiting for approval).
+    /// Otherwise, as `off`.
+    #[default]
+    Safe,
 }
 
 impl Default for StoreSection {
@@ -40,6 +59,7 @@ impl Default for StoreSection {
         Self {
             url: None,
             lease_secs: DEFAULT_LEASE_SECS,
+            resume: ResumePolicy::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ use capstan_store::{EventRecord, EventWriter, Role, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::config::store::ResumePolicy;
 use crate::dirs::Dirs;
 use crate::plugins::context::Capture;
 use crate::plugins::registry::{ManifestSources, Registry};
@@ -21,7 +22,9 @@ use crate::plugins::services::approval::{ApprovalBroker, ApproveMode};
 use crate::plugins::services::index::Indexes;
 use crate::run::builder::RunBuilder;
 use crate::run::model::{HostModel, Turn};
-use crate::run::orchestrator::{Host, RunConfig, RunOutcome, RunRequest, RunStatus};
+use crate::run::orchestrator::{
+    Checkpoint, CheckpointSink, Host, ResumePoint, RunConfig, RunOutcome, RunRequest, RunStatus,
+};
 use crate::workspace_gate::WorkspaceGate;
 use capstan_protocol::{Envelope, Event, EventSink};
 
@@ -453,10 +456,115 @@ impl App {
             registry,
             history,
         } = prepared;
-        let store = self.store.clone();
+        let (host, ctx) = self.run_parts(
+            &run_id,
+            &session_id,
+            workspace,
+            registry,
+            0,
+            frontend,
+            cancel,
+        )?;
+        let request = RunRequest {
+            message: message.clone(),
+            session_id: Some(session_id.clone()),
+            history,
+            summary: summary.clone(),
+        };
+        let outcome = host.run(request, &ctx).await;
+        self.conclude(run_id, session_id, &message, &summary, outcome)
+    }
+
+    /// Whether a run another replica was running when it died can go on here
+    /// (`[store] resume`): its checkpoint and stored events say it is safe
+    /// (see [`ResumePoint::find`]) and its workspace passes this host's gate.
+    /// `Err` says why not; the run is then left to be interrupted.
+    pub fn resumable(&self, run_id: &str) -> Result<ResumableRun, String> {
+        let run = self
+            .store
+            .get_run(run_id)
+            .map_err(|e| e.to_string())?
+            .ok_or("it no longer exists")?;
+        let checkpoint = self
+            .store
+            .run_checkpoint(run_id)
+            .map_err(|e| e.to_string())?
+            .ok_or("it stopped before its plan was made (no checkpoint)")?;
+        let events: Vec<Envelope> = self
+            .store
+            .events_since(run_id, None)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|e| serde_json::from_str(&e.json))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("a stored event cannot be read ({e})"))?;
+        let point = ResumePoint::find(&checkpoint, &events)?;
+        let workspace = match point.checkpoint().workspace() {
+            Some(root) => {
+                let root = self
+                    .gate
+                    .check(Path::new(root))
+                    .map_err(|e| format!("its workspace cannot be used here: {e}"))?;
+                self.check_workspace(&root).map_err(|e| format!("{e:#}"))?;
+                Some(root)
+            }
+            None => None,
+        };
+        Ok(ResumableRun {
+            run_id: run_id.to_string(),
+            session_id: run.session_id,
+            workspace,
+            point,
+        })
+    }
+
+    /// Continues a run [`App::resumable`] accepted, whose lease this process
+    /// now holds, to its terminal event, then records the answer as
+    /// [`App::execute`] does.
+    pub async fn resume(
+        &self,
+        resumable: ResumableRun,
+        frontend: Frontend,
+        cancel: CancellationToken,
+    ) -> Result<AskOutcome> {
+        let ResumableRun {
+            run_id,
+            session_id,
+            workspace,
+            point,
+        } = resumable;
+        let registry = Arc::new(self.registry(workspace.as_deref()).await);
+        let (host, ctx) = self.run_parts(
+            &run_id,
+            &session_id,
+            workspace,
+            registry,
+            point.next_seq(),
+            frontend,
+            cancel,
+        )?;
+        let message = point.checkpoint().message().to_string();
+        let summary = point.checkpoint().summary().to_string();
+        let outcome = host.resume(point, &ctx).await;
+        self.conclude(run_id, session_id, &message, &summary, outcome)
+    }
+
+    /// The host and the run context a run executes with; its events are
+    /// numbered from `first_seq`.
+    #[allow(clippy::too_many_arguments)]
+    fn run_parts(
+        &self,
+        run_id: &str,
+        session_id: &str,
+        workspace: Option<PathBuf>,
+        registry: Arc<Registry>,
+        first_seq: u64,
+        frontend: Frontend,
+        cancel: CancellationToken,
+    ) -> Result<(Host, crate::plugins::context::RunContext)> {
         let events = Arc::new(RunEvents {
-            run_id: run_id.clone(),
-            seq: AtomicU64::new(0),
+            run_id: run_id.to_string(),
+            seq: AtomicU64::new(first_seq),
             writer: self.events.clone(),
             frontend,
         });
@@ -466,7 +574,7 @@ impl App {
                 (limit
                     - self
                         .store
-                        .session_usage(&session_id)?
+                        .session_usage(session_id)?
                         .cost_usd
                         .unwrap_or(0.0))
                 .max(0.0),
@@ -485,9 +593,31 @@ impl App {
                 budget_usd,
                 self.config.run.budget_tokens,
             )))
-            .ids(run_id.clone(), Some(session_id.clone()))
+            .ids(run_id.to_string(), Some(session_id.to_string()))
             .cancel(cancel)
-            .build(events.clone());
+            .build(events);
+        // Only replicas can resume a run: a single process keeps no checkpoints.
+        let checkpoints: Option<CheckpointSink> = (self.store.backend()
+            == capstan_store::Backend::Postgres
+            && self.config.store.resume == ResumePolicy::Safe)
+            .then(|| {
+                let store = self.store.clone();
+                let run_id = run_id.to_string();
+                Arc::new(move |c: &Checkpoint| {
+                    let saved = serde_json::to_string(c)
+                        .map_err(|e| e.to_string())
+                        .and_then(|json| {
+                            store
+                                .save_checkpoint(&run_id, &json)
+                                .map_err(|e| e.to_string())
+                        });
+                    if let Err(e) = saved {
+                        tracing::warn!(
+                            "run {run_id}: no checkpoint saved, it cannot be resumed: {e}"
+                        );
+                    }
+                }) as CheckpointSink
+            });
         let host = Host {
             runtime: self.runtime.clone(),
             registry,
@@ -499,15 +629,22 @@ impl App {
                 budget_tokens: self.config.run.budget_tokens,
                 ..Default::default()
             },
+            checkpoints,
         };
-        let request = RunRequest {
-            message: message.clone(),
-            session_id: Some(session_id.clone()),
-            history,
-            summary: summary.clone(),
-        };
-        let outcome = host.run(request, &ctx).await;
+        Ok((host, ctx))
+    }
 
+    /// After a run's terminal event: the answer and summary, then the run's
+    /// end (with its terminal event, in one transaction).
+    fn conclude(
+        &self,
+        run_id: String,
+        session_id: String,
+        message: &str,
+        summary: &str,
+        outcome: RunOutcome,
+    ) -> Result<AskOutcome> {
+        let store = &self.store;
         // The answer and summary are saved first, but their failure must not
         // leave the run `running`: it still ends, and the error is returned.
         let saved = (|| {
@@ -516,7 +653,7 @@ impl App {
             }
             store.update_summary(
                 &session_id,
-                &roll_summary(&summary, &message, &outcome.answer),
+                &roll_summary(summary, message, &outcome.answer),
             )
         })();
         let status = match outcome.status {
@@ -537,6 +674,15 @@ impl App {
             outcome,
         })
     }
+}
+
+/// A run another replica was running, accepted by [`App::resumable`].
+pub struct ResumableRun {
+    pub run_id: String,
+    pub session_id: String,
+    /// Canonical root of its workspace, checked by this host's gate.
+    pub workspace: Option<PathBuf>,
+    point: ResumePoint,
 }
 
 /// A bounded rolling summary: the earlier summary plus this exchange, keeping

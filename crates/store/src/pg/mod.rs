@@ -54,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0003_approved_always.sql"),
     include_str!("../../migrations/postgres/0004_run_user.sql"),
     include_str!("../../migrations/postgres/0005_run_start_order.sql"),
+    include_str!("../../migrations/postgres/0006_run_checkpoint.sql"),
 ];
 
 /// The PostgreSQL schema version this build reads and writes.

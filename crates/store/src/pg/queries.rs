@@ -1335,6 +1335,44 @@ impl PgStore {
         })
     }
 
+    pub(crate) fn expired_leases(&self) -> Result<Vec<String>> {
+        let c = self.conn()?;
+        let rows = wait(c.query(
+            "SELECT id FROM runs WHERE status = 'running' AND lease_expires_at < now()
+             ORDER BY started_at, start_order",
+            &[],
+        ))
+        .map_err(|e| self.err(e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    pub(crate) fn save_checkpoint(&self, run_id: &str, json: &str) -> Result<()> {
+        let c = self.conn()?;
+        let n = wait(c.execute(
+            "UPDATE runs SET checkpoint = $2 WHERE id = $1 AND status = 'running'",
+            &[&run_id, &json],
+        ))
+        .map_err(|e| self.err(e))?;
+        if n == 1 {
+            return Ok(());
+        }
+        let status = wait(c.query_opt("SELECT status FROM runs WHERE id = $1", &[&run_id]))
+            .map_err(|e| self.err(e))?
+            .ok_or_else(|| not_found("run", run_id))?;
+        Err(StoreError::RunNotRunning {
+            id: run_id.to_owned(),
+            status: status.get(0),
+        })
+    }
+
+    pub(crate) fn run_checkpoint(&self, run_id: &str) -> Result<Option<String>> {
+        let c = self.conn()?;
+        let row = wait(c.query_opt("SELECT checkpoint FROM runs WHERE id = $1", &[&run_id]))
+            .map_err(|e| self.err(e))?
+            .ok_or_else(|| not_found("run", run_id))?;
+        Ok(row.get(0))
+    }
+
     // ---- Approvals
 
     pub(crate) fn record_approval(&self, a: &NewApproval<'_>) -> Result<Approval> {

@@ -157,6 +157,7 @@ impl Feed {
 
     fn print(&self, event: &Event) {
         match event {
+            Event::RunResumed { message, .. } => errln!("· resumed: {message}"),
             Event::HostAnalysis {
                 decision, reason, ..
             } => errln!("· {decision}: {reason}"),

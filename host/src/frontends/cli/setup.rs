@@ -219,7 +219,8 @@ const USER_TEMPLATE: &str = r#"# Capstan's settings. Every line is commented out
 # (docs/DEPLOY.md); `capstan serve --store URL` overrides it.
 # [store]
 # url = "postgres://capstan:secret@db.internal:5432/capstan"
-# lease_secs = 30                 # a dead replica's runs are interrupted after this
+# lease_secs = 30                 # a dead replica's runs are taken over after this
+# resume = "safe"                 # continue them from their last completed task ("off": interrupt)
 
 # The search index: "english" (stemmed prose) or "simple" (exact words, code).
 # [index]

@@ -5,8 +5,11 @@
 //! - **Leases.** The replica that starts a run claims it
 //!   ([`crate::run::lease::Replica`]); a background thread renews the leases
 //!   of its runs (a third of `[store] lease_secs`) and sweeps for expired
-//!   ones of other replicas, which it marks `interrupted` with a terminal
-//!   `run.failed` (`lease-expired`).
+//!   ones of other replicas. With `[store] resume = "safe"` (the default) it
+//!   takes over each one that can go on safely and continues it from its
+//!   last completed task (`run.resumed`, see `run::orchestrator::resume`);
+//!   the others it marks `interrupted` with a terminal `run.failed`
+//!   (`lease-expired`).
 //! - **Streams.** A run running on another replica is followed by tailing
 //!   its stored events ([`tail`]): a cursor read, then `wait_events`
 //!   (PostgreSQL `LISTEN`/`NOTIFY`), on a blocking thread, until the run's
@@ -27,6 +30,7 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::runs::{RunManager, StreamSlot, Subscription, is_terminal};
+use crate::config::store::ResumePolicy;
 use crate::plugins::services::approval::Via;
 use crate::run::lease::Replica;
 
@@ -46,15 +50,20 @@ pub fn start(manager: &Arc<RunManager>) {
         return;
     };
     let weak = Arc::downgrade(manager);
+    // Resumed runs are spawned from the thread onto the server's runtime.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        crate::errln!("error: the replica's heartbeat needs the server's runtime; not started");
+        return;
+    };
     let spawned = std::thread::Builder::new()
         .name("capstan-replica".into())
-        .spawn(move || background(weak, replica));
+        .spawn(move || background(weak, replica, runtime));
     if let Err(e) = spawned {
         crate::errln!("error: cannot start the replica's heartbeat thread: {e}");
     }
 }
 
-fn background(manager: Weak<RunManager>, replica: Arc<Replica>) {
+fn background(manager: Weak<RunManager>, replica: Arc<Replica>, runtime: tokio::runtime::Handle) {
     let mut next_beat = Instant::now();
     let mut next_sweep = Instant::now();
     loop {
@@ -82,6 +91,9 @@ fn background(manager: Weak<RunManager>, replica: Arc<Replica>) {
         }
         if now >= next_sweep {
             next_sweep = now + replica.sweep_every();
+            if manager.app().config.store.resume == ResumePolicy::Safe {
+                take_over(&manager, &replica, &runtime);
+            }
             match replica.sweep() {
                 Ok(ids) if !ids.is_empty() => tracing::info!(
                     "marked {} run(s) of a stopped replica interrupted (lease expired): {}",
@@ -96,6 +108,39 @@ fn background(manager: Weak<RunManager>, replica: Arc<Replica>) {
         drop(manager);
         std::thread::sleep(REQUEST_POLL);
     }
+}
+
+/// Takes over the runs of dead replicas that can go on safely, and continues
+/// them here; the sweep that follows interrupts the rest.
+fn take_over(manager: &Arc<RunManager>, replica: &Replica, runtime: &tokio::runtime::Handle) {
+    let expired = match replica.store().expired_leases() {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!("looking for runs of stopped replicas: {e}");
+            return;
+        }
+    };
+    for run_id in expired {
+        match manager.resume(&run_id, runtime) {
+            Ok(()) => crate::errln!(
+                "resumed run {run_id}: its replica stopped; continuing from its last completed task"
+            ),
+            Err(Resume::Unsafe(why)) => {
+                tracing::info!("run {run_id} of a stopped replica is not resumed: {why}")
+            }
+            // Another replica was quicker, or the run ended meanwhile.
+            Err(Resume::Taken) => {}
+        }
+    }
+}
+
+/// Why a run was not resumed here.
+#[derive(Debug)]
+pub enum Resume {
+    /// It cannot go on safely (the reason, for the log); it is interrupted.
+    Unsafe(String),
+    /// Another replica took it over first, or it ended.
+    Taken,
 }
 
 /// Applies the cancels and decisions other replicas left for this one's runs.

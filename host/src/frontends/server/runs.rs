@@ -409,6 +409,54 @@ impl RunManager {
         Ok(Started { run, events })
     }
 
+    /// Continues here a run whose replica died (its lease expired), when
+    /// [`App::resumable`] finds it safe: takes its lease, registers it like a
+    /// run started here (cancels, approvals, heartbeat) and runs the rest on
+    /// `runtime`. Its streams read the store, as every replica's do.
+    pub fn resume(
+        self: &Arc<Self>,
+        run_id: &str,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<(), super::replica::Resume> {
+        use super::replica::Resume;
+        let replica = self.replica.as_ref().ok_or(Resume::Taken)?;
+        let resumable = self.app.resumable(run_id).map_err(Resume::Unsafe)?;
+        let session_guard = self
+            .reserve_session(&resumable.session_id)
+            .map_err(|e| Resume::Unsafe(e.message))?;
+        let claim = replica.claim(run_id);
+        if claim.is_err() {
+            return Err(Resume::Taken);
+        }
+        let run = Arc::new(ActiveRun {
+            run_id: resumable.run_id.clone(),
+            session_id: resumable.session_id.clone(),
+            workspace: resumable.workspace.clone(),
+            cancel: CancellationToken::new(),
+            feed: Mutex::default(),
+        });
+        self.active.lock().insert(run.run_id.clone(), run.clone());
+        let sink = run.clone();
+        let frontend: Frontend = Arc::new(move |env: &Envelope| sink.push(env));
+        let manager = self.clone();
+        self.tasks.spawn_on(
+            async move {
+                let _session = session_guard;
+                let result = manager
+                    .app
+                    .resume(resumable, frontend, run.cancel.clone())
+                    .await;
+                if let Err(e) = result {
+                    crate::errln!("error: resumed run {} stopped: {e:#}", run.run_id);
+                }
+                run.close();
+                manager.active.lock().remove(&run.run_id);
+            },
+            runtime,
+        );
+        Ok(())
+    }
+
     fn reserve_session(self: &Arc<Self>, id: &str) -> Result<SessionGuard, ApiError> {
         let mut busy = self.busy_sessions.lock();
         if !busy.insert(id.to_string()) {

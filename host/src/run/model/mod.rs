@@ -36,21 +36,21 @@ pub struct Passage {
 }
 
 /// What a capability offers, for planning.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CapabilitySummary {
     pub kind: String,
     pub operations: Vec<OperationSummary>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OperationSummary {
     pub name: String,
     pub description: String,
     pub input_schema: serde_json::Value,
 }
 
-/// Everything the host knows at one step.
-#[derive(Debug, Clone, Default)]
+/// Everything the host knows at one step (saved in a run's checkpoint).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct HostContext {
     pub message: String,
     /// Recent turns, oldest first.

@@ -12,6 +12,14 @@ pub(super) struct Meter {
 }
 
 impl Meter {
+    /// The meter of a resumed run: what it had spent before.
+    pub(super) fn resumed(usage: Usage) -> Self {
+        Self {
+            usage,
+            warned: false,
+        }
+    }
+
     /// The run's usage: its own model calls and what external MCP servers'
     /// sampling requests cost (metered by the run's sampler).
     pub(super) fn total(&self, run: &RunContext) -> Usage {

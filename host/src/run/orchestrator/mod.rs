@@ -8,7 +8,8 @@
 //! (`workspace.required`, nothing runs) -> dispatch over the dependency graph
 //! ([`schedule`], independent tasks in parallel, fail-fast) -> finalization
 //! ([`finalize`]: `response.delta`..., `response.completed`) -> `run.completed` |
-//! `run.failed` | `run.cancelled`.
+//! `run.failed` | `run.cancelled`. A valid plan saves a checkpoint first, from
+//! which another replica can continue the run ([`resume`]).
 //!
 //! What a run carries from stage to stage is one [`RunState`]; why it stopped
 //! early is one [`Stop`]. One cancellation token (in [`RunContext`]) reaches
@@ -18,6 +19,7 @@
 mod budget;
 mod finalize;
 mod plan;
+mod resume;
 mod retrieval;
 mod schedule;
 
@@ -33,7 +35,12 @@ use crate::run::model::{
 use capstan_protocol::{Event, FailureReason, StepDecision, Usage};
 
 pub use plan::validate_plan;
+pub use resume::{Checkpoint, ResumePoint};
 pub use retrieval::RETRIEVAL_KIND;
+
+/// Where a run's [`Checkpoint`] goes when its plan is made (the store, so
+/// another replica can resume the run).
+pub type CheckpointSink = Arc<dyn Fn(&Checkpoint) + Send + Sync>;
 
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -98,6 +105,8 @@ pub struct Host {
     pub registry: Arc<Registry>,
     pub model: Arc<dyn HostModel>,
     pub config: RunConfig,
+    /// Receives the run's checkpoint once its plan is valid; `None` keeps none.
+    pub checkpoints: Option<CheckpointSink>,
 }
 
 /// Why the loop stopped early.
@@ -256,7 +265,12 @@ impl Host {
                             ),
                         ));
                     }
-                    Ok(()) => return self.execute(tasks, run, &mut state.reports).await,
+                    Ok(()) => {
+                        if let Some(save) = &self.checkpoints {
+                            save(&Checkpoint::new(&state.ctx, &tasks, state.meter.usage));
+                        }
+                        return self.execute(tasks, run, &mut state.reports).await;
+                    }
                 },
             }
         }

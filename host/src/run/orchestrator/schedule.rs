@@ -45,6 +45,17 @@ impl Host {
             "plan",
             format!("planned {} task(s): {}", tasks.len(), titles.join("; ")),
         ));
+        self.run_plan(tasks, run, reports).await
+    }
+
+    /// Admit tasks and run the valid ones over their graph (a new plan's, or
+    /// what a resumed run has left).
+    pub(super) async fn run_plan(
+        &self,
+        tasks: Vec<PlanTask>,
+        run: &RunContext,
+        reports: &mut Vec<TaskReport>,
+    ) -> Result<(), Stop> {
         let admitted = self.admit(&tasks, run, reports)?;
         // Tasks share a child token: fail-fast cancels the others without
         // cancelling the run.

@@ -741,6 +741,9 @@ function handle(view, ev) {
     case "activity":
       if (!MIRRORED.has(ev.kind)) addFeed(view, ev.message);
       break;
+    case "run.resumed":
+      addFeed(view, `resumed: ${ev.message}`);
+      break;
     case "workspace.required":
       addFeed(view, `workspace required: ${ev.message}`, "error");
       break;
