@@ -18,6 +18,7 @@
 //!   repository whose layers are signed simple-signing payloads naming the
 //!   manifest digest, so `cosign sign --key` and `cosign verify --key` work on
 //!   the same artifacts.
+//!
 //! `add oci://` checks the bytes against the layer digest (always; there is
 //! nothing to allow when a registry serves other bytes than its manifest names)
 //! and the signatures. An unsigned component, one signed by a key not trusted,
