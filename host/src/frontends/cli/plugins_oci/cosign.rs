@@ -18,7 +18,7 @@ use p256::pkcs8::{
     DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey, LineEnding,
 };
 use p256::{PublicKey, SecretKey};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Media type of the simple-signing payload layer in a `.sig` artifact.
 pub const PAYLOAD_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
@@ -104,21 +104,23 @@ pub fn public_pem(key: &PublicKey) -> Result<String> {
         .map_err(|e| anyhow!("cannot encode the public key: {e}"))
 }
 
-#[derive(Deserialize)]
+/// The JSON inside cosign's private key PEM (go-securesystemslib's
+/// `encrypted` envelope); fields in its order, so keys written here match.
+#[derive(Deserialize, Serialize)]
 struct Encrypted {
     kdf: Kdf,
     cipher: Cipher,
     ciphertext: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 struct Kdf {
     name: String,
     params: ScryptParams,
     salt: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[allow(non_snake_case)]
 struct ScryptParams {
     N: u64,
@@ -126,7 +128,7 @@ struct ScryptParams {
     p: u32,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 struct Cipher {
     name: String,
     nonce: String,
@@ -214,7 +216,7 @@ pub fn decrypt_private_key(text: &str, password: &[u8]) -> Result<SecretKey, Key
     })
 }
 
-/// 32 random bytes from the OS.
+/// N random bytes from the OS.
 fn random<const N: usize>() -> Result<[u8; N]> {
     let mut b = [0u8; N];
     getrandom::fill(&mut b).map_err(|e| anyhow!("no randomness from the OS: {e}"))?;
@@ -243,11 +245,22 @@ pub fn encrypt_private_key(key: &SecretKey, password: &[u8]) -> Result<String> {
     let ciphertext = XSalsa20Poly1305::new(&k.into())
         .encrypt(Nonce::from_slice(&nonce), der.as_bytes())
         .map_err(|_| anyhow!("cannot encrypt the private key"))?;
-    let json = serde_json::json!({
-        "kdf": {"name": "scrypt", "params": {"N": 1u64 << SCRYPT_LOG_N, "r": 8, "p": 1}, "salt": B64.encode(salt)},
-        "cipher": {"name": "nacl/secretbox", "nonce": B64.encode(nonce)},
-        "ciphertext": B64.encode(ciphertext),
-    });
+    let json = Encrypted {
+        kdf: Kdf {
+            name: "scrypt".into(),
+            params: ScryptParams {
+                N: 1 << SCRYPT_LOG_N,
+                r: 8,
+                p: 1,
+            },
+            salt: B64.encode(salt),
+        },
+        cipher: Cipher {
+            name: "nacl/secretbox".into(),
+            nonce: B64.encode(nonce),
+        },
+        ciphertext: B64.encode(ciphertext),
+    };
     let body = B64.encode(serde_json::to_vec(&json)?);
     let label = PRIVATE_LABELS[0];
     let mut out = format!("-----BEGIN {label}-----\n");
@@ -383,6 +396,18 @@ mod tests {
         let sk = generate().unwrap();
         let text = encrypt_private_key(&sk, b"pw").unwrap();
         assert!(text.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n"));
+        // The JSON cosign writes, in its field order.
+        let json = String::from_utf8(pem_body(&text, PRIVATE_LABELS[0]).unwrap()).unwrap();
+        assert!(
+            json.starts_with(
+                r#"{"kdf":{"name":"scrypt","params":{"N":65536,"r":8,"p":1},"salt":""#
+            ),
+            "{json}"
+        );
+        assert!(
+            json.contains(r#""cipher":{"name":"nacl/secretbox","nonce":""#),
+            "{json}"
+        );
         assert_eq!(decrypt_private_key(&text, b"pw").unwrap(), sk);
         assert!(matches!(
             decrypt_private_key(&text, b"pW"),
