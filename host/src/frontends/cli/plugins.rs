@@ -1,6 +1,6 @@
 //! `capstan plugins list|check|new|add|remove|publish|keygen|trust` (new, add and
 //! remove in plugins_manage.rs; publish, keygen, trust and the oci:// part of add
-//! in plugins_oci.rs). The list also shows the external MCP servers your
+//! in plugins_oci/). The list also shows the external MCP servers your
 //! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
 
 use std::path::{Path, PathBuf};
