@@ -1009,6 +1009,29 @@ async fn check_signatures(
 /// The largest simple-signing payload read (cosign's are a few hundred bytes).
 const MAX_PAYLOAD_BYTES: i64 = 64 << 10;
 
+/// A blob of at most MAX_PAYLOAD_BYTES whose bytes match its digest, else
+/// None. Read as a stream and cut off at the limit, since a registry can send
+/// more than the manifest's size says.
+async fn pull_small_blob(
+    client: &Client,
+    reference: &Reference,
+    layer: &oci_client::manifest::OciDescriptor,
+) -> Option<Vec<u8>> {
+    use futures::StreamExt as _;
+    let limit = usize::try_from(MAX_PAYLOAD_BYTES).ok()?;
+    // oci-client's stream checks the digest when it ends.
+    let mut stream = client.pull_blob_stream(reference, layer).await.ok()?.stream;
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        out.extend_from_slice(&chunk.ok()?);
+        if out.len() > limit {
+            return None;
+        }
+    }
+    (format!("sha256:{}", crate::plugins::manifest::sha256_hex(&out)) == layer.digest)
+        .then_some(out)
+}
+
 /// Checks the cosign signatures of the manifest `digest`: each layer of its
 /// `sha256-<hex>.sig` artifact is a payload (checked against its digest) and
 /// a signature; one by a trusted cosign key whose payload names exactly this
@@ -1056,17 +1079,11 @@ async fn verify_cosign(
         if keys.is_empty() || !(0..=MAX_PAYLOAD_BYTES).contains(&layer.size) {
             continue;
         }
-        let mut payload = Vec::new();
-        // oci-client checks the bytes against the layer digest; a payload that
-        // does not match is one nobody signed, so it just does not count.
-        if client
-            .pull_blob(&sig_ref, layer, &mut payload)
-            .await
-            .is_err()
-            || format!("sha256:{}", crate::plugins::manifest::sha256_hex(&payload)) != layer.digest
-        {
+        // A payload that is too big or does not match its digest is one
+        // nobody signed, so it just does not count.
+        let Some(payload) = pull_small_blob(client, &sig_ref, layer).await else {
             continue;
-        }
+        };
         for (key, comment) in &keys {
             if !cosign::verify(key, &payload, signature) {
                 continue;
@@ -1091,7 +1108,7 @@ async fn verify_cosign(
         return Err(Unverified::WrongSubject { key, why });
     }
     if signatures == 0 {
-        return Err(Unverified::Malformed(format!(
+        return Err(Unverified::NoCosignSignature(format!(
             "its cosign artifact (tag {tag}) holds no `{}` layer with a signature",
             cosign::PAYLOAD_MEDIA_TYPE
         )));
@@ -1131,13 +1148,15 @@ enum Unverified {
     },
     /// The registry did not answer for the signatures.
     Lookup(String),
+    /// A `.sig` artifact with no cosign signature layer in it.
+    NoCosignSignature(String),
 }
 
 impl Unverified {
     /// What the person can do about it.
     fn remedy(&self) -> &'static str {
         match self {
-            Self::Unsigned | Self::Malformed(_) => {
+            Self::Unsigned | Self::Malformed(_) | Self::NoCosignSignature(_) => {
                 "ask its publisher to sign it (`capstan plugins publish --key`, or \
                  `cosign sign --key` on its digest)"
             }
@@ -1180,7 +1199,9 @@ impl std::fmt::Display for Unverified {
                 "its signature by trusted key {key} does not match its bytes ({why}): \
                  the component changed after it was signed"
             ),
-            Self::NoTrustFile(e) | Self::Lookup(e) => write!(f, "{e}"),
+            Self::NoTrustFile(e) | Self::Lookup(e) | Self::NoCosignSignature(e) => {
+                write!(f, "{e}")
+            }
             Self::CosignUntrusted {
                 signatures,
                 keys,
