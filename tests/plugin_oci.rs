@@ -870,6 +870,20 @@ fn cosign_keys_from_keygen_and_what_trust_refuses() {
     );
 
     let tagged = registry.url("plugins/hello:team");
+    // cosign.pub where the secret key belongs: said so, nothing pushed.
+    let (code, _, err) = run(
+        &home,
+        &[
+            "plugins",
+            "publish",
+            &w(&hello),
+            &tagged,
+            "--key",
+            &w(&public),
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("is a public key"), "{err}");
     let (code, stdout, err) = run_env(
         &home,
         &[

@@ -482,6 +482,12 @@ enum AnySecret {
 fn load_any_secret(path: &Path) -> Result<AnySecret> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the secret key {}", path.display()))?;
+    if cosign::is_public_key(&text) {
+        bail!(
+            "{} is a public key; --key takes the secret key (cosign.key, not cosign.pub)",
+            path.display()
+        );
+    }
     if !cosign::is_private_key(&text) {
         return load_secret(path).map(|k| AnySecret::Minisign(Box::new(k)));
     }
@@ -510,7 +516,8 @@ fn load_secret(path: &Path) -> Result<SecretKey> {
         .with_context(|| format!("cannot read the secret key {}", path.display()))?;
     let not_a_key = || {
         anyhow!(
-            "{}: not a minisign secret key (make one with `capstan plugins keygen`)",
+            "{}: neither a minisign secret key nor a cosign private key (make one with \
+             `capstan plugins keygen`, or `cosign generate-key-pair`)",
             path.display()
         )
     };
