@@ -4,7 +4,9 @@
 //! digest; a component signed with a trusted key is accepted, one signed with
 //! another key, an unsigned one and one whose bytes changed after signing are
 //! refused unless the person passes --allow-unverified. Signatures are minisign
-//! signatures: Debian's `minisign` makes and checks them on the other side.
+//! signatures (Debian's `minisign` makes and checks them on the other side) or
+//! cosign key-pair signatures in cosign's `sha256-<hex>.sig` layout, made with
+//! keys real cosign made (tests/fixtures/cosign) and checked by `openssl`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -33,6 +35,13 @@ struct Registry {
 
 impl Registry {
     fn start() -> Self {
+        Self::start_with("", "200", &[])
+    }
+
+    /// With `extra` appended to the registry's config (e.g. an `auth:`
+    /// section; `{dir}` is its temp dir, where `files` are written first),
+    /// ready once GET /v2/ answers `status`.
+    fn start_with(extra: &str, status: &str, files: &[(&str, &str)]) -> Self {
         let bin = "/usr/bin/docker-registry";
         assert!(
             Path::new(bin).exists(),
@@ -45,14 +54,18 @@ impl Registry {
             .unwrap()
             .port();
         let addr = format!("127.0.0.1:{port}");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
         let config = dir.path().join("config.yml");
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n\
                  storage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: {addr}\n",
-                dir.path().join("data").display()
+                 http:\n  addr: {addr}\n{}",
+                dir.path().join("data").display(),
+                extra.replace("{dir}", &dir.path().display().to_string())
             ),
         )
         .unwrap();
@@ -75,7 +88,7 @@ impl Registry {
             || {
                 registry
                     .get_v2()
-                    .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+                    .is_some_and(|r| r.starts_with(&format!("HTTP/1.1 {status}")))
             },
         );
         registry
@@ -156,7 +169,18 @@ impl Drop for Registry {
 }
 
 fn run(home: &Home, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = home.capstan().args(args).output().unwrap();
+    run_env(home, args, &[])
+}
+
+fn run_env(home: &Home, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut cmd = home.capstan();
+    cmd.env_remove("COSIGN_PASSWORD")
+        .env_remove("CAPSTAN_REGISTRY_USER")
+        .env_remove("CAPSTAN_REGISTRY_PASSWORD");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.args(args).output().unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -533,4 +557,469 @@ fn minisign_made_keys_and_signatures_work_both_ways() {
         "-x",
         &w(&from_registry),
     ]);
+}
+
+fn cosign_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/cosign")
+        .join(name)
+}
+
+impl Registry {
+    fn block_on<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Runtime::new().unwrap().block_on(f)
+    }
+
+    fn blob(&self, repo_tag: &str, layer: &oci_client::manifest::OciDescriptor) -> Vec<u8> {
+        let reference = self.reference(repo_tag);
+        let mut out = Vec::new();
+        self.block_on(self.client().pull_blob(&reference, layer, &mut out))
+            .unwrap();
+        out
+    }
+
+    /// Puts `manifest` under `repo_tag` (its blobs must be in the repository).
+    fn put_manifest(&self, repo_tag: &str, manifest: OciImageManifest) {
+        let reference = self.reference(repo_tag);
+        self.block_on(async {
+            let client = self.client();
+            // oci-client pushes only after it has a token (anonymous here).
+            client
+                .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
+                .await;
+            client.push_manifest(&reference, &manifest.into()).await
+        })
+        .unwrap();
+    }
+
+    fn push_blob(&self, repo: &str, data: &[u8]) -> String {
+        let digest = format!("sha256:{}", sha256_hex(data));
+        let reference = self.reference(&format!("{repo}:x"));
+        self.block_on(async {
+            let client = self.client();
+            client
+                .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
+                .await;
+            client.push_blob(&reference, data.to_vec(), &digest).await
+        })
+        .unwrap();
+        digest
+    }
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(data))
+}
+
+fn sig_tag(digest: &str) -> String {
+    format!("{}.sig", digest.replace(':', "-"))
+}
+
+/// `openssl dgst -sha256 -verify` of a DER ECDSA signature: a verifier that
+/// shares no code with Capstan.
+fn openssl_verifies(public: &Path, payload: &[u8], signature_b64: &str) -> bool {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (p, s) = (dir.path().join("payload"), dir.path().join("sig.der"));
+    std::fs::write(&p, payload).unwrap();
+    std::fs::write(
+        &s,
+        base64::engine::general_purpose::STANDARD
+            .decode(signature_b64)
+            .unwrap(),
+    )
+    .unwrap();
+    let out = Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify"])
+        .arg(public)
+        .arg("-signature")
+        .arg(&s)
+        .arg(&p)
+        .output()
+        .expect("openssl is missing: run `bash tests/run` (Debian's openssl)");
+    out.status.success()
+}
+
+#[test]
+fn cosign_signatures_are_made_and_checked_as_cosign_does() {
+    let registry = Registry::start();
+    let hello = built_component("hello");
+    let publisher = Home::new("");
+    let key = cosign_fixture("cosign-hello.key");
+    let key_pub = cosign_fixture("cosign-hello.pub");
+    let w = |p: &Path| p.to_str().unwrap().to_string();
+    let tagged = registry.url("plugins/hello:cosign");
+
+    // The key is cosign's, so publish needs its password, where cosign reads it.
+    let (hello_s, key_s) = (w(&hello), w(&key));
+    let args: [&str; 6] = ["plugins", "publish", &hello_s, &tagged, "--key", &key_s];
+    let (code, _, err) = run_env(&publisher, &args, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("set COSIGN_PASSWORD"), "{err}");
+    let (code, _, err) = run_env(&publisher, &args, &[("COSIGN_PASSWORD", "nope")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("does not open this cosign key"), "{err}");
+    let (code, out, err) = run_env(&publisher, &args, &[("COSIGN_PASSWORD", "hello")]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("signed by key cosign:"), "{out}");
+
+    // The layout cosign writes: the tag sha256-<hex>.sig in the same repository,
+    // a simple-signing payload layer naming the manifest digest, the DER
+    // signature base64 in its annotation; openssl verifies it with cosign.pub.
+    let (manifest, digest) = registry.manifest("plugins/hello:cosign");
+    assert!(
+        !manifest
+            .annotations
+            .unwrap_or_default()
+            .contains_key(SIGNATURE_ANNOTATION),
+        "a cosign-signed manifest carries no minisign annotation"
+    );
+    let sig_at = format!("plugins/hello:{}", sig_tag(&digest));
+    let (sig_manifest, _) = registry.manifest(&sig_at);
+    assert_eq!(
+        sig_manifest.media_type.as_deref(),
+        Some("application/vnd.oci.image.manifest.v1+json")
+    );
+    assert_eq!(
+        sig_manifest.config.media_type,
+        "application/vnd.oci.image.config.v1+json"
+    );
+    let [layer] = sig_manifest.layers.as_slice() else {
+        panic!("{:?}", sig_manifest.layers)
+    };
+    assert_eq!(
+        layer.media_type,
+        "application/vnd.dev.cosign.simplesigning.v1+json"
+    );
+    let signature =
+        layer.annotations.as_ref().unwrap()["dev.cosignproject.cosign/signature"].clone();
+    let payload = registry.blob(&sig_at, layer);
+    assert_eq!(
+        String::from_utf8(payload.clone()).unwrap(),
+        format!(
+            r#"{{"critical":{{"identity":{{"docker-reference":"{}/plugins/hello"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#,
+            registry.addr
+        )
+    );
+    assert!(openssl_verifies(&key_pub, &payload, &signature));
+    assert!(!openssl_verifies(
+        &cosign_fixture("cosign-empty.pub"),
+        &payload,
+        &signature
+    ));
+
+    // Trusting cosign.pub accepts it; the digest is pinned as for minisign.
+    let user = Home::new("");
+    trust(&user, &key_pub);
+    let trusted = std::fs::read_to_string(user.path().join("config/trusted-keys")).unwrap();
+    assert!(trusted.starts_with("MFkw"), "{trusted}");
+    let (code, out, err) = run(&user, &["plugins", "add", &tagged, "--yes"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("signed by trusted key cosign:") && out.contains("cosign signature"),
+        "{out}"
+    );
+    let pinned = format!("{}@{digest}", registry.url("plugins/hello"));
+    assert_eq!(entries(&user)[0]["oci"].as_str(), Some(pinned.as_str()));
+
+    // Signed with a key the user does not trust (another real cosign key).
+    let other_user = Home::new("");
+    trust(&other_user, &cosign_fixture("cosign-empty.pub"));
+    let (code, _, err) = run(&other_user, &["plugins", "add", &tagged, "--yes"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("none by a key among your trusted keys")
+            && err.contains("capstan plugins trust cosign.pub")
+            && err.contains("--allow-unverified"),
+        "{err}"
+    );
+    assert_nothing_added(&other_user);
+
+    // Unsigned: no .sig tag at all.
+    let unsigned = registry.url("plugins/hello:unsigned");
+    publish(&publisher, &built_component("fault"), &unsigned, &[]);
+    let user = Home::new("");
+    trust(&user, &key_pub);
+    let (code, _, err) = run(&user, &["plugins", "add", &unsigned, "--yes"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("not signed") && err.contains("cosign sign --key"),
+        "{err}"
+    );
+    assert_nothing_added(&user);
+
+    // The valid signature of hello, copied to the .sig tag of other bytes
+    // (what a registry operator could do): refused, naming both digests.
+    let (_, unsigned_digest) = registry.manifest("plugins/hello:unsigned");
+    let moved_at = format!("plugins/hello:{}", sig_tag(&unsigned_digest));
+    registry.put_manifest(&moved_at, sig_manifest.clone());
+    let (code, _, err) = run(&user, &["plugins", "add", &unsigned, "--yes"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("is not for this component")
+            && err.contains(&format!(
+                "for manifest {digest}, not this one ({unsigned_digest})"
+            ))
+            && err.contains("--allow-unverified"),
+        "{err}"
+    );
+    assert_nothing_added(&user);
+
+    // The payload edited to name the other bytes, the signature kept: it no
+    // longer verifies with any trusted key.
+    let edited = String::from_utf8(payload.clone())
+        .unwrap()
+        .replace(&digest, &unsigned_digest);
+    let edited_digest = registry.push_blob("plugins/hello", edited.as_bytes());
+    let mut forged = sig_manifest.clone();
+    forged.layers[0].digest = edited_digest;
+    forged.layers[0].size = edited.len() as i64;
+    registry.put_manifest(&moved_at, forged);
+    let (code, _, err) = run(&user, &["plugins", "add", &unsigned, "--yes"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("none by a key among your trusted keys") && err.contains("payload changed"),
+        "{err}"
+    );
+    assert_nothing_added(&user);
+    // --allow-unverified takes it anyway, saying so.
+    let (code, out, err) = run(
+        &user,
+        &["plugins", "add", &unsigned, "--yes", "--allow-unverified"],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("NOT VERIFIED"), "{out}");
+
+    // Signing again keeps earlier signatures of the same manifest, as cosign
+    // does: the same signature twice is one layer, a second signer's is added.
+    // (The config's `created` has one-second resolution, so a publish in
+    // another second makes a new manifest with a .sig of its own.)
+    let (code, out, err) = run_env(&publisher, &args, &[("COSIGN_PASSWORD", "hello")]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (_, again) = registry.manifest("plugins/hello:cosign");
+    let layers = |d: &str| {
+        registry
+            .manifest(&format!("plugins/hello:{}", sig_tag(d)))
+            .0
+            .layers
+            .len()
+    };
+    assert_eq!(layers(&again), 1);
+    let empty_key = w(&cosign_fixture("cosign-empty.key"));
+    let (code, out, err) = run_env(
+        &publisher,
+        &["plugins", "publish", &hello_s, &tagged, "--key", &empty_key],
+        &[("COSIGN_PASSWORD", "")],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (_, latest) = registry.manifest("plugins/hello:cosign");
+    assert_eq!(layers(&latest), if latest == again { 2 } else { 1 });
+}
+
+#[test]
+fn cosign_keys_from_keygen_and_what_trust_refuses() {
+    let registry = Registry::start();
+    let hello = built_component("hello");
+    let home = Home::new("");
+    let keys = tempfile::tempdir().unwrap();
+    let out = keys.path().join("team");
+    let w = |p: &Path| p.to_str().unwrap().to_string();
+
+    let (code, _, err) = run(
+        &home,
+        &["plugins", "keygen", &w(&out), "--format", "cosign"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("set COSIGN_PASSWORD"), "{err}");
+    let (code, stdout, err) = run_env(
+        &home,
+        &[
+            "plugins",
+            "keygen",
+            &w(&out),
+            "--format",
+            "cosign",
+            "--trust",
+        ],
+        &[("COSIGN_PASSWORD", "s3cret")],
+    );
+    assert_eq!(code, Some(0), "{stdout}{err}");
+    let secret = keys.path().join("team.key");
+    let public = keys.path().join("team.pub");
+    let text = std::fs::read_to_string(&secret).unwrap();
+    assert!(
+        text.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----"),
+        "{text}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // openssl reads the public key as an EC P-256 SPKI, as it reads cosign.pub.
+    let shown = Command::new("openssl")
+        .args(["pkey", "-pubin", "-noout", "-text", "-in"])
+        .arg(&public)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("NIST CURVE: P-256") || shown.contains("prime256v1"),
+        "{shown}"
+    );
+
+    let tagged = registry.url("plugins/hello:team");
+    // cosign.pub where the secret key belongs: said so, nothing pushed.
+    let (code, _, err) = run(
+        &home,
+        &[
+            "plugins",
+            "publish",
+            &w(&hello),
+            &tagged,
+            "--key",
+            &w(&public),
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("is a public key"), "{err}");
+    let (code, stdout, err) = run_env(
+        &home,
+        &[
+            "plugins",
+            "publish",
+            &w(&hello),
+            &tagged,
+            "--key",
+            &w(&secret),
+        ],
+        &[("COSIGN_PASSWORD", "s3cret")],
+    );
+    assert_eq!(code, Some(0), "{stdout}{err}");
+    let (code, stdout, err) = run(&home, &["plugins", "add", &tagged, "--yes"]);
+    assert_eq!(code, Some(0), "{stdout}{err}");
+    assert!(stdout.contains("cosign signature"), "{stdout}");
+    // And the signature is one openssl accepts with the .pub keygen wrote.
+    let (_, digest) = registry.manifest("plugins/hello:team");
+    let sig_at = format!("plugins/hello:{}", sig_tag(&digest));
+    let (m, _) = registry.manifest(&sig_at);
+    let payload = registry.blob(&sig_at, &m.layers[0]);
+    let sig = &m.layers[0].annotations.as_ref().unwrap()["dev.cosignproject.cosign/signature"];
+    assert!(openssl_verifies(&public, &payload, sig));
+
+    // A PEM key Capstan cannot verify, and a file that is no key, are refused
+    // by name; nothing is written to trusted-keys.
+    let fresh = Home::new("");
+    let ed = keys.path().join("ed25519.pub");
+    std::fs::write(
+        &ed,
+        "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n-----END PUBLIC KEY-----\n",
+    )
+    .unwrap();
+    let (code, _, err) = run(&fresh, &["plugins", "trust", &w(&ed)]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not an ECDSA P-256 public key"), "{err}");
+    let (code, _, err) = run(&fresh, &["plugins", "trust", &w(&secret)]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a public key Capstan knows"), "{err}");
+    assert!(!fresh.path().join("config/trusted-keys").exists());
+}
+
+#[test]
+fn registry_logins_come_from_the_environment_or_dockers_config() {
+    // docker-registry's htpasswd auth (bcrypt, user bob, password pw1) answers
+    // Basic auth over plain HTTP on 127.0.0.1.
+    let registry = Registry::start_with(
+        "auth:\n  htpasswd:\n    realm: capstan-test\n    path: {dir}/htpasswd\n",
+        "401",
+        &[(
+            "htpasswd",
+            "bob:$2b$04$70lWLNEOYWh3id2gDEoV.e/ThKUxYWwDeC2MNbXtUGmXgxWZfg6Lu\n",
+        )],
+    );
+    let hello = built_component("hello");
+    let w = |p: &Path| p.to_str().unwrap().to_string();
+    let (hello_s, key_s) = (w(&hello), w(&cosign_fixture("cosign-hello.key")));
+    let tagged = registry.url("plugins/hello:private");
+    let publish_args: [&str; 6] = ["plugins", "publish", &hello_s, &tagged, "--key", &key_s];
+    let home = Home::new("");
+    let no_docker = tempfile::tempdir().unwrap();
+    let no_docker_s = w(no_docker.path());
+    let base = [
+        ("COSIGN_PASSWORD", "hello"),
+        ("DOCKER_CONFIG", no_docker_s.as_str()),
+    ];
+
+    // Anonymous: refused, saying where credentials come from.
+    let (code, _, err) = run_env(&home, &publish_args, &base);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("found no credentials") && err.contains("CAPSTAN_REGISTRY_USER"),
+        "{err}"
+    );
+    // Wrong password: refused, naming the source, never the password.
+    let mut env = base.to_vec();
+    env.extend([
+        ("CAPSTAN_REGISTRY_USER", "bob"),
+        ("CAPSTAN_REGISTRY_PASSWORD", "hunter2-wrong"),
+    ]);
+    let (code, out, err) = run_env(&home, &publish_args, &env);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("refused the credentials from CAPSTAN_REGISTRY_USER"),
+        "{err}"
+    );
+    assert!(!format!("{out}{err}").contains("hunter2"), "{out}{err}");
+    // Only one of the two: refused before any network use.
+    let (code, _, err) = run_env(
+        &home,
+        &publish_args,
+        &[
+            ("COSIGN_PASSWORD", "hello"),
+            ("CAPSTAN_REGISTRY_USER", "bob"),
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("set both"), "{err}");
+
+    // The right ones: pushed, cosign signature included.
+    let mut env = base.to_vec();
+    env.extend([
+        ("CAPSTAN_REGISTRY_USER", "bob"),
+        ("CAPSTAN_REGISTRY_PASSWORD", "pw1"),
+    ]);
+    let (code, out, err) = run_env(&home, &publish_args, &env);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!format!("{out}{err}").contains("pw1"), "{out}{err}");
+
+    // `add` with the `auths` entry `docker login` writes.
+    let docker = tempfile::tempdir().unwrap();
+    use base64::Engine as _;
+    let config = serde_json::json!({"auths": {registry.addr.clone(): {
+        "auth": base64::engine::general_purpose::STANDARD.encode("bob:pw1")
+    }}});
+    std::fs::write(docker.path().join("config.json"), config.to_string()).unwrap();
+    let docker_s = w(docker.path());
+    let user = Home::new("");
+    trust(&user, &cosign_fixture("cosign-hello.pub"));
+    let (code, out, err) = run_env(
+        &user,
+        &["plugins", "add", &tagged, "--yes"],
+        &[("DOCKER_CONFIG", docker_s.as_str())],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("cosign signature"), "{out}");
+    assert!(!format!("{out}{err}").contains("pw1"), "{out}{err}");
+    // Without it, the same add is refused.
+    let user = Home::new("");
+    trust(&user, &cosign_fixture("cosign-hello.pub"));
+    let (code, _, err) = run_env(
+        &user,
+        &["plugins", "add", &tagged, "--yes"],
+        &[("DOCKER_CONFIG", no_docker_s.as_str())],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("docker login"), "{err}");
+    assert_nothing_added(&user);
 }

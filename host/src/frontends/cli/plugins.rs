@@ -1,6 +1,6 @@
 //! `capstan plugins list|check|new|add|remove|publish|keygen|trust` (new, add and
 //! remove in plugins_manage.rs; publish, keygen, trust and the oci:// part of add
-//! in plugins_oci.rs). The list also shows the external MCP servers your
+//! in plugins_oci/). The list also shows the external MCP servers your
 //! capstan.toml configures, with their tools (each a capability `mcp:<server>/<tool>`).
 
 use std::path::{Path, PathBuf};
@@ -77,8 +77,9 @@ pub enum PluginsCommand {
         path: PathBuf,
         /// Where: oci://HOST[:PORT]/NAME:TAG.
         target: String,
-        /// Sign with this minisign secret key (from `capstan plugins keygen` or
-        /// `minisign -G`).
+        /// Sign with this secret key: minisign's (from `capstan plugins keygen` or
+        /// `minisign -G`) or cosign's (from `cosign generate-key-pair` or `keygen
+        /// --format cosign`, password in COSIGN_PASSWORD), told apart by content.
         #[arg(long, value_name = "FILE", conflicts_with = "signature")]
         key: Option<PathBuf>,
         /// Attach this minisign signature of the component, made elsewhere
@@ -90,15 +91,21 @@ pub enum PluginsCommand {
         plain_http: bool,
     },
     /// Make a key pair for signing plugins: OUT.key (secret) and OUT.pub, in
-    /// minisign's format.
+    /// minisign's format, or cosign's with --format cosign.
     Keygen {
         out: PathBuf,
+        /// minisign (default: no password, the signature rides in the manifest)
+        /// or cosign (encrypted with COSIGN_PASSWORD; `cosign` signs and verifies
+        /// with the same files).
+        #[arg(long, value_enum, default_value = "minisign")]
+        format: super::plugins_oci::KeyFormat,
         /// Also add the public key to your trusted keys.
         #[arg(long)]
         trust: bool,
     },
     /// Trust plugins signed by this key: a minisign .pub file or the key itself
-    /// (the base64 line starting with RW). Kept in `trusted-keys` in your config dir.
+    /// (the base64 line starting with RW), or a cosign.pub. Kept in
+    /// `trusted-keys` in your config dir.
     Trust { key: String },
 }
 
@@ -155,8 +162,8 @@ pub async fn run(global: &GlobalArgs, cmd: PluginsCommand) -> Result<ExitCode> {
             };
             return super::plugins_oci::publish(global, &path, &target, signing, plain_http).await;
         }
-        PluginsCommand::Keygen { out, trust } => {
-            return super::plugins_oci::keygen(global, &out, trust);
+        PluginsCommand::Keygen { out, trust, format } => {
+            return super::plugins_oci::keygen(global, &out, trust, format);
         }
         PluginsCommand::Trust { key } => return super::plugins_oci::trust(global, &key),
     };

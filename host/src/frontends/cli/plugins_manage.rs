@@ -1,7 +1,7 @@
 //! `capstan plugins new|add|remove`: scaffold a plugin that builds against the
 //! SDK, add a component to the user's capstan.toml (validated, shown, confirmed,
 //! pinned by sha256), and take one out again. A component from an OCI registry
-//! is pulled and its signature checked first (plugins_oci.rs), then added as
+//! is pulled and its signature checked first (plugins_oci/), then added as
 //! the file it was pulled to, its manifest digest pinned next to its sha256.
 //!
 //! The user's capstan.toml is edited as text: an added entry is appended, a removed
