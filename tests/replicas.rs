@@ -741,6 +741,13 @@ async fn runs_spread_over_replicas_with_kills_each_end_in_one_terminal_state() {
             "interrupted" => assert_eq!(last["reason"], "lease-expired", "{last}"),
             other => panic!("run {id} ended {other}"),
         }
+        // A resumed run says so once, and still ends once.
+        let resumed = events.iter().filter(|e| e["type"] == "run.resumed").count();
+        if resumed > 0 {
+            *statuses
+                .entry(format!("{status} after {resumed} resume(s)"))
+                .or_default() += 1;
+        }
         *statuses.entry(status).or_default() += 1;
     }
     // Which states the runs ended in, for the log.

@@ -907,26 +907,43 @@ pub async fn pull(
             layer.size
         );
     }
-    let mut bytes = Vec::new();
-    // oci-client checks the bytes against the layer digest as they arrive.
-    client
-        .pull_blob(&reference, *layer, &mut bytes)
+    // Read as a stream and cut off past the manifest's size: a registry that
+    // sends more than it declared must not fill memory or disk.
+    let mut stream = client
+        .pull_blob_stream(&reference, *layer)
         .await
-        .map_err(|e| match e {
-            OciDistributionError::DigestError(d) => anyhow!(
-                "{source}: the component's bytes do not match its digest ({d}). Not added, \
-                 whatever the flags: the registry did not serve the bytes its manifest names; \
-                 try again, and tell the registry's operator if it persists"
-            ),
-            e => registry_error(
+        .map_err(|e| {
+            registry_error(
                 source,
                 "pulling the component of",
                 &reference,
                 &e,
                 plain_http,
                 &login,
-            ),
-        })?;
+            )
+        })?
+        .stream;
+    let declared = usize::try_from(layer.size).unwrap_or(0);
+    let mut bytes = Vec::with_capacity(declared);
+    {
+        use futures::StreamExt as _;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                anyhow!(
+                    "{source}: the download of the component broke off ({e}); try again, and \
+                     tell the registry's operator if it persists"
+                )
+            })?;
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() > declared {
+                bail!(
+                    "{source}: the registry sent more than the {declared} bytes its manifest \
+                     declares for the component. Not added, whatever the flags: it is not \
+                     serving the artifact its manifest names"
+                );
+            }
+        }
+    }
     let actual = format!("sha256:{}", crate::plugins::manifest::sha256_hex(&bytes));
     if actual != layer.digest {
         bail!(
