@@ -523,12 +523,13 @@ async fn a_killed_replica_s_run_is_resumed_by_another_from_its_last_completed_ta
     let (run_id, session_id, mut on_a) = start_run(
         &a,
         json!({
-            "message": "run `sleep 6` and create notes.docx: Resumed runs keep their work",
+            "message": "run `sleep 12` and create notes.docx: Resumed runs keep their work",
             "workspace": ws.path(),
         }),
     )
     .await;
-    // The document task completes while the command still sleeps.
+    // The document task completes while the command still sleeps (12 s:
+    // room for the docx component's first compile on a loaded machine).
     let mut seen_a = Vec::new();
     loop {
         let e = on_a.until("task.completed", &mut seen_a).await;
@@ -590,6 +591,84 @@ async fn a_killed_replica_s_run_is_resumed_by_another_from_its_last_completed_ta
     let mut again = Vec::new();
     replay.rest(&mut again).await;
     assert_eq!(again, seen_b);
+}
+
+/// A command still waiting for its first approval when its replica died ran
+/// nothing: another replica resumes the run, closes the dead question
+/// (`approval.decided`, `aborted` by policy, in the audit too), asks again,
+/// and the new answer runs it once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_waiting_for_approval_on_a_dead_replica_is_asked_again_by_another() {
+    let url = pg::Cluster::shared().fresh_database();
+    let ws = handbook();
+    let (_ha, mut a) = replica(&url, ws.path());
+    let (_hb, b) = replica(&url, ws.path());
+
+    let (run_id, _, mut on_a) = start_run(
+        &a,
+        json!({"message": "run `touch made-once.txt`", "workspace": ws.path()}),
+    )
+    .await;
+    let mut seen_a = Vec::new();
+    let first = on_a.until("approval.requested", &mut seen_a).await;
+    let mut on_b = events_from(&b, &run_id, None).await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+
+    let mut seen_b = Vec::new();
+    let second = on_b.until("approval.requested", &mut seen_b).await;
+    assert_ne!(second["approval_id"], first["approval_id"]);
+    let closed: Vec<&Value> = seen_b
+        .iter()
+        .filter(|e| e["type"] == "approval.decided")
+        .collect();
+    assert_eq!(closed.len(), 1, "{:?}", types(&seen_b));
+    assert_eq!(closed[0]["approval_id"], first["approval_id"]);
+    assert_eq!(closed[0]["decision"], "aborted");
+    assert_eq!(closed[0]["by"], "policy");
+    assert!(!ws.path().join("made-once.txt").exists());
+    // The dead question cannot be answered any more; the new one can.
+    let dead = first["approval_id"].as_str().unwrap();
+    let (s, _) = post(
+        &b,
+        &format!("/v1/approvals/{dead}"),
+        json!({"decision": "approved"}),
+    )
+    .await;
+    assert_ne!(s, 200);
+    let live = second["approval_id"].as_str().unwrap();
+    let (s, ok) = post(
+        &b,
+        &format!("/v1/approvals/{live}"),
+        json!({"decision": "approved"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{ok}");
+    on_b.rest(&mut seen_b).await;
+    assert_eq!(
+        seen_b.last().unwrap()["type"],
+        "run.completed",
+        "{:?}",
+        types(&seen_b)
+    );
+    assert_gap_free(&seen_b);
+    assert!(ws.path().join("made-once.txt").is_file());
+    // The audit, read from the shared database.
+    let store = capstan_store::Store::open_url(&url).unwrap();
+    let decisions: Vec<(String, String)> = store
+        .list_approvals(Some(&run_id), 10)
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.id, a.decision.as_str().to_string()))
+        .collect();
+    assert!(
+        decisions.contains(&(dead.to_string(), "aborted".to_string())),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions.contains(&(live.to_string(), "approved".to_string())),
+        "{decisions:?}"
+    );
 }
 
 #[test]

@@ -543,6 +543,29 @@ impl App {
             frontend,
             cancel,
         )?;
+        // The audit closes the questions that died with the other replica,
+        // as the resumed run's events do.
+        for a in point.stale_approvals() {
+            let recorded = self.store.record_approval(&capstan_store::NewApproval {
+                id: &a.id,
+                run_id: &run_id,
+                task_id: &a.task_id,
+                action: &a.action,
+                command: &a.command,
+                cwd: &a.cwd,
+                risk: a.risk.as_str(),
+                reasons: &a.reasons,
+                decision: capstan_store::Decision::Aborted,
+                decided_by: capstan_store::DecidedBy::Policy,
+                requested_at: &a.requested_at,
+            });
+            if let Err(e) = recorded {
+                tracing::warn!(
+                    "run {run_id}: approval {} not closed in the audit: {e}",
+                    a.id
+                );
+            }
+        }
         let message = point.checkpoint().message().to_string();
         let summary = point.checkpoint().summary().to_string();
         let outcome = host.resume(point, &ctx).await;

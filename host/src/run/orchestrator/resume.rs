@@ -61,6 +61,22 @@ impl Checkpoint {
     }
 }
 
+/// An approval the dead replica asked for and nobody answered: its question
+/// died with that replica (a restarted task asks again). The resumed run
+/// closes it as `aborted` by policy, in its events and the audit.
+#[derive(Debug, Clone)]
+pub struct StaleApproval {
+    pub id: String,
+    pub task_id: String,
+    pub action: String,
+    pub command: String,
+    pub cwd: String,
+    pub risk: Risk,
+    pub reasons: Vec<String>,
+    /// The `ts` of its `approval.requested`.
+    pub requested_at: String,
+}
+
 /// Where a resumed run picks up: what completed, what starts again, and the
 /// seq its next event takes.
 #[derive(Debug)]
@@ -73,6 +89,7 @@ pub struct ResumePoint {
     /// The tasks still to run (restarted ones included), in plan order, with
     /// their dependencies on completed tasks dropped.
     remaining: Vec<PlanTask>,
+    stale: Vec<StaleApproval>,
     next_seq: u64,
 }
 
@@ -110,6 +127,7 @@ impl ResumePoint {
         let mut approval_task: std::collections::HashMap<&str, (&str, bool)> =
             std::collections::HashMap::new();
         let mut order: Vec<&str> = Vec::new();
+        let mut stale: Vec<StaleApproval> = Vec::new();
         let mut next_seq = 0;
         for env in events {
             next_seq = next_seq.max(env.seq + 1);
@@ -162,8 +180,22 @@ impl ResumePoint {
                     approval_id,
                     task_id,
                     action,
+                    command,
+                    cwd,
+                    risk,
+                    reasons,
                     ..
                 } if task(task_id) => {
+                    stale.push(StaleApproval {
+                        id: approval_id.clone(),
+                        task_id: task_id.clone(),
+                        action: action.clone(),
+                        command: command.clone(),
+                        cwd: cwd.clone(),
+                        risk: *risk,
+                        reasons: reasons.clone(),
+                        requested_at: env.ts.clone(),
+                    });
                     approval_task.insert(approval_id, (task_id, action == "exec"));
                     if let Some(p) = progress.get_mut(task_id.as_str()) {
                         if action == "exec" {
@@ -174,6 +206,7 @@ impl ResumePoint {
                     }
                 }
                 Event::ApprovalDecided { approval_id, .. } => {
+                    stale.retain(|a| a.id != *approval_id);
                     if let Some((task_id, _)) = approval_task.get(approval_id.as_str())
                         && let Some(p) = progress.get_mut(task_id)
                     {
@@ -230,8 +263,14 @@ impl ResumePoint {
             completed,
             restarted,
             remaining,
+            stale,
             next_seq,
         })
+    }
+
+    /// Approvals asked for and never answered (see [`StaleApproval`]).
+    pub fn stale_approvals(&self) -> &[StaleApproval] {
+        &self.stale
     }
 
     /// The seq of the resumed run's first event: after the last one stored.
@@ -301,6 +340,7 @@ impl Host {
             completed,
             restarted,
             remaining,
+            stale,
             ..
         } = point;
         let mut message = format!(
@@ -322,6 +362,15 @@ impl Host {
             restarted,
             message,
         });
+        // Their question died with the other replica; a restarted task asks again.
+        for approval in stale {
+            run.events.emit(Event::ApprovalDecided {
+                approval_id: approval.id,
+                decision: "aborted".into(),
+                by: "policy".into(),
+                via: None,
+            });
+        }
         let mut state = RunState {
             ctx: checkpoint.ctx,
             meter: budget::Meter::resumed(checkpoint.usage),
@@ -464,6 +513,12 @@ mod tests {
         let waiting = envs(vec![running("t1"), asked.clone()]);
         let point = ResumePoint::find(&plan, &waiting).unwrap();
         assert_eq!(point.restarted, ["t1"]);
+        let stale: Vec<&str> = point
+            .stale_approvals()
+            .iter()
+            .map(|a| a.id.as_str())
+            .collect();
+        assert_eq!(stale, ["apr_1"], "the unanswered question is closed");
         let answered = envs(vec![
             running("t1"),
             asked,
