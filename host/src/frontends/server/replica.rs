@@ -29,7 +29,7 @@ use capstan_store::{RunRequestKind, RunStatus, Store};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use super::runs::{RunManager, StreamSlot, Subscription, is_terminal};
+use super::runs::{Resume, RunManager, StreamSlot, Subscription, is_terminal};
 use crate::config::store::ResumePolicy;
 use crate::plugins::services::approval::Via;
 use crate::run::lease::Replica;
@@ -132,15 +132,6 @@ fn take_over(manager: &Arc<RunManager>, replica: &Replica, runtime: &tokio::runt
             Err(Resume::Taken) => {}
         }
     }
-}
-
-/// Why a run was not resumed here.
-#[derive(Debug)]
-pub enum Resume {
-    /// It cannot go on safely (the reason, for the log); it is interrupted.
-    Unsafe(String),
-    /// Another replica took it over first, or it ended.
-    Taken,
 }
 
 /// Applies the cancels and decisions other replicas left for this one's runs.

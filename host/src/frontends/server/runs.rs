@@ -229,6 +229,15 @@ pub fn is_terminal(event: &Event) -> bool {
     )
 }
 
+/// Why a run was not resumed here.
+#[derive(Debug)]
+pub enum Resume {
+    /// It cannot go on safely (the reason, for the log); it is interrupted.
+    Unsafe(String),
+    /// Another replica took it over first, or it ended.
+    Taken,
+}
+
 /// A run just started: its ids and its events from the first one on.
 pub struct Started {
     pub run: Arc<ActiveRun>,
@@ -417,8 +426,7 @@ impl RunManager {
         self: &Arc<Self>,
         run_id: &str,
         runtime: &tokio::runtime::Handle,
-    ) -> Result<(), super::replica::Resume> {
-        use super::replica::Resume;
+    ) -> Result<(), Resume> {
         let replica = self.replica.as_ref().ok_or(Resume::Taken)?;
         let resumable = self.app.resumable(run_id).map_err(Resume::Unsafe)?;
         let session_guard = self

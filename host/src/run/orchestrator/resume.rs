@@ -124,7 +124,7 @@ impl ResumePoint {
             .iter()
             .map(|t| (t.id.as_str(), Progress::default()))
             .collect();
-        let mut approval_task: std::collections::HashMap<&str, (&str, bool)> =
+        let mut approval_task: std::collections::HashMap<&str, &str> =
             std::collections::HashMap::new();
         let mut order: Vec<&str> = Vec::new();
         let mut stale: Vec<StaleApproval> = Vec::new();
@@ -196,7 +196,7 @@ impl ResumePoint {
                         reasons: reasons.clone(),
                         requested_at: env.ts.clone(),
                     });
-                    approval_task.insert(approval_id, (task_id, action == "exec"));
+                    approval_task.insert(approval_id, task_id);
                     if let Some(p) = progress.get_mut(task_id.as_str()) {
                         if action == "exec" {
                             p.exec_waiting += 1;
@@ -207,7 +207,7 @@ impl ResumePoint {
                 }
                 Event::ApprovalDecided { approval_id, .. } => {
                     stale.retain(|a| a.id != *approval_id);
-                    if let Some((task_id, _)) = approval_task.get(approval_id.as_str())
+                    if let Some(task_id) = approval_task.get(approval_id.as_str())
                         && let Some(p) = progress.get_mut(task_id)
                     {
                         // Decided, whichever way: the command may have started.
