@@ -30,6 +30,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("config", 25),
     ("plugins::manifest", 20),
     ("plugins::bundled", 15),
+    ("plugins::engine", 12),
     ("workspace_gate", 10),
     ("dirs", 5),
     ("term", 5),

@@ -13,7 +13,7 @@ pub fn component(name: &str) -> Option<&'static [u8]> {
     BUNDLED
         .iter()
         .find(|(n, ..)| *n == name)
-        .map(|(_, bytes, _)| *bytes)
+        .map(|(_, bytes, ..)| *bytes)
 }
 
 /// The hex SHA-256 of a builtin component, computed when the binary was built.
@@ -21,7 +21,22 @@ pub fn sha256(name: &str) -> Option<&'static str> {
     BUNDLED
         .iter()
         .find(|(n, ..)| *n == name)
-        .map(|(.., sha)| *sha)
+        .map(|(_, _, sha, _)| *sha)
+}
+
+/// A builtin's machine code, compiled when the binary was built by an engine
+/// whose compatibility key is [`PRECOMPILED_FOR`]; `None` when the build did
+/// not compile it (a cross-compiled binary) or the running engine's key is
+/// another one (another CPU, or a drifted configuration).
+pub fn precompiled(name: &str, engine_key: &str) -> Option<&'static [u8]> {
+    if PRECOMPILED_FOR.is_empty() || engine_key != PRECOMPILED_FOR {
+        return None;
+    }
+    BUNDLED
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .map(|(.., code)| *code)
+        .filter(|code| !code.is_empty())
 }
 
 pub fn names() -> Vec<&'static str> {
@@ -30,6 +45,22 @@ pub fn names() -> Vec<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    /// build.rs compiled every builtin for the engine the runtime builds: if
+    /// the two configurations drift apart, the first run compiles again.
+    #[test]
+    fn every_builtin_is_compiled_ahead_for_the_runtime_s_engine() {
+        let engine = wasmtime::Engine::new(&crate::plugins::engine::config()).unwrap();
+        let key = crate::plugins::engine::compatibility_key(&engine);
+        assert_eq!(super::PRECOMPILED_FOR, key);
+        for name in super::names() {
+            let code = super::precompiled(name, &key).unwrap_or_default();
+            // SAFETY: code this crate's build script compiled for this key.
+            let loaded = unsafe { wasmtime::component::Component::deserialize(&engine, code) };
+            assert!(loaded.is_ok(), "{name}: {:?}", loaded.err());
+        }
+        assert_eq!(super::precompiled("kb-retrieval", "another-engine"), None);
+    }
+
     /// The hash build.rs recorded is the hash of the bytes it embedded.
     #[test]
     fn every_builtin_hash_matches_its_bytes() {

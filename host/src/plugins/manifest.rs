@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// Largest linear memory a plugin may ask for; the engine's pooling allocator
-/// reserves address space for this much per instance.
-pub const MAX_MEMORY_MB: u64 = 1024;
+pub use crate::plugins::engine::MAX_MEMORY_MB;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -11,11 +11,9 @@
 //! runtime refuses such a workspace), because loading a cached file runs it as
 //! trusted machine code.
 
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -24,25 +22,16 @@ pub struct ComponentCache {
     engine_key: String,
 }
 
-/// Feeds `Hash` output into sha256, so the key is stable across processes
-/// (std's `DefaultHasher` makes no such promise).
-struct ShaHasher(Sha256);
-
-impl Hasher for ShaHasher {
-    fn finish(&self) -> u64 {
-        unreachable!("only finalized through sha256")
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
-}
-
 impl ComponentCache {
     pub fn new(dir: PathBuf, engine: &Engine) -> Self {
-        let mut h = ShaHasher(Sha256::new());
-        engine.precompile_compatibility_hash().hash(&mut h);
-        let engine_key = hex::encode(&h.0.finalize()[..8]);
+        let engine_key = crate::plugins::engine::compatibility_key(engine);
         Self { dir, engine_key }
+    }
+
+    /// The engine's compatibility key: compiled code filed under another key
+    /// is never loaded.
+    pub fn engine_key(&self) -> &str {
+        &self.engine_key
     }
 
     pub fn dir(&self) -> &Path {
@@ -58,14 +47,26 @@ impl ComponentCache {
         self.entry(sha256).is_file()
     }
 
-    /// The compiled component, from the cache when possible. Returns whether the
-    /// cache was hit. A corrupt entry is replaced, not fatal.
+    /// The compiled component: `ahead` (a builtin's code compiled when the
+    /// binary was built, for this engine's key), else the cache, else compiled
+    /// now and cached. Returns whether compiling was avoided. A corrupt entry is
+    /// replaced, not fatal.
     pub fn load_or_compile(
         &self,
         engine: &Engine,
         bytes: &[u8],
         sha256: &str,
+        ahead: Option<&'static [u8]>,
     ) -> Result<(Component, bool)> {
+        if let Some(code) = ahead {
+            // SAFETY: host/build.rs wrote these bytes with wasmtime's own
+            // `precompile_component` for an engine with this compatibility key,
+            // and they are part of this binary, as trusted as the code reading them.
+            match unsafe { Component::deserialize(engine, code) } {
+                Ok(component) => return Ok((component, true)),
+                Err(e) => tracing::warn!("bundled compiled code unusable, compiling: {e:#}"),
+            }
+        }
         let path = self.entry(sha256);
         if path.exists() {
             // SAFETY: the file was written by `store` below from wasmtime's own

@@ -34,9 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use wasmtime::component::{Linker, ResourceTable};
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
-};
+use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
@@ -158,18 +156,7 @@ impl Runtime {
     /// `cache_dir` holds compiled components; `protected` lists Capstan's own
     /// directories, which no workspace may contain.
     pub fn new(cache_dir: PathBuf, protected: Vec<PathBuf>) -> Result<Self> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        config.consume_fuel(true);
-        let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(256);
-        pool.total_core_instances(1024);
-        pool.total_memories(512);
-        pool.total_tables(512);
-        pool.total_stacks(256);
-        pool.max_memory_size((crate::plugins::manifest::MAX_MEMORY_MB as usize) << 20);
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let config = crate::plugins::engine::config();
         let engine = Engine::new(&config)
             .map_err(anyhow::Error::from)
             .context("creating the wasmtime engine")?;
@@ -228,7 +215,7 @@ impl Runtime {
         check_pin(spec, &sha256).map_err(fail)?;
         let (component, cache_hit) = self
             .cache
-            .load_or_compile(&self.engine, bytes, &sha256)
+            .load_or_compile(&self.engine, bytes, &sha256, self.compiled_ahead(spec))
             .map_err(|e| fail(format!("not a valid WebAssembly component: {e:#}")))?;
         let checked =
             imports::check(&self.engine, &component, &spec.entry.permissions.host).map_err(fail)?;
@@ -359,8 +346,22 @@ impl Runtime {
         if self.verified.is_fresh(&spec.source) {
             return false;
         }
+        if self.compiled_ahead(spec).is_some() {
+            return false;
+        }
         component_bytes(spec)
             .is_ok_and(|bytes| !self.cache.contains(&component_sha256(spec, &bytes)))
+    }
+
+    /// A builtin's code compiled when the binary was built, if this engine
+    /// can load it.
+    fn compiled_ahead(&self, spec: &PluginSpec) -> Option<&'static [u8]> {
+        match &spec.source {
+            crate::plugins::manifest::ComponentSource::Builtin(name) => {
+                crate::plugins::bundled::precompiled(name, self.cache.engine_key())
+            }
+            crate::plugins::manifest::ComponentSource::File(_) => None,
+        }
     }
 
     async fn describe(

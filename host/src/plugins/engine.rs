@@ -1,0 +1,57 @@
+//! The wasmtime engine configuration, defined once for the runtime and for
+//! host/build.rs, which compiles the bundled components ahead of time with it.
+//!
+//! Compiled code loads only into an engine with the same compatibility hash
+//! (wasmtime version, code-generation settings, wasm features, the CPU's
+//! features): when the two configurations drift apart, the bundled code is
+//! simply not used and the first run compiles again. `tests` in
+//! `plugins::runtime` catch that drift.
+//!
+//! This file is compiled into build.rs too (`#[path]`), so it names nothing
+//! from the crate.
+
+/// The most memory a plugin may ask for (`limits.memory_mb`), and what the
+/// pooling allocator reserves per linear memory.
+pub const MAX_MEMORY_MB: u64 = 1024;
+
+/// The configuration of the process's one engine.
+pub fn config() -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    // Deadlines and cancellation (a ticker bumps the epoch) and optional fuel
+    // limits are compiled into the code as checks.
+    config.epoch_interruption(true);
+    config.consume_fuel(true);
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    pool.total_component_instances(256);
+    pool.total_core_instances(1024);
+    pool.total_memories(512);
+    pool.total_tables(512);
+    pool.total_stacks(256);
+    pool.max_memory_size((MAX_MEMORY_MB as usize) << 20);
+    config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+/// The key compiled code is filed under: the first 8 bytes of the SHA-256 of
+/// the engine's compatibility hash, in hex. Stable across processes (std's
+/// `DefaultHasher` makes no such promise, so the `Hash` output is fed into
+/// SHA-256).
+pub fn compatibility_key(engine: &wasmtime::Engine) -> String {
+    use sha2::Digest;
+    use std::hash::{Hash, Hasher};
+
+    struct ShaHasher(sha2::Sha256);
+    impl Hasher for ShaHasher {
+        fn finish(&self) -> u64 {
+            unreachable!("only finalized through sha256")
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+    }
+
+    let mut h = ShaHasher(sha2::Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut h);
+    hex::encode(&h.0.finalize()[..8])
+}
