@@ -297,8 +297,9 @@ async fn the_second_load_hits_the_compile_cache() {
         .unwrap()
         .count();
     assert_eq!(
-        entries, 1,
-        "one cache entry for the file plugin, none for the bundled ones, no stray temp files"
+        entries, 4,
+        "one cache entry per component (the bundled ones' code written out on first use), \
+         no stray temp files"
     );
 }
 
