@@ -101,11 +101,19 @@ impl SqliteStore {
             // Reads the primary key range (run_id, seq > after): already in order.
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
+                    "SELECT seq, ts, json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
                 )
                 .map_err(|e| self.sql(e))?;
             let rows = stmt
-                .query_map(params![run_id, after], |r| r.get(0))
+                .query_map(params![run_id, after], |r| {
+                    let (seq, ts): (i64, String) = (r.get(0)?, r.get(1)?);
+                    Ok(crate::envelope::envelope(
+                        r.get(2)?,
+                        crate::to_u64(seq),
+                        run_id,
+                        &ts,
+                    ))
+                })
                 .map_err(|e| self.sql(e))?;
             rows.collect::<rusqlite::Result<_>>()
                 .map_err(|e| self.sql(e))
@@ -123,9 +131,10 @@ impl SqliteStore {
         kind: &str,
         json: &str,
     ) -> Result<()> {
+        let json = crate::envelope::stored(json, seq, run_id, ts);
         let result = c
             .prepare_cached(INSERT)
-            .and_then(|mut s| s.execute(params![run_id, seq_i, ts, kind, json]));
+            .and_then(|mut s| s.execute(params![run_id, seq_i, ts, kind, &*json]));
         match result {
             Ok(_) if kind == crate::coalesce::COMPLETED => c
                 .prepare_cached(COALESCE)

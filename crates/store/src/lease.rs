@@ -105,14 +105,16 @@ impl SqliteStore {
         self.with_conn(|c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT seq, json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
+                    "SELECT seq, ts, json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
                 )
                 .map_err(|e| self.sql(e))?;
             let rows = stmt
                 .query_map(params![run_id, after], |r| {
+                    let (seq, ts): (i64, String) = (r.get(0)?, r.get(1)?);
+                    let seq = crate::to_u64(seq);
                     Ok(StoredEvent {
-                        seq: crate::to_u64(r.get(0)?),
-                        json: r.get(1)?,
+                        seq,
+                        json: crate::envelope::envelope(r.get(2)?, seq, run_id, &ts),
                     })
                 })
                 .map_err(|e| self.sql(e))?;

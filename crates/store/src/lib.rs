@@ -110,6 +110,7 @@
 
 mod approvals;
 pub mod coalesce;
+mod envelope;
 mod error;
 mod events;
 mod handle;

@@ -39,7 +39,7 @@ const INSERT_EVENT: &str = "INSERT INTO events (run_id, seq, ts, type, json)
 const COALESCE: &str =
     "DELETE FROM events WHERE run_id = $1 AND seq < $2 AND type = 'response.delta'";
 const EVENTS_SINCE: &str =
-    "SELECT seq, json::text FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq";
+    "SELECT seq, ts, json::text FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq";
 const LOCK_RUN: &str = "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE";
 const NEXT_SEQ: &str = "SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id = $1";
 /// A `timestamptz` as the store's RFC 3339 text.
@@ -1000,7 +1000,8 @@ impl PgStore {
         let next = last.map_or(0, |(seq, _)| seq + 1);
         let seq = crate::to_u64(next);
         let e = checked_ending(ending, run_id, seq)?;
-        tx.execute(INSERT_EVENT, &[&e.run_id, &next, &e.ts, &e.kind, &e.json])
+        let json = crate::envelope::stored(&e.json, seq, &e.run_id, &e.ts);
+        tx.execute(INSERT_EVENT, &[&e.run_id, &next, &e.ts, &e.kind, &&*json])
             .await
             .map_err(|err| self.event_error(err, run_id, seq, &e.kind))?;
         Ok(())
@@ -1065,7 +1066,8 @@ impl PgStore {
             // One round trip: BEGIN, the insert and COMMIT are pipelined. A
             // failed insert aborts the transaction, and COMMIT of an aborted
             // transaction rolls it back.
-            let params: [&(dyn ToSql + Sync); 5] = [&run_id, &seq_i, &ts, &kind, &json];
+            let json = crate::envelope::stored(json, seq, run_id, ts);
+            let params: [&(dyn ToSql + Sync); 5] = [&run_id, &seq_i, &ts, &kind, &&*json];
             let (begin, inserted, commit) = futures_util::join!(
                 c.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
                 c.execute(&insert, &params),
@@ -1114,15 +1116,20 @@ impl PgStore {
             .filter(|(_, skip)| !skip)
             .map(|(pair, _)| pair)
             .collect();
+        let jsons: Vec<std::borrow::Cow<'_, str>> = kept
+            .iter()
+            .map(|(e, _)| crate::envelope::stored(&e.json, e.seq, &e.run_id, &e.ts))
+            .collect();
         let params: Vec<[&(dyn ToSql + Sync); 5]> = kept
             .iter()
-            .map(|(e, s)| {
+            .zip(&jsons)
+            .map(|((e, s), json)| {
                 [
                     &e.run_id as &(dyn ToSql + Sync),
                     *s,
                     &e.ts,
                     &e.kind,
-                    &e.json,
+                    json as &(dyn ToSql + Sync),
                 ]
             })
             .collect();
@@ -1176,9 +1183,13 @@ impl PgStore {
         })?;
         Ok(rows
             .iter()
-            .map(|r| StoredEvent {
-                seq: to_u64(r.get(0)),
-                json: r.get(1),
+            .map(|r| {
+                let seq = to_u64(r.get(0));
+                let ts: String = r.get(1);
+                StoredEvent {
+                    seq,
+                    json: crate::envelope::envelope(r.get(2), seq, run_id, &ts),
+                }
             })
             .collect())
     }
@@ -1214,7 +1225,9 @@ impl PgStore {
                 .map_err(|e| self.err(e))?
                 .get(0);
             let seq = to_u64(next);
-            tx.execute(&insert, &[&run_id, &next, &ts, &kind, &json(seq)])
+            let json = json(seq);
+            let json = crate::envelope::stored(&json, seq, run_id, ts);
+            tx.execute(&insert, &[&run_id, &next, &ts, &kind, &&*json])
                 .await
                 .map_err(|e| self.event_error(e, run_id, seq, kind))?;
             tx.commit().await.map_err(|e| self.err(e))?;
