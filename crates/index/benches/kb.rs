@@ -521,6 +521,23 @@ fn debug_queries(py: &Corpus, queries: &[Query]) {
     for q in queries {
         let a = ours.search(&q.text);
         let b = fts.search(&q.text);
+        let deep: Vec<(String, u32, u32)> = ours
+            .idx
+            .search(&q.text, 1000)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.path, h.line_start, h.line_end))
+            .collect();
+        eprintln!("deep {}", rank(&deep, q));
+        for h in ours.idx.search(&q.text, 3).unwrap() {
+            eprintln!(
+                "    {:.2} {} [{}] {}",
+                h.score,
+                h.path,
+                h.heading,
+                h.text.chars().take(100).collect::<String>().replace('\n', " ")
+            );
+        }
         let top = ours.idx.search(&q.text, 1).unwrap();
         let top = top
             .first()

@@ -54,6 +54,7 @@
 mod analysis;
 mod fusion;
 mod meta_stamp;
+mod rerank;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -69,7 +70,7 @@ use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::snippet::SnippetGenerator;
-use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
+use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, TextAnalyzer};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term};
 
 pub use fusion::{drop_overlapping, rrf};
@@ -150,8 +151,8 @@ impl Analyzer {
         match self {
             // Versioned: changing an analyzer changes its name, so an index built with the
             // old one is a schema mismatch (rebuilt) rather than silently inconsistent.
-            Analyzer::English => "capstan_en_v1",
-            Analyzer::Simple => "capstan_simple_v1",
+            Analyzer::English => "capstan_en_v2",
+            Analyzer::Simple => "capstan_simple_v2",
         }
     }
 }
@@ -434,7 +435,14 @@ const ENGLISH_STOP_WORDS: &[&str] = &[
 ];
 
 fn english_analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(SimpleTokenizer::default())
+    if std::env::var("CAP_MARKUP").as_deref() == Ok("0") {
+        return TextAnalyzer::builder(tantivy::tokenizer::SimpleTokenizer::default())
+            .filter(RemoveLongFilter::limit(40))
+            .filter(LowerCaser)
+            .filter(analysis::StopAndStem::english(ENGLISH_STOP_WORDS))
+            .build();
+    }
+    TextAnalyzer::builder(analysis::MarkupTokenizer::default())
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)
         .filter(analysis::StopAndStem::english(ENGLISH_STOP_WORDS))
@@ -455,16 +463,28 @@ const HEADING_WEIGHT: usize = 2;
 /// nDCG@10 0.33 this way, 0.10 to 0.25 with a separate heading field boosted 0.5x to 2x.
 fn body_text(heading: &str, text: &str) -> String {
     let mut s = String::with_capacity(heading.len() * HEADING_WEIGHT + text.len() + 2);
-    for _ in 0..HEADING_WEIGHT {
-        s.push_str(heading);
+    let kn = rerank::knobs();
+    if kn.text_first {
+        s.push_str(text);
+        s.push(analysis::FIELD_SEP);
+    }
+    let (anc, leaf) = heading.rsplit_once(" > ").unwrap_or(("", heading));
+    for i in 0..kn.hw {
+        if i < kn.anc && !anc.is_empty() {
+            s.push_str(anc);
+            s.push('\n');
+        }
+        s.push_str(leaf);
         s.push('\n');
     }
-    s.push_str(text);
+    if !kn.text_first {
+        s.push_str(text);
+    }
     s
 }
 
 fn simple_analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(SimpleTokenizer::default())
+    TextAnalyzer::builder(analysis::MarkupTokenizer::default())
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)
         .build()
@@ -901,10 +921,24 @@ impl WorkspaceIndex {
             self.meta.reader_read(stamp);
         }
         let searcher = self.reader.searcher();
-        let top = searcher.search(&*q, &TopDocs::with_limit(limit).order_by_score())?;
+        let kn = rerank::knobs();
+        let mut top = searcher.search(
+            &*q,
+            &TopDocs::with_limit(limit.max(kn.depth)).order_by_score(),
+        )?;
         if top.is_empty() {
             return Ok(Vec::new());
         }
+        if kn.depth > 0 {
+            let mut terms: Vec<Term> = Vec::new();
+            q.query_terms(&mut |t, _| {
+                if t.field() == self.fields.body && !terms.contains(t) {
+                    terms.push(t.clone());
+                }
+            });
+            top = rerank::rerank(&searcher, self.fields.body, &terms, top, kn)?;
+        }
+        top.truncate(limit);
         let mut snippets = SnippetGenerator::create(&searcher, &*q, self.fields.body)?;
         snippets.set_max_num_chars(self.opts.snippet_chars);
         let f = self.fields;
