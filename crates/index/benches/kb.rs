@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use capstan_index::{Analyzer, FileMeta, Hit, IndexOptions, Passage, WorkspaceIndex};
+use capstan_index::{Analyzer, FileMeta, Hit, IndexOptions, Passage, Rerank, WorkspaceIndex};
 use capstan_kb_parse::ChunkOptions;
 use tantivy::collector::TopDocs;
 use tantivy::query::QueryParser;
@@ -521,23 +521,6 @@ fn debug_queries(py: &Corpus, queries: &[Query]) {
     for q in queries {
         let a = ours.search(&q.text);
         let b = fts.search(&q.text);
-        let deep: Vec<(String, u32, u32)> = ours
-            .idx
-            .search(&q.text, 1000)
-            .unwrap()
-            .into_iter()
-            .map(|h| (h.path, h.line_start, h.line_end))
-            .collect();
-        eprintln!("deep {}", rank(&deep, q));
-        for h in ours.idx.search(&q.text, 3).unwrap() {
-            eprintln!(
-                "    {:.2} {} [{}] {}",
-                h.score,
-                h.path,
-                h.heading,
-                h.text.chars().take(100).collect::<String>().replace('\n', " ")
-            );
-        }
         let top = ours.idx.search(&q.text, 1).unwrap();
         let top = top
             .first()
@@ -616,24 +599,58 @@ fn main() {
         queries.len()
     );
     let mut rows: Vec<(String, Scores)> = Vec::new();
+    // The default, then each ranking change taken away (an ablation), then older variants.
+    let lead_only = Rerank {
+        proximity: 0.0,
+        ..Rerank::default()
+    };
+    let proximity_only = Rerank {
+        lead: 0.0,
+        ..Rerank::default()
+    };
     let variants = [
-        ("capstan (default)", Analyzer::English, 0.0),
+        (
+            "capstan (default)",
+            Analyzer::English,
+            0.0,
+            Rerank::default(),
+        ),
+        (
+            "capstan, rerank: lead only",
+            Analyzer::English,
+            0.0,
+            lead_only,
+        ),
+        (
+            "capstan, rerank: proximity only",
+            Analyzer::English,
+            0.0,
+            proximity_only,
+        ),
+        (
+            "capstan, BM25 only (no rerank)",
+            Analyzer::English,
+            0.0,
+            Rerank::off(),
+        ),
         (
             "capstan + separate heading field x0.5",
             Analyzer::English,
             0.5,
+            Rerank::default(),
         ),
         (
-            "capstan + separate heading field x2",
-            Analyzer::English,
-            2.0,
+            "capstan, Simple analyzer",
+            Analyzer::Simple,
+            0.0,
+            Rerank::default(),
         ),
-        ("capstan, Simple analyzer", Analyzer::Simple, 0.0),
     ];
-    for (label, analyzer, boost) in variants {
+    for (label, analyzer, boost, rerank) in variants {
         let opts = IndexOptions {
             analyzer,
             heading_boost: boost,
+            rerank,
             ..IndexOptions::default()
         };
         let (mut e, _) = build_ours(&py, opts, label);

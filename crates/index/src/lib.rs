@@ -74,6 +74,7 @@ use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, TextAnalyzer};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term};
 
 pub use fusion::{drop_overlapping, rrf};
+pub use rerank::Rerank;
 
 /// A file the index holds, as given to [`WorkspaceIndex::upsert_file`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,6 +174,9 @@ pub struct IndexOptions {
     /// headings sharing one common word with the query (measured: nDCG@10 drops from 0.33 to
     /// 0.25 at 0.5 and 0.10 at 2 on the Python FAQ benchmark). Must be finite and >= 0.
     pub heading_boost: f32,
+    /// The second ranking stage (proximity and lead of the query terms) over BM25's best
+    /// candidates. [`Rerank::off`] searches by BM25 alone.
+    pub rerank: Rerank,
     /// Maximum length of [`Hit::snippet`] before escaping, in characters.
     pub snippet_chars: usize,
     /// How long a change waits for another process to finish writing before giving up with
@@ -189,6 +193,7 @@ impl Default for IndexOptions {
             // plugin's parsing, and the host has other work.
             writer_threads: 2,
             heading_boost: 0.0,
+            rerank: Rerank::default(),
             snippet_chars: 200,
             // Long enough for another process's small refresh to commit, short enough
             // that a question is not kept waiting on a big one.
@@ -435,13 +440,6 @@ const ENGLISH_STOP_WORDS: &[&str] = &[
 ];
 
 fn english_analyzer() -> TextAnalyzer {
-    if std::env::var("CAP_MARKUP").as_deref() == Ok("0") {
-        return TextAnalyzer::builder(tantivy::tokenizer::SimpleTokenizer::default())
-            .filter(RemoveLongFilter::limit(40))
-            .filter(LowerCaser)
-            .filter(analysis::StopAndStem::english(ENGLISH_STOP_WORDS))
-            .build();
-    }
     TextAnalyzer::builder(analysis::MarkupTokenizer::default())
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)
@@ -452,7 +450,8 @@ fn english_analyzer() -> TextAnalyzer {
 /// How many times the heading is repeated in the `body` field. See [`body_text`].
 const HEADING_WEIGHT: usize = 2;
 
-/// The indexed text of a passage: its heading [`HEADING_WEIGHT`] times, then its text.
+/// The indexed text of a passage: its text, [`analysis::FIELD_SEP`], then its heading
+/// [`HEADING_WEIGHT`] times.
 ///
 /// Why not a separate, boosted heading field (tantivy's multi-field query sums one BM25 per
 /// field): a heading is a handful of tokens, so its own BM25 saturates on a single match
@@ -461,24 +460,18 @@ const HEADING_WEIGHT: usize = 2;
 /// doubled (BM25F-style, as SQLite FTS5 does with column weights), keeps the heading signal
 /// without letting it dominate. Measured on the Python FAQ benchmark (benches/kb.rs):
 /// nDCG@10 0.33 this way, 0.10 to 0.25 with a separate heading field boosted 0.5x to 2x.
+///
+/// Why the text comes first, and the separator: the text's words then sit at positions
+/// from 0, and the heading's far beyond (the tokenizer jumps at the separator), so the
+/// second ranking stage can tell how early in the text a word occurs and never takes a
+/// heading word for a neighbour of a text word (see `rerank`).
 fn body_text(heading: &str, text: &str) -> String {
-    let mut s = String::with_capacity(heading.len() * HEADING_WEIGHT + text.len() + 2);
-    let kn = rerank::knobs();
-    if kn.text_first {
-        s.push_str(text);
-        s.push(analysis::FIELD_SEP);
-    }
-    let (anc, leaf) = heading.rsplit_once(" > ").unwrap_or(("", heading));
-    for i in 0..kn.hw {
-        if i < kn.anc && !anc.is_empty() {
-            s.push_str(anc);
-            s.push('\n');
-        }
-        s.push_str(leaf);
+    let mut s = String::with_capacity(heading.len() * HEADING_WEIGHT + text.len() + 8);
+    s.push_str(text);
+    s.push(analysis::FIELD_SEP);
+    for _ in 0..HEADING_WEIGHT {
         s.push('\n');
-    }
-    if !kn.text_first {
-        s.push_str(text);
+        s.push_str(heading);
     }
     s
 }
@@ -614,6 +607,7 @@ impl WorkspaceIndex {
                 opts.heading_boost
             )));
         }
+        opts.rerank.check().map_err(IndexError::Invalid)?;
         std::fs::create_dir_all(dir).map_err(|source| IndexError::Io {
             path: dir.display().to_string(),
             source,
@@ -921,23 +915,21 @@ impl WorkspaceIndex {
             self.meta.reader_read(stamp);
         }
         let searcher = self.reader.searcher();
-        let kn = rerank::knobs();
-        let mut top = searcher.search(
+        let rerank = &self.opts.rerank;
+        let top = searcher.search(
             &*q,
-            &TopDocs::with_limit(limit.max(kn.depth)).order_by_score(),
+            &TopDocs::with_limit(rerank.candidates(limit)).order_by_score(),
         )?;
         if top.is_empty() {
             return Ok(Vec::new());
         }
-        if kn.depth > 0 {
-            let mut terms: Vec<Term> = Vec::new();
-            q.query_terms(&mut |t, _| {
-                if t.field() == self.fields.body && !terms.contains(t) {
-                    terms.push(t.clone());
-                }
-            });
-            top = rerank::rerank(&searcher, self.fields.body, &terms, top, kn)?;
-        }
+        let mut terms: Vec<Term> = Vec::new();
+        q.query_terms(&mut |t, _| {
+            if t.field() == self.fields.body {
+                terms.push(t.clone());
+            }
+        });
+        let mut top = rerank.apply(&searcher, self.fields.body, &terms, top)?;
         top.truncate(limit);
         let mut snippets = SnippetGenerator::create(&searcher, &*q, self.fields.body)?;
         snippets.set_max_num_chars(self.opts.snippet_chars);
