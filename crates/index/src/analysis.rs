@@ -3,12 +3,14 @@
 use rustc_hash::FxHashMap;
 use tantivy::tokenizer::{Token, TokenFilter, TokenStream, Tokenizer};
 
-/// Separates the text from the heading in the indexed `body` (see `body_text`).
+/// Separates the parts of the indexed `body` (text, leaf heading, heading path: see
+/// `body_text`). Each one moves the next token to the next multiple of [`PART_POSITIONS`].
 pub(crate) const FIELD_SEP: char = '\u{1f}';
 
-/// The position of the first token after [`FIELD_SEP`]: far beyond any passage's text, so
-/// a position tells which part a match is in.
-pub(crate) const SECOND_PART_POSITION: usize = 1 << 20;
+/// Positions per part of the `body`: far beyond any passage's text, so a position tells
+/// which part a match is in (`position / PART_POSITIONS`), and words of two parts are never
+/// adjacent for a phrase query.
+pub(crate) const PART_POSITIONS: usize = 1 << 20;
 
 /// tantivy's `SimpleTokenizer` (runs of alphanumerics, positions counted per token), minus
 /// the names of reStructuredText roles and directives: `class` in ``:class:`Foo` ``, `func`
@@ -54,15 +56,12 @@ impl TokenStream for MarkupTokenStream<'_> {
                 self.pos = self.text.len();
                 return false;
             };
-            if rest[..start].contains(FIELD_SEP) {
-                // Jump so the next part's positions never look adjacent to (or early in)
-                // the text's.
-                self.token.position = self
-                    .token
-                    .position
-                    .wrapping_add(1)
-                    .max(SECOND_PART_POSITION)
-                    .wrapping_sub(1);
+            let parts = rest[..start].matches(FIELD_SEP).count();
+            if parts > 0 {
+                // The next token opens the next part (`usize::MAX` is "none yet").
+                let next = self.token.position.wrapping_add(1);
+                let part = next / PART_POSITIONS + parts;
+                self.token.position = (part * PART_POSITIONS).wrapping_sub(1);
             }
             let from = self.pos + start;
             let to = self.text[from..]
@@ -299,6 +298,18 @@ mod tests {
             [("a".into(), 0), ("b".into(), 1), ("c".into(), 2)]
         );
         assert_eq!(words("héllo wörld")[1], ("wörld".into(), 1));
+        // Each separator starts the next part at the next multiple of PART_POSITIONS.
+        let p = PART_POSITIONS;
+        assert_eq!(
+            words("a b\u{1f}c\u{1f}\u{1f}d"),
+            [
+                ("a".into(), 0),
+                ("b".into(), 1),
+                ("c".into(), p),
+                ("d".into(), 3 * p)
+            ]
+        );
+        assert_eq!(words("\u{1f}x")[0], ("x".into(), p));
     }
 
     #[test]

@@ -31,8 +31,9 @@
 //! # Schema
 //! One tantivy document per passage: `path` (raw string, the delete-by-file term),
 //! `heading` (analyzed without positions, stored), `text` (stored), `body` (analyzed with
-//! positions, not stored: the heading twice, then the text, scored as one BM25 document;
-//! see [`IndexOptions::heading_boost`] for why), `line_start`/`line_end`, and the file's
+//! positions, not stored: the text, the passage's own heading, then its whole heading
+//! path, scored as one BM25 document; see [`IndexOptions::heading_boost`] for why),
+//! `line_start`/`line_end`, and the file's
 //! `mtime_ms`/`size`/`hash` (stored, so the file list can be rebuilt from the passages if
 //! a commit payload is ever missing).
 //!
@@ -447,11 +448,9 @@ fn english_analyzer() -> TextAnalyzer {
         .build()
 }
 
-/// How many times the heading is repeated in the `body` field. See [`body_text`].
-const HEADING_WEIGHT: usize = 2;
-
-/// The indexed text of a passage: its text, [`analysis::FIELD_SEP`], then its heading
-/// [`HEADING_WEIGHT`] times.
+/// The indexed text of a passage: its text, then its own (last) heading, then its whole
+/// heading path, separated by [`analysis::FIELD_SEP`]. So the passage's own title counts
+/// twice and its ancestors (document and chapter titles, shared by many passages) once.
 ///
 /// Why not a separate, boosted heading field (tantivy's multi-field query sums one BM25 per
 /// field): a heading is a handful of tokens, so its own BM25 saturates on a single match
@@ -461,18 +460,18 @@ const HEADING_WEIGHT: usize = 2;
 /// without letting it dominate. Measured on the Python FAQ benchmark (benches/kb.rs):
 /// nDCG@10 0.33 this way, 0.10 to 0.25 with a separate heading field boosted 0.5x to 2x.
 ///
-/// Why the text comes first, and the separator: the text's words then sit at positions
-/// from 0, and the heading's far beyond (the tokenizer jumps at the separator), so the
-/// second ranking stage can tell how early in the text a word occurs and never takes a
-/// heading word for a neighbour of a text word (see `rerank`).
+/// Why the text comes first, and the separators: the tokenizer starts each part at a
+/// multiple of [`analysis::PART_POSITIONS`], so a match's position says where it is (how
+/// early in the text, or in which heading) for the second ranking stage (see `rerank`), and
+/// no phrase spans two parts.
 fn body_text(heading: &str, text: &str) -> String {
-    let mut s = String::with_capacity(heading.len() * HEADING_WEIGHT + text.len() + 8);
+    let leaf = heading.rsplit(" > ").next().unwrap_or(heading);
+    let mut s = String::with_capacity(text.len() + leaf.len() + heading.len() + 8);
     s.push_str(text);
     s.push(analysis::FIELD_SEP);
-    for _ in 0..HEADING_WEIGHT {
-        s.push('\n');
-        s.push_str(heading);
-    }
+    s.push_str(leaf);
+    s.push(analysis::FIELD_SEP);
+    s.push_str(heading);
     s
 }
 
@@ -891,9 +890,11 @@ impl WorkspaceIndex {
         }
     }
 
-    /// The `limit` best passages for `query` (BM25 over heading and text as one document,
-    /// the heading counting twice; see [`IndexOptions::heading_boost`]), best first, with
-    /// snippets. Sees the last commit only.
+    /// The `limit` best passages for `query`, best first, with snippets. Sees the last
+    /// commit only. Ranking: BM25 over text and headings as one document (the passage's own
+    /// heading counting twice; see [`IndexOptions::heading_boost`]), then BM25's best
+    /// [`Rerank::depth`] re-scored for query terms close together and early in the passage
+    /// (see [`IndexOptions::rerank`]).
     ///
     /// `query` uses tantivy's syntax (`"a phrase"`, `+must`, `-not`, `a AND b`, `heading:x`;
     /// default conjunction OR)

@@ -26,7 +26,7 @@ use tantivy::postings::Postings;
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{DocAddress, DocSet, Score, Searcher, TERMINATED, Term};
 
-use crate::analysis::SECOND_PART_POSITION;
+use crate::analysis::PART_POSITIONS;
 
 /// Second-stage ranking of [`WorkspaceIndex::search`](crate::WorkspaceIndex::search). The
 /// default is what the benchmark measured best; `Rerank::off()` is plain BM25.
@@ -190,7 +190,7 @@ fn proximity(occ: &[(u32, usize)], idf: &[f32], acc: &mut [f32], rel_len: f32) -
     acc.fill(0.0);
     for w in occ.windows(2) {
         let ((p1, t1), (p2, t2)) = (w[0], w[1]);
-        // Text and heading are SECOND_PART_POSITION apart: never neighbours in effect.
+        // Parts of the body are PART_POSITIONS apart: never neighbours in effect.
         if t1 == t2 {
             continue;
         }
@@ -206,16 +206,23 @@ fn proximity(occ: &[(u32, usize)], idf: &[f32], acc: &mut [f32], rel_len: f32) -
 }
 
 /// The lead score of one passage: each term's IDF, decayed by its first position in the
-/// text (matches in the heading, at [`SECOND_PART_POSITION`] and beyond, add nothing).
+/// text. A match in the passage's own heading counts as the first word (the title is what
+/// the passage is about); one only in its ancestors' headings adds nothing (they are about
+/// the whole document).
 fn lead(occ: &[(u32, usize)], idf: &[f32], first: &mut [u32]) -> f32 {
     first.fill(u32::MAX);
     for &(p, t) in occ {
+        let p = match p as usize / PART_POSITIONS {
+            0 => p,
+            1 => 0,
+            _ => continue,
+        };
         first[t] = first[t].min(p);
     }
     first
         .iter()
         .zip(idf)
-        .filter(|(p, _)| (**p as usize) < SECOND_PART_POSITION)
+        .filter(|(p, _)| **p < u32::MAX)
         .map(|(p, w)| w * LEAD_SCALE / (LEAD_SCALE + *p as f32))
         .sum()
 }
@@ -231,12 +238,7 @@ mod tests {
         let near = proximity(&[(0, 0), (1, 1)], &idf, &mut acc, 1.0);
         let far = proximity(&[(0, 0), (10, 1)], &idf, &mut acc, 1.0);
         let same = proximity(&[(0, 0), (1, 0)], &idf, &mut acc, 1.0);
-        let apart = proximity(
-            &[(3, 0), (SECOND_PART_POSITION as u32, 1)],
-            &idf,
-            &mut acc,
-            1.0,
-        );
+        let apart = proximity(&[(3, 0), (PART_POSITIONS as u32, 1)], &idf, &mut acc, 1.0);
         assert!(near > far && far > 0.0, "{near} {far}");
         assert_eq!(same, 0.0, "one term repeated is not proximity");
         assert!(apart < 1e-9, "text and heading are never close: {apart}");
@@ -252,7 +254,10 @@ mod tests {
         assert!((opening - (2.0 + 3.0 * 50.0 / 52.0)).abs() < 1e-5);
         let halfway = lead(&[(50, 0)], &idf, &mut first);
         assert!((halfway - 1.0).abs() < 1e-6);
-        let heading_only = lead(&[(SECOND_PART_POSITION as u32 + 1, 1)], &idf, &mut first);
+        let own = PART_POSITIONS as u32;
+        let ancestors = 2 * PART_POSITIONS as u32;
+        assert_eq!(lead(&[(own + 3, 1)], &idf, &mut first), 3.0);
+        let heading_only = lead(&[(ancestors + 1, 1)], &idf, &mut first);
         assert_eq!(heading_only, 0.0);
     }
 }
