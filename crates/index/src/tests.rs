@@ -792,12 +792,12 @@ fn an_index_of_the_previous_analyzer_version_is_rebuilt() {
         let mut b = Schema::builder();
         for (_, entry) in schema.fields() {
             let mut entry = entry.clone();
-            if let tantivy::schema::FieldType::Str(opts) = entry.field_type() {
-                if let Some(ix) = opts.get_indexing_options() {
-                    let old = ix.clone().set_tokenizer("capstan_en_v1");
-                    let opts = opts.clone().set_indexing_options(old);
-                    entry = tantivy::schema::FieldEntry::new_text(entry.name().to_owned(), opts);
-                }
+            if let tantivy::schema::FieldType::Str(opts) = entry.field_type()
+                && let Some(ix) = opts.get_indexing_options()
+            {
+                let old = ix.clone().set_tokenizer("capstan_en_v1");
+                let opts = opts.clone().set_indexing_options(old);
+                entry = tantivy::schema::FieldEntry::new_text(entry.name().to_owned(), opts);
             }
             b.add_field(entry);
         }
