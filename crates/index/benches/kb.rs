@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use capstan_index::{Analyzer, FileMeta, Hit, IndexOptions, Passage, WorkspaceIndex};
+use capstan_index::{Analyzer, FileMeta, Hit, IndexOptions, Passage, Rerank, WorkspaceIndex};
 use capstan_kb_parse::ChunkOptions;
 use tantivy::collector::TopDocs;
 use tantivy::query::QueryParser;
@@ -167,6 +167,9 @@ trait Engine {
 struct Ours {
     idx: WorkspaceIndex,
     label: String,
+    /// Answer as `local_kb_retrieval` does (`capstan_kb_parse::rank::answer` over the
+    /// index's hits: overlapping chunks of one file dropped) instead of the raw hit list.
+    as_plugin: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -204,6 +207,7 @@ fn build_ours(corpus: &Corpus, opts: IndexOptions, label: &str) -> (Ours, Durati
         Ours {
             idx,
             label: label.to_owned(),
+            as_plugin: false,
             _dir: dir,
         },
         took,
@@ -215,6 +219,38 @@ impl Engine for Ours {
         self.label.clone()
     }
     fn search(&mut self, q: &str) -> Vec<(String, u32, u32)> {
+        if self.as_plugin {
+            let answer = capstan_kb_parse::rank::answer(q, &[], K as u32, None, |q, n| {
+                let hits = self.idx.search(q, n as usize)?;
+                Ok::<_, capstan_index::IndexError>(
+                    hits.into_iter()
+                        .map(|h| capstan_kb_parse::rank::Hit {
+                            path: h.path,
+                            heading: h.heading,
+                            text: h.text,
+                            line_start: h.line_start,
+                            line_end: h.line_end,
+                            score: h.score,
+                            snippet: h.snippet,
+                        })
+                        .collect(),
+                )
+            })
+            .unwrap();
+            return answer.data["passages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    let n = |k: &str| p[k].as_u64().unwrap() as u32;
+                    (
+                        p["path"].as_str().unwrap().to_owned(),
+                        n("line_start"),
+                        n("line_end"),
+                    )
+                })
+                .collect();
+        }
         let hits: Vec<Hit> = self.idx.search(q, K).unwrap();
         hits.into_iter()
             .map(|h| (h.path, h.line_start, h.line_end))
@@ -599,28 +635,67 @@ fn main() {
         queries.len()
     );
     let mut rows: Vec<(String, Scores)> = Vec::new();
+    // The default, then each ranking change taken away (an ablation), then older variants.
+    let lead_only = Rerank {
+        proximity: 0.0,
+        ..Rerank::default()
+    };
+    let proximity_only = Rerank {
+        lead: 0.0,
+        ..Rerank::default()
+    };
     let variants = [
-        ("capstan (default)", Analyzer::English, 0.0),
+        (
+            "capstan (default)",
+            Analyzer::English,
+            0.0,
+            Rerank::default(),
+        ),
+        (
+            "capstan, rerank: lead only",
+            Analyzer::English,
+            0.0,
+            lead_only,
+        ),
+        (
+            "capstan, rerank: proximity only",
+            Analyzer::English,
+            0.0,
+            proximity_only,
+        ),
+        (
+            "capstan, BM25 only (no rerank)",
+            Analyzer::English,
+            0.0,
+            Rerank::off(),
+        ),
         (
             "capstan + separate heading field x0.5",
             Analyzer::English,
             0.5,
+            Rerank::default(),
         ),
         (
-            "capstan + separate heading field x2",
-            Analyzer::English,
-            2.0,
+            "capstan, Simple analyzer",
+            Analyzer::Simple,
+            0.0,
+            Rerank::default(),
         ),
-        ("capstan, Simple analyzer", Analyzer::Simple, 0.0),
     ];
-    for (label, analyzer, boost) in variants {
+    for (label, analyzer, boost, rerank) in variants {
         let opts = IndexOptions {
             analyzer,
             heading_boost: boost,
+            rerank,
             ..IndexOptions::default()
         };
         let (mut e, _) = build_ours(&py, opts, label);
         rows.push((e.name(), judge(&mut e, &queries)));
+        if label == "capstan (default)" {
+            e.as_plugin = true;
+            e.label = "capstan (default), as local_kb_retrieval answers (overlaps dropped)".into();
+            rows.push((e.name(), judge(&mut e, &queries)));
+        }
     }
     if std::env::var_os("KB_BENCH_DEBUG").is_some() {
         debug_queries(&py, &queries);

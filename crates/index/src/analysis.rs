@@ -3,6 +3,123 @@
 use rustc_hash::FxHashMap;
 use tantivy::tokenizer::{Token, TokenFilter, TokenStream, Tokenizer};
 
+/// Separates the parts of the indexed `body` (text, leaf heading, heading path: see
+/// `body_text`). Each one moves the next token to the next multiple of [`PART_POSITIONS`].
+pub(crate) const FIELD_SEP: char = '\u{1f}';
+
+/// Positions per part of the `body`: far beyond any passage's text, so a position tells
+/// which part a match is in (`position / PART_POSITIONS`), and words of two parts are never
+/// adjacent for a phrase query.
+pub(crate) const PART_POSITIONS: usize = 1 << 20;
+
+/// tantivy's `SimpleTokenizer` (runs of alphanumerics, positions counted per token), minus
+/// the names of reStructuredText roles and directives: `class` in ``:class:`Foo` ``, `func`
+/// in ``:py:func:`len` ``, `function` in `.. function:: len(s)`.
+///
+/// Why: they are markup, not content, and Sphinx documentation is full of them. Indexed as
+/// words, every `.. method::` line matched a question about "methods" and every
+/// ``:class:`…` `` one about "classes", burying the passages that discuss those words. A
+/// skipped name takes no position, so the words around it stay adjacent for phrase queries.
+/// The checks look only at the bytes around a token that ends or starts at a `:`, so plain
+/// text costs one byte comparison per token.
+#[derive(Clone, Default)]
+pub(crate) struct MarkupTokenizer {
+    token: Token,
+}
+
+impl Tokenizer for MarkupTokenizer {
+    type TokenStream<'a> = MarkupTokenStream<'a>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> MarkupTokenStream<'a> {
+        self.token.reset();
+        MarkupTokenStream {
+            text,
+            pos: 0,
+            token: &mut self.token,
+        }
+    }
+}
+
+pub(crate) struct MarkupTokenStream<'a> {
+    text: &'a str,
+    /// Byte offset where the search for the next token starts.
+    pos: usize,
+    token: &'a mut Token,
+}
+
+impl TokenStream for MarkupTokenStream<'_> {
+    fn advance(&mut self) -> bool {
+        self.token.text.clear();
+        loop {
+            let rest = &self.text[self.pos..];
+            let Some(start) = rest.find(char::is_alphanumeric) else {
+                self.pos = self.text.len();
+                return false;
+            };
+            let parts = rest[..start].matches(FIELD_SEP).count();
+            if parts > 0 {
+                // The next token opens the next part (`usize::MAX` is "none yet").
+                let next = self.token.position.wrapping_add(1);
+                let part = next / PART_POSITIONS + parts;
+                self.token.position = (part * PART_POSITIONS).wrapping_sub(1);
+            }
+            let from = self.pos + start;
+            let to = self.text[from..]
+                .find(|c: char| !c.is_alphanumeric())
+                .map_or(self.text.len(), |n| from + n);
+            self.pos = to;
+            if is_markup_name(self.text, from, to) {
+                continue;
+            }
+            self.token.position = self.token.position.wrapping_add(1);
+            self.token.offset_from = from;
+            self.token.offset_to = to;
+            self.token.text.push_str(&self.text[from..to]);
+            return true;
+        }
+    }
+
+    fn token(&self) -> &Token {
+        self.token
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        self.token
+    }
+}
+
+/// Whether `text[from..to]` (a run of alphanumerics) names an rST role or directive.
+fn is_markup_name(text: &str, from: usize, to: usize) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.get(to) != Some(&b':') {
+        return false;
+    }
+    // The rest of the name (`:func` of `py:func`) and what follows it.
+    let after = &text[to..];
+    let name_end = after
+        .find(|c: char| !(c.is_alphanumeric() || c == ':' || c == '-'))
+        .unwrap_or(after.len());
+    let name_rest = &after[..name_end];
+    // Role: `:name:` (or `:domain:name:`) directly followed by a backquote.
+    if from > 0 && bytes[from - 1] == b':' && after[name_end..].starts_with('`') {
+        return name_rest.ends_with(':') && !name_rest.ends_with("::");
+    }
+    // Directive: a line `.. name:: argument` (or `.. domain:name::`).
+    if !name_rest.ends_with("::") {
+        return false;
+    }
+    let line_start = text[..from].rfind('\n').map_or(0, |i| i + 1);
+    let before = text[line_start..from].trim_start();
+    let Some(prefix) = before.strip_prefix("..") else {
+        return false;
+    };
+    prefix.starts_with(' ')
+        && prefix
+            .trim_start()
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == ':' || c == '-')
+}
+
 /// Stems cached per analyzer instance before the cache starts over. Words are
 /// Zipf-distributed: a few thousand distinct words cover most tokens, so a bounded cache
 /// that is emptied when full keeps nearly all of the benefit with a few MB at most.
@@ -139,6 +256,60 @@ mod tests {
             out.push((t.text.clone(), t.position, t.offset_from, t.offset_to));
         }
         out
+    }
+
+    fn words(text: &str) -> Vec<(String, usize)> {
+        let mut a = TextAnalyzer::builder(MarkupTokenizer::default()).build();
+        tokens(&mut a, text)
+            .into_iter()
+            .map(|(w, p, from, to)| {
+                assert_eq!(&text[from..to], w);
+                (w, p)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn markup_names_are_not_words() {
+        let w = |text| {
+            words(text)
+                .into_iter()
+                .map(|(w, _)| w)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            w("Use :class:`Foo` and :py:func:`len`, see :pep:`8`."),
+            "Use Foo and len see 8"
+        );
+        assert_eq!(
+            w(".. function:: len(s)\n\n   .. py:method:: Foo.bar()\n.. note::"),
+            "len s Foo bar"
+        );
+        // Not markup: C++ and Rust paths, a colon in prose, a literal block marker, a
+        // directive-looking name inside a line.
+        assert_eq!(w("std::vector a::b"), "std vector a b");
+        assert_eq!(w("Note: the class: `x`"), "Note the class x");
+        assert_eq!(w("Example::\n\n  x"), "Example x");
+        assert_eq!(w("see the foo:: bar"), "see the foo bar");
+        // Positions count words only: the words around a role stay adjacent.
+        assert_eq!(
+            words("a :meth:`b` c"),
+            [("a".into(), 0), ("b".into(), 1), ("c".into(), 2)]
+        );
+        assert_eq!(words("héllo wörld")[1], ("wörld".into(), 1));
+        // Each separator starts the next part at the next multiple of PART_POSITIONS.
+        let p = PART_POSITIONS;
+        assert_eq!(
+            words("a b\u{1f}c\u{1f}\u{1f}d"),
+            [
+                ("a".into(), 0),
+                ("b".into(), 1),
+                ("c".into(), p),
+                ("d".into(), 3 * p)
+            ]
+        );
+        assert_eq!(words("\u{1f}x")[0], ("x".into(), p));
     }
 
     #[test]

@@ -31,8 +31,9 @@
 //! # Schema
 //! One tantivy document per passage: `path` (raw string, the delete-by-file term),
 //! `heading` (analyzed without positions, stored), `text` (stored), `body` (analyzed with
-//! positions, not stored: the heading twice, then the text, scored as one BM25 document;
-//! see [`IndexOptions::heading_boost`] for why), `line_start`/`line_end`, and the file's
+//! positions, not stored: the text, the passage's own heading, then its whole heading
+//! path, scored as one BM25 document; see [`IndexOptions::heading_boost`] for why),
+//! `line_start`/`line_end`, and the file's
 //! `mtime_ms`/`size`/`hash` (stored, so the file list can be rebuilt from the passages if
 //! a commit payload is ever missing).
 //!
@@ -54,6 +55,7 @@
 mod analysis;
 mod fusion;
 mod meta_stamp;
+mod rerank;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -69,10 +71,11 @@ use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::snippet::SnippetGenerator;
-use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
+use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, TextAnalyzer};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term};
 
 pub use fusion::{drop_overlapping, rrf};
+pub use rerank::Rerank;
 
 /// A file the index holds, as given to [`WorkspaceIndex::upsert_file`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,8 +153,8 @@ impl Analyzer {
         match self {
             // Versioned: changing an analyzer changes its name, so an index built with the
             // old one is a schema mismatch (rebuilt) rather than silently inconsistent.
-            Analyzer::English => "capstan_en_v1",
-            Analyzer::Simple => "capstan_simple_v1",
+            Analyzer::English => "capstan_en_v2",
+            Analyzer::Simple => "capstan_simple_v2",
         }
     }
 }
@@ -172,6 +175,9 @@ pub struct IndexOptions {
     /// headings sharing one common word with the query (measured: nDCG@10 drops from 0.33 to
     /// 0.25 at 0.5 and 0.10 at 2 on the Python FAQ benchmark). Must be finite and >= 0.
     pub heading_boost: f32,
+    /// The second ranking stage (proximity and lead of the query terms) over BM25's best
+    /// candidates. [`Rerank::off`] searches by BM25 alone.
+    pub rerank: Rerank,
     /// Maximum length of [`Hit::snippet`] before escaping, in characters.
     pub snippet_chars: usize,
     /// How long a change waits for another process to finish writing before giving up with
@@ -188,6 +194,7 @@ impl Default for IndexOptions {
             // plugin's parsing, and the host has other work.
             writer_threads: 2,
             heading_boost: 0.0,
+            rerank: Rerank::default(),
             snippet_chars: 200,
             // Long enough for another process's small refresh to commit, short enough
             // that a question is not kept waiting on a big one.
@@ -434,17 +441,16 @@ const ENGLISH_STOP_WORDS: &[&str] = &[
 ];
 
 fn english_analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(SimpleTokenizer::default())
+    TextAnalyzer::builder(analysis::MarkupTokenizer::default())
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)
         .filter(analysis::StopAndStem::english(ENGLISH_STOP_WORDS))
         .build()
 }
 
-/// How many times the heading is repeated in the `body` field. See [`body_text`].
-const HEADING_WEIGHT: usize = 2;
-
-/// The indexed text of a passage: its heading [`HEADING_WEIGHT`] times, then its text.
+/// The indexed text of a passage: its text, then its own (last) heading, then its whole
+/// heading path, separated by [`analysis::FIELD_SEP`]. So the passage's own title counts
+/// twice and its ancestors (document and chapter titles, shared by many passages) once.
 ///
 /// Why not a separate, boosted heading field (tantivy's multi-field query sums one BM25 per
 /// field): a heading is a handful of tokens, so its own BM25 saturates on a single match
@@ -453,18 +459,24 @@ const HEADING_WEIGHT: usize = 2;
 /// doubled (BM25F-style, as SQLite FTS5 does with column weights), keeps the heading signal
 /// without letting it dominate. Measured on the Python FAQ benchmark (benches/kb.rs):
 /// nDCG@10 0.33 this way, 0.10 to 0.25 with a separate heading field boosted 0.5x to 2x.
+///
+/// Why the text comes first, and the separators: the tokenizer starts each part at a
+/// multiple of [`analysis::PART_POSITIONS`], so a match's position says where it is (how
+/// early in the text, or in which heading) for the second ranking stage (see `rerank`), and
+/// no phrase spans two parts.
 fn body_text(heading: &str, text: &str) -> String {
-    let mut s = String::with_capacity(heading.len() * HEADING_WEIGHT + text.len() + 2);
-    for _ in 0..HEADING_WEIGHT {
-        s.push_str(heading);
-        s.push('\n');
-    }
+    let leaf = heading.rsplit(" > ").next().unwrap_or(heading);
+    let mut s = String::with_capacity(text.len() + leaf.len() + heading.len() + 8);
     s.push_str(text);
+    s.push(analysis::FIELD_SEP);
+    s.push_str(leaf);
+    s.push(analysis::FIELD_SEP);
+    s.push_str(heading);
     s
 }
 
 fn simple_analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(SimpleTokenizer::default())
+    TextAnalyzer::builder(analysis::MarkupTokenizer::default())
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)
         .build()
@@ -594,6 +606,7 @@ impl WorkspaceIndex {
                 opts.heading_boost
             )));
         }
+        opts.rerank.check().map_err(IndexError::Invalid)?;
         std::fs::create_dir_all(dir).map_err(|source| IndexError::Io {
             path: dir.display().to_string(),
             source,
@@ -877,9 +890,11 @@ impl WorkspaceIndex {
         }
     }
 
-    /// The `limit` best passages for `query` (BM25 over heading and text as one document,
-    /// the heading counting twice; see [`IndexOptions::heading_boost`]), best first, with
-    /// snippets. Sees the last commit only.
+    /// The `limit` best passages for `query`, best first, with snippets. Sees the last
+    /// commit only. Ranking: BM25 over text and headings as one document (the passage's own
+    /// heading counting twice; see [`IndexOptions::heading_boost`]), then BM25's best
+    /// [`Rerank::depth`] re-scored for query terms close together and early in the passage
+    /// (see [`IndexOptions::rerank`]).
     ///
     /// `query` uses tantivy's syntax (`"a phrase"`, `+must`, `-not`, `a AND b`, `heading:x`;
     /// default conjunction OR)
@@ -901,10 +916,22 @@ impl WorkspaceIndex {
             self.meta.reader_read(stamp);
         }
         let searcher = self.reader.searcher();
-        let top = searcher.search(&*q, &TopDocs::with_limit(limit).order_by_score())?;
+        let rerank = &self.opts.rerank;
+        let top = searcher.search(
+            &*q,
+            &TopDocs::with_limit(rerank.candidates(limit)).order_by_score(),
+        )?;
         if top.is_empty() {
             return Ok(Vec::new());
         }
+        let mut terms: Vec<Term> = Vec::new();
+        q.query_terms(&mut |t, _| {
+            if t.field() == self.fields.body {
+                terms.push(t.clone());
+            }
+        });
+        let mut top = rerank.apply(&searcher, self.fields.body, &terms, top)?;
+        top.truncate(limit);
         let mut snippets = SnippetGenerator::create(&searcher, &*q, self.fields.body)?;
         snippets.set_max_num_chars(self.opts.snippet_chars);
         let f = self.fields;

@@ -678,3 +678,137 @@ fn a_batch_replaces_each_file_and_a_bad_entry_rejects_all_of_it() {
         ["a.md", "b.md"]
     );
 }
+
+/// Two files whose single passages hold the same words (same BM25 score), `a.md` with the
+/// query's words in its opening and next to each other.
+fn same_words_other_places(opts: IndexOptions) -> (tempfile::TempDir, WorkspaceIndex) {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = WorkspaceIndex::open(dir.path(), opts).unwrap();
+    let filler = "lorem ipsum dolor amet consectetur adipiscing elit sed eiusmod tempor \
+                  incididunt labore dolore magna aliqua enim minim veniam quis nostrud \
+                  exercitation ullamco laboris nisi aliquip commodo consequat duis aute irure";
+    idx.upsert_file(
+        meta("a.md", 1),
+        &[passage("Notes", &format!("widgets gadgets {filler}"), 1, 1)],
+    )
+    .unwrap();
+    idx.upsert_file(
+        meta("b.md", 2),
+        &[passage("Notes", &format!("widgets {filler} gadgets"), 1, 1)],
+    )
+    .unwrap();
+    idx.commit().unwrap();
+    (dir, idx)
+}
+
+#[test]
+fn rerank_prefers_the_opening_and_nearby_terms() {
+    let scores = |rerank: Rerank| {
+        let (_dir, idx) = same_words_other_places(IndexOptions {
+            rerank,
+            ..IndexOptions::default()
+        });
+        let hits = idx.search("gadgets widgets", 5).unwrap();
+        assert_eq!(hits.len(), 2);
+        hits.iter()
+            .map(|h| (h.path.clone(), h.score))
+            .collect::<Vec<_>>()
+    };
+    // BM25 alone cannot tell the two apart.
+    let bm25 = scores(Rerank::off());
+    assert_eq!(bm25[0].1, bm25[1].1, "{bm25:?}");
+    for rerank in [
+        Rerank::default(),
+        Rerank {
+            lead: 0.0,
+            ..Rerank::default()
+        },
+        Rerank {
+            proximity: 0.0,
+            ..Rerank::default()
+        },
+    ] {
+        let s = scores(rerank.clone());
+        assert_eq!(s[0].0, "a.md", "{rerank:?}: {s:?}");
+        assert!(s[0].1 > s[1].1, "{rerank:?}: {s:?}");
+        assert!(s[1].1 >= bm25[1].1, "a bonus never lowers a score");
+    }
+}
+
+#[test]
+fn rerank_options_are_checked() {
+    for bad in [
+        Rerank {
+            proximity: f32::NAN,
+            ..Rerank::default()
+        },
+        Rerank {
+            lead: -1.0,
+            ..Rerank::default()
+        },
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = IndexOptions {
+            rerank: bad,
+            ..IndexOptions::default()
+        };
+        assert!(matches!(
+            WorkspaceIndex::open(dir.path(), opts),
+            Err(IndexError::Invalid(_))
+        ));
+    }
+}
+
+#[test]
+fn markup_names_are_not_searchable_and_heading_is_not_next_to_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = open(dir.path());
+    idx.upsert_file(
+        meta("a.rst", 1),
+        &[passage(
+            "Fox",
+            ".. function:: spin(widget)\n\n   Spins a :class:`Widget` quickly.",
+            1,
+            3,
+        )],
+    )
+    .unwrap();
+    idx.commit().unwrap();
+    assert_eq!(idx.search("widget", 5).unwrap().len(), 1);
+    assert_eq!(idx.search("spin quickly", 5).unwrap().len(), 1);
+    assert!(idx.search("class", 5).unwrap().is_empty());
+    assert!(idx.search("function", 5).unwrap().is_empty());
+    // The last word of the text and the heading are not a phrase.
+    assert!(idx.search("\"quickly fox\"", 5).unwrap().is_empty());
+    assert_eq!(idx.search("\"widget quickly\"", 5).unwrap().len(), 1);
+}
+
+#[test]
+fn an_index_of_the_previous_analyzer_version_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // The schema as Capstan wrote it before the analyzers became `_v2`.
+        let (schema, _) = schema(Analyzer::English);
+        let mut b = Schema::builder();
+        for (_, entry) in schema.fields() {
+            let mut entry = entry.clone();
+            if let tantivy::schema::FieldType::Str(opts) = entry.field_type()
+                && let Some(ix) = opts.get_indexing_options()
+            {
+                let old = ix.clone().set_tokenizer("capstan_en_v1");
+                let opts = opts.clone().set_indexing_options(old);
+                entry = tantivy::schema::FieldEntry::new_text(entry.name().to_owned(), opts);
+            }
+            b.add_field(entry);
+        }
+        Index::create_in_dir(dir.path(), b.build()).unwrap();
+    }
+    assert!(matches!(
+        WorkspaceIndex::open(dir.path(), IndexOptions::default()),
+        Err(IndexError::SchemaMismatch(_))
+    ));
+    let idx = WorkspaceIndex::open_or_rebuild(dir.path(), IndexOptions::default()).unwrap();
+    populate(&idx);
+    idx.commit().unwrap();
+    assert!(!idx.search("proxy", 5).unwrap().is_empty());
+}
