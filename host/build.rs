@@ -121,7 +121,10 @@ fn main() {
         let compiled = match &ahead {
             Some(ahead) => format!(
                 "include_bytes!({:?})",
-                ahead.compile(&out, krate, &bytes, &sha256).display().to_string()
+                ahead
+                    .compile(&out, krate, &bytes, &sha256)
+                    .display()
+                    .to_string()
             ),
             None => "&[]".into(),
         };
@@ -151,11 +154,14 @@ impl AheadOfTime {
     /// code would be for the wrong CPU): the runtime then compiles on first use.
     fn new() -> Option<Self> {
         if std::env::var("HOST").ok() != std::env::var("TARGET").ok() {
-            println!("cargo:warning=cross-compiling: the bundled plugins are compiled on first use");
+            println!(
+                "cargo:warning=cross-compiling: the bundled plugins are compiled on first use"
+            );
             return None;
         }
-        let engine = wasmtime::Engine::new(&engine::config())
-            .unwrap_or_else(|e| panic!("creating the wasmtime engine to precompile plugins: {e:#}"));
+        let engine = wasmtime::Engine::new(&engine::config()).unwrap_or_else(|e| {
+            panic!("creating the wasmtime engine to precompile plugins: {e:#}")
+        });
         let key = engine::compatibility_key(&engine);
         Some(Self { engine, key })
     }

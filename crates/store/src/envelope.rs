@@ -61,7 +61,10 @@ mod tests {
     #[test]
     fn the_prefix_goes_and_comes_back_byte_for_byte() {
         let json = r#"{"seq":7,"run_id":"run_abc","ts":"2026-11-27T21:03:02.638Z","type":"x","note":"{\"seq\":1}"}"#;
-        assert_eq!(stored(json, 7, RUN, TS), r#" {"type":"x","note":"{\"seq\":1}"}"#);
+        assert_eq!(
+            stored(json, 7, RUN, TS),
+            r#" {"type":"x","note":"{\"seq\":1}"}"#
+        );
         assert_eq!(round_trip(json), json);
     }
 

@@ -83,7 +83,9 @@ impl ComponentCache {
             });
             match mapped {
                 Ok(component) => return Ok((component, true)),
-                Err(e) => tracing::warn!(dir = %self.dir.display(), "cannot cache bundled code: {e:#}"),
+                Err(e) => {
+                    tracing::warn!(dir = %self.dir.display(), "cannot cache bundled code: {e:#}")
+                }
             }
             // SAFETY: as above, from the binary's own bytes.
             match unsafe { Component::deserialize(engine, code) } {
