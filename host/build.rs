@@ -167,9 +167,17 @@ impl AheadOfTime {
     }
 
     /// The compiled component's path; compiled only when no earlier build
-    /// left code for these bytes and this engine.
+    /// left code for these bytes and this engine. Code an earlier build left
+    /// for other bytes or another engine is deleted (several MiB each).
     fn compile(&self, out: &Path, krate: &str, bytes: &[u8], sha256: &str) -> PathBuf {
-        let path = out.join(format!("{krate}-{}-{}.cwasm", &sha256[..16], self.key));
+        let name = format!("{krate}-{}-{}.cwasm", &sha256[..16], self.key);
+        let path = out.join(&name);
+        for entry in std::fs::read_dir(out).into_iter().flatten().flatten() {
+            let old = entry.file_name().to_string_lossy().into_owned();
+            if old != name && old.starts_with(&format!("{krate}-")) && old.ends_with(".cwasm") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         if !path.is_file() {
             let code = self
                 .engine
