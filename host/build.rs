@@ -14,7 +14,6 @@ use std::process::Command;
 
 // The runtime's engine configuration, so code compiled here loads there.
 #[path = "src/plugins/engine.rs"]
-#[allow(dead_code)]
 mod engine;
 
 /// The components embedded in the binary: (plugin name, crate name).
@@ -184,8 +183,11 @@ impl AheadOfTime {
                 .precompile_component(bytes)
                 .unwrap_or_else(|e| panic!("precompiling the `{krate}` component: {e:#}"));
             let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, code).unwrap();
-            std::fs::rename(&tmp, &path).unwrap();
+            std::fs::write(&tmp, code).unwrap_or_else(|e| {
+                panic!("writing the compiled `{krate}` to {}: {e}", tmp.display())
+            });
+            std::fs::rename(&tmp, &path)
+                .unwrap_or_else(|e| panic!("renaming {} into place: {e}", tmp.display()));
         }
         path
     }
