@@ -194,12 +194,14 @@ fn trusted_keys_file(dirs: &Dirs) -> PathBuf {
     dirs.config.join("trusted-keys")
 }
 
-/// minisign's key ID: the key number as it prints it.
+/// minisign's key ID: the key number as it prints it (upper-case hex with no
+/// leading zeros, so one key in sixteen has 15 digits), so the ID capstan
+/// shows is the one in the key's own files.
 fn key_id(keynum: &[u8]) -> String {
     let mut n = [0u8; 8];
     let len = keynum.len().min(8);
     n[..len].copy_from_slice(&keynum[..len]);
-    format!("{:016X}", u64::from_le_bytes(n))
+    format!("{:X}", u64::from_le_bytes(n))
 }
 
 /// A key the user can trust: minisign's or cosign's.
@@ -1295,4 +1297,19 @@ fn verify(dirs: &Dirs, signature: Option<&String>, bytes: &[u8]) -> Result<Strin
         }
     }
     Err(Unverified::Mismatch { key, why })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_id;
+
+    #[test]
+    fn a_minisign_key_id_is_printed_as_minisign_prints_it() {
+        // The key number is little-endian; minisign prints it with `%X`, so a
+        // number whose top nibble is zero has 15 digits in its `.pub` file.
+        let keynum = [0x0B, 0x3F, 0x70, 0xA4, 0x9C, 0x90, 0x46, 0x04];
+        assert_eq!(key_id(&keynum), "446909CA4703F0B");
+        let keynum = [0x0B, 0x3F, 0x70, 0xA4, 0x9C, 0x90, 0x46, 0x14];
+        assert_eq!(key_id(&keynum), "1446909CA4703F0B");
+    }
 }
