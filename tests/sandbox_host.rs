@@ -3,7 +3,8 @@
 //! a limit failing the task with `resource-limit`; read paths that would expose
 //! Capstan's own state refused; `capstan sandbox check` end to end; and a
 //! running server whose binary file is replaced (a package upgrade) still
-//! running commands. The adversarial suite of the sandbox itself is
+//! running commands; no task cgroup left by a caller killed mid-command.
+//! The adversarial suite of the sandbox itself is
 //! crates/sandbox/tests/adversarial.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -197,4 +198,89 @@ fn a_running_server_survives_replacing_its_binary() {
     assert_eq!(gone["stdout"], "keep me", "{gone}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A caller killed with -9 while its command runs leaves nothing of the task
+/// behind: its launcher notices, ends the command and removes the task's
+/// cgroups itself (there is no caller left to do it).
+#[test]
+fn a_caller_killed_mid_command_leaves_no_task_cgroup() {
+    let home = Home::new("");
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = home
+        .capstan()
+        .args(["invoke", "terminal_exec", "--approve", "all", "--workspace"])
+        .arg(ws.path())
+        .args(["--input", &json!({"command": "sleep 60"}).to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let prefix = format!("capstan-sandbox-{}-", child.id());
+    let populated = |dirs: &[std::path::PathBuf]| {
+        dirs.iter().any(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let dirs = loop {
+        let dirs = task_cgroups(&prefix);
+        if populated(&dirs) {
+            break dirs;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            // Without task cgroups (not root, no delegated subtree) there is
+            // nothing to leave behind.
+            assert!(
+                dirs.is_empty() && !is_root(),
+                "the command never ran in its task cgroups: {dirs:?}"
+            );
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    loop {
+        let left = task_cgroups(&prefix);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind by the killed caller's task (it had {dirs:?}): {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    })
+}
+
+/// Every cgroup directory under /sys/fs/cgroup whose name starts with `prefix`.
+fn task_cgroups(prefix: &str) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, prefix: &str, depth: usize, found: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                found.push(e.path());
+            } else if depth > 0 {
+                walk(&e.path(), prefix, depth - 1, found);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(Path::new("/sys/fs/cgroup"), prefix, 6, &mut found);
+    found.sort();
+    found
 }

@@ -47,6 +47,23 @@ pub(crate) struct CgroupDir {
     pub controllers: Vec<Controller>,
 }
 
+impl CgroupDir {
+    /// The file the launcher writes `0` to, to move itself in or out.
+    ///
+    /// v1: `tasks`, which moves the calling thread; the launcher has one
+    /// thread, so that is the whole process. `cgroup.procs` would move the
+    /// same process but first takes the kernel's threadgroup lock for
+    /// writing, which waits for an RCU grace period: 8 to 15 ms measured
+    /// here, the largest part of a short command's start. A thread moving
+    /// itself needs no such lock (it cannot exit or exec meanwhile).
+    ///
+    /// v2: `cgroup.procs`; its `cgroup.threads` only works in threaded
+    /// subtrees.
+    fn membership_file(&self) -> &'static str {
+        if self.v2 { "cgroup.procs" } else { "tasks" }
+    }
+}
+
 /// The cgroup directories of one task.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct TaskCgroup {
@@ -102,10 +119,11 @@ impl TaskCgroup {
             .any(|d| d.controllers.contains(&controller))
     }
 
-    /// Moves the calling process into every directory.
+    /// Moves the calling process, which must have one thread, into every
+    /// directory.
     pub(crate) fn join(&self) -> Result<(), String> {
         for d in &self.dirs {
-            std::fs::write(d.path.join("cgroup.procs"), "0")
+            std::fs::write(d.path.join(d.membership_file()), "0")
                 .map_err(|e| format!("cannot join the cgroup {}: {e}", d.path.display()))?;
         }
         Ok(())
@@ -142,7 +160,7 @@ impl TaskCgroup {
     pub(crate) fn leave_and_remove(&self) {
         for d in &self.dirs {
             if let Some(parent) = d.path.parent() {
-                let _ = std::fs::write(parent.join("cgroup.procs"), "0");
+                let _ = std::fs::write(parent.join(d.membership_file()), "0");
             }
         }
         self.remove_blocking();

@@ -116,6 +116,19 @@ pub enum StoreError {
         path: PathBuf,
     },
 
+    /// A durable write was committed but flushing the WAL to disk failed: it
+    /// survives a crash of Capstan, maybe not a power loss.
+    #[error(
+        "database {path}: a write was committed but could not be flushed to disk ({source}); \
+         it survives a crash of Capstan but maybe not a power loss; check the disk"
+    )]
+    Flush {
+        /// The database file.
+        path: PathBuf,
+        /// Why `fdatasync` of its WAL failed.
+        source: std::io::Error,
+    },
+
     /// No row with this id.
     #[error("no {what} with id {id}")]
     NotFound {

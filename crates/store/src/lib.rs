@@ -56,8 +56,10 @@
 //! # Durability
 //!
 //! The database runs in WAL mode with `synchronous = NORMAL`, and every write
-//! except event appends is committed at `synchronous = FULL` (switched for
-//! that one transaction). What that buys:
+//! except event appends returns only once the WAL has been flushed to disk
+//! after its commit, which is what `synchronous = FULL` does, but shared: one
+//! `fdatasync`, run with the connection released, covers every durable write
+//! committed before it began (`group_sync.rs`). What that buys:
 //!
 //! - **Process crash** (panic, `kill -9`, OOM kill): nothing committed is lost.
 //!   A commit has been written to the WAL file before it returns, and the WAL
@@ -65,15 +67,17 @@
 //!   open replays it. An uncommitted transaction vanishes whole.
 //! - **OS crash or power loss**: turns, summaries, sessions, workspaces, run
 //!   starts and ends, usage and approvals survive once their call returned
-//!   (FULL syncs the WAL before returning). Events appended after the last
+//!   (the WAL is flushed after their commit before it returns). Events appended after the last
 //!   such durable commit (or checkpoint) may be lost; they are a replay log,
 //!   and a durable commit also makes every earlier event durable, because the
 //!   WAL is one sequential file. The database is never left corrupt.
 //!
-//! Why not FULL for everything: an event is appended for every streamed
+//! Why not a flush for everything: an event is appended for every streamed
 //! token, and an `fsync` per token costs milliseconds on real disks; NORMAL
 //! costs none. Why not NORMAL for everything: the design promises that a crash
-//! loses no committed turn, and an OS crash is a crash too.
+//! loses no committed turn, and an OS crash is a crash too. Why not `FULL`:
+//! it flushes inside the commit, holding the one connection, so every writer
+//! of a busy server queued behind each flush.
 //!
 //! # Concurrency
 //!
@@ -113,6 +117,7 @@ pub mod coalesce;
 mod envelope;
 mod error;
 mod events;
+mod group_sync;
 mod handle;
 mod id;
 mod lease;
@@ -177,6 +182,15 @@ pub(crate) struct SqliteStore {
     /// Woken by this store's own appends; other processes' appends are
     /// found by polling (see [`Store::wait_events`]).
     pub(crate) notifier: Notifier,
+    /// Shares WAL flushes among durable writes.
+    wal_sync: group_sync::GroupSync,
+}
+
+/// The WAL file SQLite keeps beside the database at `path`.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
 }
 
 /// How hard a write transaction must hold on to its data (see crate docs).
@@ -221,8 +235,8 @@ impl SqliteStore {
                 ),
             });
         }
-        // NORMAL is the connection default; durable writes raise it to FULL
-        // for their transaction (see crate docs).
+        // Commits do not flush; durable writes flush the WAL after their
+        // commit, in groups (see crate docs and `group_sync.rs`).
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(err)?;
         conn.pragma_update(None, "foreign_keys", true)
@@ -240,6 +254,7 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             owner,
             notifier: Notifier::default(),
+            wal_sync: group_sync::GroupSync::default(),
         })
     }
 
@@ -294,30 +309,34 @@ impl SqliteStore {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction: all of it commits or
     /// none of it. IMMEDIATE takes the write lock up front, so a concurrent
     /// writer makes us wait (busy timeout) instead of failing mid-way.
+    ///
+    /// A [`Durability::Durable`] write then waits, with the connection
+    /// released, for a flush of the WAL that covers its commit, shared with
+    /// the durable writes of other threads (`group_sync.rs`).
     pub(crate) fn write<T>(
         &self,
         durability: Durability,
         f: impl FnOnce(&Connection) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = self.conn();
-        let durable = durability == Durability::Durable;
-        if durable {
-            conn.pragma_update(None, "synchronous", "FULL")
-                .map_err(|e| self.sql(e))?;
-        }
-        let result = (|| {
+        let value = {
+            let mut conn = self.conn();
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.sql(e))?;
             let value = f(&tx)?;
             tx.commit().map_err(|e| self.sql(e))?;
-            Ok(value)
-        })();
-        if durable {
-            // Failing to lower it again costs speed, never data: ignore.
-            let _ = conn.pragma_update(None, "synchronous", "NORMAL");
+            value
+        };
+        if durability == Durability::Durable {
+            let wal = wal_path(&self.path);
+            self.wal_sync
+                .sync(|| group_sync::flush_file(&wal))
+                .map_err(|source| StoreError::Flush {
+                    path: self.path.clone(),
+                    source,
+                })?;
         }
-        result
+        Ok(value)
     }
 
     /// Runs `f` with the connection outside any explicit transaction (each
@@ -366,10 +385,10 @@ mod tests {
             .unwrap()
     }
 
-    /// Durable writes raise `synchronous` for their transaction only; the
-    /// event path must find NORMAL again, or every token would fsync.
+    /// Durable writes flush after their commit, outside SQLite: the
+    /// connection stays at NORMAL, or every token's append would fsync.
     #[test]
-    fn durable_writes_restore_normal_sync() {
+    fn durable_writes_leave_the_connection_at_normal_sync() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
         assert_eq!(pragma(&store, "synchronous"), 1); // NORMAL
