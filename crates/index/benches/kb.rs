@@ -636,13 +636,32 @@ fn main() {
     );
     let mut rows: Vec<(String, Scores)> = Vec::new();
     // The default, then each ranking change taken away (an ablation), then older variants.
+    let no_same_file = Rerank {
+        same_file: 1.0,
+        ..Rerank::default()
+    };
+    let no_length_norm = Rerank {
+        length_norm: 0.75,
+        ..Rerank::default()
+    };
+    let top_30 = Rerank {
+        depth: 30,
+        ..Rerank::default()
+    };
+    // The second stage as issue 23's first round left it: proximity and lead over the top 30.
+    let proximity_lead = Rerank {
+        depth: 30,
+        length_norm: 0.75,
+        same_file: 1.0,
+        ..Rerank::default()
+    };
     let lead_only = Rerank {
         proximity: 0.0,
-        ..Rerank::default()
+        ..proximity_lead.clone()
     };
     let proximity_only = Rerank {
         lead: 0.0,
-        ..Rerank::default()
+        ..proximity_lead.clone()
     };
     let variants = [
         (
@@ -650,6 +669,30 @@ fn main() {
             Analyzer::English,
             0.0,
             Rerank::default(),
+        ),
+        (
+            "capstan, top 30 re-ranked (not 40)",
+            Analyzer::English,
+            0.0,
+            top_30,
+        ),
+        (
+            "capstan, without same-file diversification",
+            Analyzer::English,
+            0.0,
+            no_same_file,
+        ),
+        (
+            "capstan, without length re-normalisation (b = 0.75)",
+            Analyzer::English,
+            0.0,
+            no_length_norm,
+        ),
+        (
+            "capstan, rerank: proximity + lead only, top 30 (before)",
+            Analyzer::English,
+            0.0,
+            proximity_lead,
         ),
         (
             "capstan, rerank: lead only",

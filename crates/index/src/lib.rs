@@ -29,7 +29,8 @@
 //! then fails with [`IndexError::WriterBusy`]; the caller searches the last commit instead.
 //!
 //! # Schema
-//! One tantivy document per passage: `path` (raw string, the delete-by-file term),
+//! One tantivy document per passage: `path` (raw string, the delete-by-file term, and a
+//! fast field that tells the ranking which passages share a file),
 //! `heading` (analyzed without positions, stored), `text` (stored), `body` (analyzed with
 //! positions, not stored: the text, the passage's own heading, then its whole heading
 //! path, scored as one BM25 document; see [`IndexOptions::heading_boost`] for why),
@@ -68,7 +69,7 @@ use tantivy::directory::error::LockError;
 use tantivy::indexer::UserOperation;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{
-    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
+    FAST, Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::snippet::SnippetGenerator;
 use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, TextAnalyzer};
@@ -116,8 +117,9 @@ pub struct Hit {
     pub line_start: u32,
     /// Last source line, 1-based and inclusive.
     pub line_end: u32,
-    /// BM25 score from [`WorkspaceIndex::search`] (heading matches boosted), or the fused
-    /// score from [`rrf`]. Only comparable within one result list.
+    /// Score from [`WorkspaceIndex::search`] (BM25 with heading matches boosted, plus the
+    /// second stage's re-scoring, times the same-file factor of [`Rerank::same_file`]), or
+    /// the fused score from [`rrf`]. Only comparable within one result list.
     pub score: f32,
     /// An excerpt of `text` around the matched terms, HTML-escaped (`<`, `>`, `&`, quotes)
     /// with the matches wrapped in `<b></b>`. When only the heading matched, the start of
@@ -175,8 +177,9 @@ pub struct IndexOptions {
     /// headings sharing one common word with the query (measured: nDCG@10 drops from 0.33 to
     /// 0.25 at 0.5 and 0.10 at 2 on the Python FAQ benchmark). Must be finite and >= 0.
     pub heading_boost: f32,
-    /// The second ranking stage (proximity and lead of the query terms) over BM25's best
-    /// candidates. [`Rerank::off`] searches by BM25 alone.
+    /// The second ranking stage over BM25's best candidates (proximity and lead of the
+    /// query terms, length re-normalisation, fewer passages of one file).
+    /// [`Rerank::off`] searches by BM25 alone.
     pub rerank: Rerank,
     /// Maximum length of [`Hit::snippet`] before escaping, in characters.
     pub snippet_chars: usize,
@@ -257,6 +260,8 @@ struct Fields {
     hash: Field,
 }
 
+const PATH_FIELD: &str = "path";
+
 fn schema(analyzer: Analyzer) -> (Schema, Fields) {
     let mut b = Schema::builder();
     let indexing = TextFieldIndexing::default()
@@ -273,7 +278,9 @@ fn schema(analyzer: Analyzer) -> (Schema, Fields) {
     let body_opts = TextOptions::default().set_indexing_options(indexing);
     let fields = Fields {
         // Raw, untokenized: the term for delete-by-path.
-        path: b.add_text_field("path", STRING | STORED),
+        // Fast: the second ranking stage tells passages of one file apart without fetching
+        // them (see `WorkspaceIndex::diversify`).
+        path: b.add_text_field(PATH_FIELD, STRING | STORED | FAST),
         heading: b.add_text_field("heading", heading_opts),
         text: b.add_text_field("text", STORED),
         body: b.add_text_field("body", body_opts),
@@ -893,8 +900,10 @@ impl WorkspaceIndex {
     /// The `limit` best passages for `query`, best first, with snippets. Sees the last
     /// commit only. Ranking: BM25 over text and headings as one document (the passage's own
     /// heading counting twice; see [`IndexOptions::heading_boost`]), then BM25's best
-    /// [`Rerank::depth`] re-scored for query terms close together and early in the passage
-    /// (see [`IndexOptions::rerank`]).
+    /// [`Rerank::depth`] re-scored for query terms close together and early in the passage,
+    /// with BM25's length normalisation set to [`Rerank::length_norm`], and each passage's
+    /// score lowered by [`Rerank::same_file`] per better passage of its file (see
+    /// [`IndexOptions::rerank`]).
     ///
     /// `query` uses tantivy's syntax (`"a phrase"`, `+must`, `-not`, `a AND b`, `heading:x`;
     /// default conjunction OR)
@@ -930,14 +939,13 @@ impl WorkspaceIndex {
                 terms.push(t.clone());
             }
         });
-        let mut top = rerank.apply(&searcher, self.fields.body, &terms, top)?;
-        top.truncate(limit);
+        let top = rerank.apply(&searcher, self.fields.body, &terms, top)?;
+        let top = self.diversify(&searcher, top, limit)?;
         let mut snippets = SnippetGenerator::create(&searcher, &*q, self.fields.body)?;
         snippets.set_max_num_chars(self.opts.snippet_chars);
         let f = self.fields;
         let mut hits = Vec::with_capacity(top.len());
-        for (score, addr) in top {
-            let doc: TantivyDocument = searcher.doc(addr)?;
+        for (score, doc) in top {
             let text_of = |field| {
                 doc.get_first(field)
                     .and_then(|v| v.as_str().map(str::to_owned))
@@ -966,6 +974,77 @@ impl WorkspaceIndex {
             });
         }
         Ok(hits)
+    }
+
+    /// The `limit` best of `top` (best first) with their stored documents, each passage's
+    /// score multiplied by [`Rerank::same_file`] once per better passage of its file already
+    /// taken. Greedy: the best remaining candidate is taken if its factor is up to date,
+    /// else re-scored and put back; a factor only lowers a score, so a candidate whose
+    /// score is up to date and still the best is truly the best. A passage's file is the
+    /// term ordinal of its `path` fast field within its segment (tantivy indexes each
+    /// `upsert_files` batch into one segment, and merges keep a file's passages together),
+    /// so only the returned documents are fetched.
+    fn diversify(
+        &self,
+        searcher: &tantivy::Searcher,
+        top: Vec<(f32, tantivy::DocAddress)>,
+        limit: usize,
+    ) -> Result<Vec<(f32, TantivyDocument)>> {
+        let rerank = &self.opts.rerank;
+        let mut chosen = top;
+        if rerank.same_file_factor(1).is_some() && chosen.len() > 1 {
+            // (segment, term ordinal of the path); None (no fast field) is a file of its own.
+            let mut columns = BTreeMap::new();
+            let mut file = Vec::with_capacity(chosen.len());
+            for (_, addr) in &chosen {
+                let column = match columns.entry(addr.segment_ord) {
+                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(e) => e.insert(
+                        searcher
+                            .segment_reader(addr.segment_ord)
+                            .fast_fields()
+                            .str(PATH_FIELD)?,
+                    ),
+                };
+                let ord = column
+                    .as_ref()
+                    .and_then(|c| c.term_ords(addr.doc_id).next());
+                file.push(ord.map(|o| (addr.segment_ord, o)));
+            }
+            let base: Vec<f32> = chosen.iter().map(|(s, _)| *s).collect();
+            let mut score = base.clone();
+            // How many passages of its file each candidate's score accounts for.
+            let mut counted = vec![0u32; chosen.len()];
+            let mut taken = vec![false; chosen.len()];
+            let mut per_file: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+            let mut order = Vec::with_capacity(limit.min(chosen.len()));
+            while order.len() < limit {
+                // Ties keep the earlier (better ranked) candidate.
+                let Some(i) = (0..chosen.len())
+                    .filter(|&i| !taken[i])
+                    .reduce(|a, b| if score[b] > score[a] { b } else { a })
+                else {
+                    break;
+                };
+                let better = file[i].map_or(0, |f| per_file.get(&f).copied().unwrap_or(0));
+                if better == counted[i] {
+                    if let Some(f) = file[i] {
+                        *per_file.entry(f).or_default() += 1;
+                    }
+                    taken[i] = true;
+                    order.push(i);
+                } else {
+                    counted[i] = better;
+                    score[i] = base[i] * rerank.same_file_factor(better).unwrap_or(1.0);
+                }
+            }
+            chosen = order.into_iter().map(|i| (score[i], chosen[i].1)).collect();
+        }
+        chosen.truncate(limit);
+        chosen
+            .into_iter()
+            .map(|(score, addr)| Ok((score, searcher.doc(addr)?)))
+            .collect()
     }
 
     /// Like [`search`](Self::search), but hits whose lines overlap a better hit of the same

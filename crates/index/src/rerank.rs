@@ -1,6 +1,6 @@
 //! The second stage of [`WorkspaceIndex::search`](crate::WorkspaceIndex::search): BM25's
-//! best candidates re-scored with two signals BM25 cannot see, both read from the positions
-//! already in the postings (no stored document is fetched).
+//! best candidates re-scored, from the positions and lengths already in the index (no stored
+//! document is fetched).
 //!
 //! * Proximity (BM25TP, Büttcher, Clarke & Lushman, SIGIR 2006): query terms that occur
 //!   close together. For each pair of neighbouring occurrences of two different query terms
@@ -11,16 +11,32 @@
 //!   starts with its definition); a word only mentioned in passing appears anywhere. Each
 //!   matched term adds its IDF × `LEAD_SCALE / (LEAD_SCALE + first position)`: the full IDF
 //!   for the first word, half at about the 50th.
+//! * Length normalisation: tantivy's BM25 normalises term frequencies with `b = 0.75` (fixed
+//!   in tantivy). The candidates' term scores are re-normalised with [`Rerank::length_norm`]
+//!   (default 1): each query term's BM25 term score is recomputed from its frequency in the
+//!   passage with both `b`s, and the difference is added to tantivy's score rather than
+//!   replacing it, so what tantivy scores beyond single terms (phrase clauses, repeated
+//!   query words) stays in. Why stronger normalisation here: a
+//!   passage is a chunk of one section, cut by capstan-kb-parse to a bounded size, so a long
+//!   passage is long because it covers more (an API listing, a table, several
+//!   sub-topics: Robertson's "scope" case, for which BM25's `b` is 1), not because it says
+//!   one thing more verbosely.
 //!
 //! Why not a phrase-query boost or an ordinary field for the lead: phrase clauses for every
 //! query-term pair multiply the postings tantivy scans for every matching document, and a
 //! lead field would index the opening words a second time; here only the candidates'
 //! postings are read, once per query term, which stays a fraction of the first stage's cost.
 //!
-//! Measured on the Python FAQ benchmark (benches/kb.rs, docs/BENCHMARKS.md): nDCG@10 0.331
-//! with BM25 alone (same index), 0.352 with proximity, 0.365 with the lead, 0.385 with both.
-//! The weights (1 and 1) and the lead's scale (50) are the best of a small grid; moving
-//! one of them (proximity 0.5 or 2, lead 0.7 or 1.5, scale 25 or 100) cost 0.002 to 0.013.
+//! After re-scoring, [`Rerank::same_file`] diversifies the hits (see
+//! `WorkspaceIndex::search`).
+//!
+//! Measured on the Python FAQ benchmark (benches/kb.rs, docs/BENCHMARKS.md), nDCG@10:
+//! 0.331 with BM25 alone (same index); over the top 30, 0.352 with proximity, 0.365 with
+//! the lead, 0.385 with both, 0.400 with `b = 1` as well; the default (top 40, same-file
+//! factor too) 0.406. The weights (1 and 1) and the lead's scale (50) are the best of a
+//! small grid; moving one of them (proximity 0.5 or 2, lead 0.7 or 1.5, scale 25 or 100)
+//! cost 0.002 to 0.013. `b` 0.9 instead of 1 costs 0.009; same-file factors 0.6 to 0.9
+//! measured 0.403 to 0.407.
 
 use std::collections::BTreeMap;
 
@@ -41,18 +57,30 @@ pub struct Rerank {
     pub proximity: f32,
     /// Weight of the lead score (0: off). Must be finite and >= 0.
     pub lead: f32,
+    /// BM25's `b` (length normalisation, 0 to 1) the candidates are re-scored with; 0.75 is
+    /// tantivy's own and changes nothing.
+    pub length_norm: f32,
+    /// Factor applied to a passage's score for each better passage of the same file already
+    /// among the hits, in (0, 1]; 1 turns it off. Sibling passages share their file's
+    /// heading path and vocabulary, so one file matching the query well would otherwise fill
+    /// the whole list; the n-th passage of a file has to beat other files' passages by
+    /// `1 / same_file^n` to stay ahead of them.
+    pub same_file: f32,
 }
 
 impl Default for Rerank {
     fn default() -> Self {
         Self {
-            // nDCG@10 on the benchmark: 0.364 re-ranking the 10 hits returned only, 0.385
-            // the top 30, 0.387 the top 100; query p50 on linux-doc: about +0.03, +0.08 and
-            // +0.19 ms over BM25 alone (BM25's block-max pruning works with a lower bar when
-            // it keeps more candidates).
-            depth: 30,
+            // nDCG@10 on the benchmark (all other settings default): 0.393 re-ranking the
+            // top 20, 0.400 the top 30, 0.406 the top 40, 0.411 the top 100. Query p50 on
+            // linux-doc grows with depth (BM25's block-max pruning works with a lower bar
+            // when it keeps more candidates): about +0.08 ms for the top 30 and +0.19 ms
+            // for the top 100 over BM25 alone; 40 costs a few hundredths more than 30.
+            depth: 40,
             proximity: 1.0,
             lead: 1.0,
+            length_norm: 1.0,
+            same_file: 0.8,
         }
     }
 }
@@ -64,6 +92,8 @@ impl Rerank {
             depth: 0,
             proximity: 0.0,
             lead: 0.0,
+            length_norm: B,
+            same_file: 1.0,
         }
     }
 
@@ -75,16 +105,37 @@ impl Rerank {
                 ));
             }
         }
+        if !(0.0..=1.0).contains(&self.length_norm) {
+            return Err(format!(
+                "rerank.length_norm (BM25's b) must be between 0 and 1, got {}",
+                self.length_norm
+            ));
+        }
+        if !(self.same_file > 0.0 && self.same_file <= 1.0) {
+            return Err(format!(
+                "rerank.same_file must be above 0 and at most 1, got {}",
+                self.same_file
+            ));
+        }
         Ok(())
     }
 
     fn active(&self) -> bool {
-        self.depth > 0 && (self.proximity > 0.0 || self.lead > 0.0)
+        self.depth > 0 && (self.proximity > 0.0 || self.lead > 0.0 || self.length_norm != B)
+    }
+
+    /// The factor for a passage with `better` passages of its file ranked above it, if
+    /// hits are diversified at all.
+    pub(crate) fn same_file_factor(&self, better: u32) -> Option<f32> {
+        (self.depth > 0 && self.same_file < 1.0).then(|| {
+            self.same_file
+                .powi(i32::try_from(better).unwrap_or(i32::MAX))
+        })
     }
 
     /// How many candidates the first stage should return for `limit` hits.
     pub(crate) fn candidates(&self, limit: usize) -> usize {
-        if self.active() {
+        if self.active() || self.same_file_factor(1).is_some() {
             self.depth.max(limit.saturating_mul(2))
         } else {
             limit
@@ -164,9 +215,13 @@ impl Rerank {
         }
         let mut acc = vec![0.0f32; unique.len()];
         let mut first = vec![u32::MAX; unique.len()];
+        let mut tf = vec![0u32; unique.len()];
         for (i, occ) in occurrences.iter_mut().enumerate() {
             occ.sort_unstable();
             let mut bonus = 0.0;
+            if self.length_norm != B {
+                bonus += renormalise(occ, &idf, &mut tf, length[i] / avgdl, self.length_norm);
+            }
             if self.proximity > 0.0 {
                 bonus += self.proximity * proximity(occ, &idf, &mut acc, length[i] / avgdl);
             }
@@ -181,9 +236,29 @@ impl Rerank {
     }
 }
 
-/// tantivy's BM25 parameters (not exported), reused to saturate the proximity accumulator.
+/// tantivy's BM25 parameters (not exported): its term scores are re-normalised from these,
+/// and they saturate the proximity accumulator.
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
+
+/// What re-normalising the passage's BM25 term scores with `b` instead of tantivy's [`B`]
+/// adds to its score (negative for passages longer than average when `b > B`).
+fn renormalise(occ: &[(u32, usize)], idf: &[f32], tf: &mut [u32], rel_len: f32, b: f32) -> f32 {
+    tf.fill(0);
+    for &(_, t) in occ {
+        tf[t] += 1;
+    }
+    let k_new = K1 * ((1.0 - b) + b * rel_len);
+    let k_old = K1 * ((1.0 - B) + B * rel_len);
+    tf.iter()
+        .zip(idf)
+        .filter(|(f, _)| **f > 0)
+        .map(|(&f, w)| {
+            let f = f as f32;
+            w * (K1 + 1.0) * (f / (f + k_new) - f / (f + k_old))
+        })
+        .sum()
+}
 
 /// Positions at which the lead score of a term has halved.
 const LEAD_SCALE: f32 = 50.0;
@@ -248,6 +323,22 @@ mod tests {
         assert!(apart < 1e-9, "text and heading are never close: {apart}");
         // Longer passages saturate less quickly.
         assert!(proximity(&[(0, 0), (1, 1)], &idf, &mut acc, 4.0) < near);
+    }
+
+    #[test]
+    fn renormalising_favours_short_passages_only_when_b_grows() {
+        let idf = [2.0, 3.0];
+        let mut tf = [0; 2];
+        let occ = [(0, 0), (5, 0), (9, 1)];
+        // tantivy's own b changes nothing, at any length.
+        for rel_len in [0.5, 1.0, 3.0] {
+            assert!(renormalise(&occ, &idf, &mut tf, rel_len, B).abs() < 1e-6);
+        }
+        // At the average length, b does not matter either.
+        assert!(renormalise(&occ, &idf, &mut tf, 1.0, 1.0).abs() < 1e-6);
+        assert!(renormalise(&occ, &idf, &mut tf, 0.5, 1.0) > 0.0);
+        assert!(renormalise(&occ, &idf, &mut tf, 3.0, 1.0) < 0.0);
+        assert_eq!(renormalise(&[], &idf, &mut tf, 3.0, 1.0), 0.0);
     }
 
     #[test]

@@ -736,6 +736,61 @@ fn rerank_prefers_the_opening_and_nearby_terms() {
 }
 
 #[test]
+fn one_file_does_not_fill_the_hits() {
+    let search = |rerank: Rerank, limit: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = WorkspaceIndex::open(
+            dir.path(),
+            IndexOptions {
+                rerank,
+                ..IndexOptions::default()
+            },
+        )
+        .unwrap();
+        // Three equally good passages of one file, and a slightly weaker one elsewhere.
+        let same: Vec<Passage> = (1..=3)
+            .map(|n| passage("Notes", "widgets gadgets", n, n))
+            .collect();
+        idx.upsert_files(&[
+            (meta("a.md", 1), same),
+            (
+                meta("b.md", 2),
+                vec![passage("Notes", "widgets gadgets sprockets", 1, 1)],
+            ),
+        ])
+        .unwrap();
+        idx.commit().unwrap();
+        let hits = idx.search("widgets gadgets", limit).unwrap();
+        let hits: Vec<(String, f32)> = hits.into_iter().map(|h| (h.path, h.score)).collect();
+        (dir, hits)
+    };
+    let (_d, plain) = search(
+        Rerank {
+            same_file: 1.0,
+            ..Rerank::default()
+        },
+        10,
+    );
+    let files: Vec<&str> = plain.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(files, ["a.md", "a.md", "a.md", "b.md"], "{plain:?}");
+    let (_d, diverse) = search(Rerank::default(), 10);
+    let files: Vec<&str> = diverse.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(files, ["a.md", "b.md", "a.md", "a.md"], "{diverse:?}");
+    // The n-th passage of a file scores same_file^n of what it would alone; others keep theirs.
+    let f = Rerank::default().same_file;
+    assert_eq!(diverse[0].1, plain[0].1);
+    assert_eq!(diverse[1].1, plain[3].1);
+    assert!((diverse[2].1 - plain[1].1 * f).abs() < 1e-5, "{diverse:?}");
+    assert!(
+        (diverse[3].1 - plain[2].1 * f * f).abs() < 1e-5,
+        "{diverse:?}"
+    );
+    // Asked for fewer, the best of the diversified list come back.
+    let (_d, two) = search(Rerank::default(), 2);
+    assert_eq!(two, diverse[..2], "{two:?}");
+}
+
+#[test]
 fn rerank_options_are_checked() {
     for bad in [
         Rerank {
@@ -744,6 +799,26 @@ fn rerank_options_are_checked() {
         },
         Rerank {
             lead: -1.0,
+            ..Rerank::default()
+        },
+        Rerank {
+            length_norm: 1.5,
+            ..Rerank::default()
+        },
+        Rerank {
+            length_norm: f32::NAN,
+            ..Rerank::default()
+        },
+        Rerank {
+            same_file: 0.0,
+            ..Rerank::default()
+        },
+        Rerank {
+            same_file: 1.5,
+            ..Rerank::default()
+        },
+        Rerank {
+            same_file: f32::NAN,
             ..Rerank::default()
         },
     ] {
@@ -800,6 +875,32 @@ fn an_index_of_the_previous_analyzer_version_is_rebuilt() {
                 entry = tantivy::schema::FieldEntry::new_text(entry.name().to_owned(), opts);
             }
             b.add_field(entry);
+        }
+        Index::create_in_dir(dir.path(), b.build()).unwrap();
+    }
+    assert!(matches!(
+        WorkspaceIndex::open(dir.path(), IndexOptions::default()),
+        Err(IndexError::SchemaMismatch(_))
+    ));
+    let idx = WorkspaceIndex::open_or_rebuild(dir.path(), IndexOptions::default()).unwrap();
+    populate(&idx);
+    idx.commit().unwrap();
+    assert!(!idx.search("proxy", 5).unwrap().is_empty());
+}
+
+#[test]
+fn an_index_without_the_path_fast_field_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // The schema as Capstan wrote it before `path` became a fast field.
+        let (schema, _) = schema(Analyzer::English);
+        let mut b = Schema::builder();
+        for (_, entry) in schema.fields() {
+            if entry.name() == PATH_FIELD {
+                b.add_text_field(PATH_FIELD, STRING | STORED);
+            } else {
+                b.add_field(entry.clone());
+            }
         }
         Index::create_in_dir(dir.path(), b.build()).unwrap();
     }
