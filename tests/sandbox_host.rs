@@ -230,6 +230,7 @@ fn a_caller_killed_mid_command_leaves_no_task_cgroup() {
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             // Without task cgroups (not root, no delegated subtree) there is
             // nothing to leave behind.
             assert!(

@@ -239,6 +239,10 @@ delegate! {
     /// flight, starts in the last minute or tokens in the last day are at
     /// the quota's limit, counted over every replica.
     fn start_run_exclusive(&self, session_id: &str, model: &str, quota: Option<&Quota>) -> Result<Run>;
+    /// A new session (bound to an existing workspace, if given) and its first
+    /// run, `running`: for a caller that makes a session to run one thing in
+    /// it. On SQLite one durable commit (one flush of the WAL instead of two).
+    fn start_run_in_new_session(&self, title: &str, workspace_id: Option<&str>, model: &str) -> Result<(Session, Run)>;
     /// Ends a run once (terminal status, reason, final usage totals) and
     /// drops its lease.
     fn finish_run(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>) -> Result<()>;

@@ -236,6 +236,22 @@ pub struct Run {
     pub ended_at: Option<String>,
 }
 
+impl Session {
+    /// A new, empty session created now: what both backends insert.
+    pub(crate) fn new(title: &str, workspace_id: Option<&str>) -> Self {
+        let now = crate::now_rfc3339();
+        Self {
+            id: crate::new_id("ses"),
+            title: title.to_owned(),
+            workspace_id: workspace_id.map(str::to_owned),
+            summary: String::new(),
+            usage: Usage::default(),
+            created_at: now.clone(),
+            updated_at: now,
+        }
+    }
+}
+
 impl Run {
     /// A new run of `session_id`, `running` from now: what both backends
     /// insert when a run starts.

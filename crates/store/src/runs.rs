@@ -2,14 +2,14 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::{Result, StoreError};
 use crate::lease::Ending;
 use crate::quota::{Usage as QuotaUsage, windows};
 use crate::{
-    Durability, EventRecord, Quota, Run, RunStatus, SqliteStore, Usage, now_rfc3339, owner, to_i64,
-    to_u64,
+    Durability, EventRecord, Quota, Run, RunStatus, Session, SqliteStore, Usage, now_rfc3339,
+    owner, to_i64, to_u64,
 };
 
 const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
@@ -66,74 +66,106 @@ impl SqliteStore {
     ) -> Result<Run> {
         let run = Run::starting(session_id, model);
         self.write(Durability::Durable, |c| {
-            self.require(c, "sessions", "session", session_id)?;
-            // The write lock is held (IMMEDIATE): no other process can start
-            // a run of this session (or of this user) between the checks and
-            // the insert.
-            if exclusive {
-                let running: Option<String> = c
-                    .prepare_cached(
-                        "SELECT id FROM runs WHERE session_id = ?1 AND status = 'running' LIMIT 1",
-                    )
-                    .and_then(|mut s| s.query_row([session_id], |r| r.get(0)).optional())
-                    .map_err(|e| self.sql(e))?;
-                if let Some(run_id) = running {
-                    return Err(StoreError::SessionBusy {
-                        id: session_id.to_owned(),
-                        run_id,
-                    });
-                }
-            }
-            if let Some(quota) = quota {
-                let (minute, day) = windows();
-                let usage = c
-                    .prepare_cached(
-                        "SELECT
-                           (SELECT count(*) FROM runs WHERE user_name = ?1 AND status = 'running'),
-                           (SELECT count(*) FROM runs WHERE user_name = ?1 AND started_at > ?2),
-                           (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?2),
-                           (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM runs
-                              WHERE user_name = ?1 AND started_at > ?3),
-                           (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?3),
-                           (SELECT coalesce(sum(cost_usd), 0.0) FROM runs
-                              WHERE user_name = ?1 AND started_at > ?3)",
-                    )
-                    .and_then(|mut s| {
-                        s.query_row(params![quota.user, minute, day], |r| {
-                            Ok(QuotaUsage {
-                                running: r.get::<_, i64>(0)? as u64,
-                                last_minute: r.get::<_, i64>(1)? as u64,
-                                oldest_in_minute: r.get(2)?,
-                                tokens_day: r.get::<_, i64>(3)? as u64,
-                                oldest_in_day: r.get(4)?,
-                                cost_day: r.get(5)?,
-                            })
-                        })
-                    })
-                    .map_err(|e| self.sql(e))?;
-                quota.admit(&usage)?;
-            }
-            c.prepare_cached(
-                "INSERT INTO runs (id, session_id, status, model, owner, started_at, user_name)
-                 VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    run.id,
-                    session_id,
-                    model,
-                    self.owner_id(),
-                    run.started_at,
-                    quota.map(|q| q.user.as_str())
-                ])
-            })
-            .map_err(|e| self.sql(e))?;
-            c.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
-                .and_then(|mut s| s.execute(params![session_id, run.started_at]))
-                .map_err(|e| self.sql(e))?;
-            Ok(())
+            self.insert_run_row(c, &run, exclusive, quota)
         })?;
         Ok(run)
+    }
+
+    /// A new session with its first run, `running`, in one durable commit
+    /// (one flush where [`SqliteStore::create_session`] then
+    /// [`SqliteStore::start_run`] take two): for a caller that makes a session
+    /// only to run one thing in it (`capstan invoke`).
+    pub fn start_run_in_new_session(
+        &self,
+        title: &str,
+        workspace_id: Option<&str>,
+        model: &str,
+    ) -> Result<(Session, Run)> {
+        let session = Session::new(title, workspace_id);
+        let run = Run::starting(&session.id, model);
+        self.write(Durability::Durable, |c| {
+            self.insert_session(c, &session)?;
+            self.insert_run_row(c, &run, false, None)
+        })?;
+        Ok((session, run))
+    }
+
+    /// Checks and inserts `run` within the caller's transaction (see
+    /// [`SqliteStore::start_run_exclusive`] for `exclusive` and `quota`).
+    fn insert_run_row(
+        &self,
+        c: &Connection,
+        run: &Run,
+        exclusive: bool,
+        quota: Option<&Quota>,
+    ) -> Result<()> {
+        let (session_id, model) = (run.session_id.as_str(), run.model.as_str());
+        self.require(c, "sessions", "session", session_id)?;
+        // The write lock is held (IMMEDIATE): no other process can start
+        // a run of this session (or of this user) between the checks and
+        // the insert.
+        if exclusive {
+            let running: Option<String> = c
+                .prepare_cached(
+                    "SELECT id FROM runs WHERE session_id = ?1 AND status = 'running' LIMIT 1",
+                )
+                .and_then(|mut s| s.query_row([session_id], |r| r.get(0)).optional())
+                .map_err(|e| self.sql(e))?;
+            if let Some(run_id) = running {
+                return Err(StoreError::SessionBusy {
+                    id: session_id.to_owned(),
+                    run_id,
+                });
+            }
+        }
+        if let Some(quota) = quota {
+            let (minute, day) = windows();
+            let usage = c
+                .prepare_cached(
+                    "SELECT
+                       (SELECT count(*) FROM runs WHERE user_name = ?1 AND status = 'running'),
+                       (SELECT count(*) FROM runs WHERE user_name = ?1 AND started_at > ?2),
+                       (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?2),
+                       (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM runs
+                          WHERE user_name = ?1 AND started_at > ?3),
+                       (SELECT min(started_at) FROM runs WHERE user_name = ?1 AND started_at > ?3),
+                       (SELECT coalesce(sum(cost_usd), 0.0) FROM runs
+                          WHERE user_name = ?1 AND started_at > ?3)",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![quota.user, minute, day], |r| {
+                        Ok(QuotaUsage {
+                            running: r.get::<_, i64>(0)? as u64,
+                            last_minute: r.get::<_, i64>(1)? as u64,
+                            oldest_in_minute: r.get(2)?,
+                            tokens_day: r.get::<_, i64>(3)? as u64,
+                            oldest_in_day: r.get(4)?,
+                            cost_day: r.get(5)?,
+                        })
+                    })
+                })
+                .map_err(|e| self.sql(e))?;
+            quota.admit(&usage)?;
+        }
+        c.prepare_cached(
+            "INSERT INTO runs (id, session_id, status, model, owner, started_at, user_name)
+             VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                run.id,
+                session_id,
+                model,
+                self.owner_id(),
+                run.started_at,
+                quota.map(|q| q.user.as_str())
+            ])
+        })
+        .map_err(|e| self.sql(e))?;
+        c.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![session_id, run.started_at]))
+            .map_err(|e| self.sql(e))?;
+        Ok(())
     }
 
     /// Ends a run: sets its terminal `status`, `reason` and `ended_at`.

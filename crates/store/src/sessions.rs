@@ -52,36 +52,31 @@ impl SqliteStore {
     /// Creates an empty session, optionally bound to a workspace (which must
     /// exist: [`StoreError::NotFound`] otherwise).
     pub fn create_session(&self, title: &str, workspace_id: Option<&str>) -> Result<Session> {
-        let now = now_rfc3339();
-        let session = Session {
-            id: new_id("ses"),
-            title: title.to_owned(),
-            workspace_id: workspace_id.map(str::to_owned),
-            summary: String::new(),
-            usage: Usage::default(),
-            created_at: now.clone(),
-            updated_at: now,
-        };
-        self.write(Durability::Durable, |c| {
-            if let Some(ws) = workspace_id {
-                self.require(c, "workspaces", "workspace", ws)?;
-            }
-            c.prepare_cached(
-                "INSERT INTO sessions (id, title, workspace_id, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?4)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    session.id,
-                    session.title,
-                    workspace_id,
-                    session.created_at
-                ])
-            })
-            .map_err(|e| self.sql(e))?;
-            Ok(())
-        })?;
+        let session = Session::new(title, workspace_id);
+        self.write(Durability::Durable, |c| self.insert_session(c, &session))?;
         Ok(session)
+    }
+
+    /// Inserts `session` (its workspace, if any, must exist), within the
+    /// caller's transaction.
+    pub(crate) fn insert_session(&self, c: &Connection, session: &Session) -> Result<()> {
+        if let Some(ws) = &session.workspace_id {
+            self.require(c, "workspaces", "workspace", ws)?;
+        }
+        c.prepare_cached(
+            "INSERT INTO sessions (id, title, workspace_id, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?4)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                session.id,
+                session.title,
+                session.workspace_id,
+                session.created_at
+            ])
+        })
+        .map_err(|e| self.sql(e))?;
+        Ok(())
     }
 
     pub fn get_session(&self, id: &str) -> Result<Option<Session>> {

@@ -325,6 +325,34 @@ fn concurrent_writers_share_one_file(kind: Kind) {
 
 // ---- runs and usage ----
 
+/// A session made to run one thing in: both rows or neither.
+fn a_run_in_a_new_session_starts_both_or_neither(kind: Kind) {
+    let (dir, store) = fresh(kind);
+    let root = tempfile::tempdir().unwrap();
+    let ws = store.add_workspace(root.path(), "w", None).unwrap();
+    let (session, run) = store
+        .start_run_in_new_session("capstan invoke docx", Some(&ws.id), "invoke")
+        .unwrap();
+    assert_eq!(run.session_id, session.id);
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(run.model, "invoke");
+    let stored = store.get_session(&session.id).unwrap().unwrap();
+    assert_eq!(stored.title, "capstan invoke docx");
+    assert_eq!(stored.workspace_id.as_deref(), Some(ws.id.as_str()));
+    assert_eq!(store.get_run(&run.id).unwrap().as_ref(), Some(&run));
+    drop(store);
+    let store = reopen(&dir);
+    assert_eq!(store.get_run(&run.id).unwrap().as_ref(), Some(&run));
+
+    // An unknown workspace: refused, and no session is left behind.
+    let before = store.list_sessions(100).unwrap().len();
+    let err = store
+        .start_run_in_new_session("t", Some("ws_nope"), "invoke")
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+    assert_eq!(store.list_sessions(100).unwrap().len(), before);
+}
+
 fn run_round_trip_and_usage_accounting(kind: Kind) {
     let (dir, store) = fresh(kind);
     let s = store.create_session("s", None).unwrap();
@@ -1585,6 +1613,7 @@ both!(
     list_sessions_newest_first_and_bounded,
     turns_keep_order_and_recent_turns_is_bounded,
     concurrent_writers_share_one_file,
+    a_run_in_a_new_session_starts_both_or_neither,
     run_round_trip_and_usage_accounting,
     mark_interrupted_runs_spares_live_owners,
     events_replay_in_seq_order,

@@ -361,16 +361,7 @@ impl PgStore {
         title: &str,
         workspace_id: Option<&str>,
     ) -> Result<Session> {
-        let now = now_rfc3339();
-        let session = Session {
-            id: new_id("ses"),
-            title: title.to_owned(),
-            workspace_id: workspace_id.map(str::to_owned),
-            summary: String::new(),
-            usage: Usage::default(),
-            created_at: now.clone(),
-            updated_at: now,
-        };
+        let session = Session::new(title, workspace_id);
         let mut c = self.conn()?;
         wait(async {
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
@@ -682,6 +673,19 @@ impl PgStore {
 
     pub(crate) fn start_run(&self, session_id: &str, model: &str) -> Result<Run> {
         self.insert_run(session_id, model, false, None)
+    }
+
+    /// Two transactions on PostgreSQL, where a commit's flush is the
+    /// server's and concurrent commits share it already.
+    pub(crate) fn start_run_in_new_session(
+        &self,
+        title: &str,
+        workspace_id: Option<&str>,
+        model: &str,
+    ) -> Result<(Session, Run)> {
+        let session = self.create_session(title, workspace_id)?;
+        let run = self.start_run(&session.id, model)?;
+        Ok((session, run))
     }
 
     pub(crate) fn start_run_exclusive(

@@ -144,10 +144,11 @@ fn start_run(app: &App, kind: &str, workspace: Option<&Path>) -> Result<(String,
         Some(root) => app.store.get_workspace_by_root(root)?.map(|w| w.id),
         None => None,
     };
-    let session = app
-        .store
-        .create_session(&format!("capstan invoke {kind}"), workspace_id.as_deref())?;
-    let run = app.store.start_run(&session.id, "invoke")?;
+    let (session, run) = app.store.start_run_in_new_session(
+        &format!("capstan invoke {kind}"),
+        workspace_id.as_deref(),
+        "invoke",
+    )?;
     Ok((session.id, run.id))
 }
 
