@@ -878,11 +878,17 @@ fn an_index_of_the_previous_analyzer_version_is_rebuilt() {
         }
         Index::create_in_dir(dir.path(), b.build()).unwrap();
     }
+    is_a_mismatch_and_rebuilt(dir.path());
+}
+
+/// An index in `dir` whose schema is not this version's: opening it is a
+/// mismatch, and `open_or_rebuild` makes a working one in its place.
+fn is_a_mismatch_and_rebuilt(dir: &std::path::Path) {
     assert!(matches!(
-        WorkspaceIndex::open(dir.path(), IndexOptions::default()),
+        WorkspaceIndex::open(dir, IndexOptions::default()),
         Err(IndexError::SchemaMismatch(_))
     ));
-    let idx = WorkspaceIndex::open_or_rebuild(dir.path(), IndexOptions::default()).unwrap();
+    let idx = WorkspaceIndex::open_or_rebuild(dir, IndexOptions::default()).unwrap();
     populate(&idx);
     idx.commit().unwrap();
     assert!(!idx.search("proxy", 5).unwrap().is_empty());
@@ -904,12 +910,5 @@ fn an_index_without_the_path_fast_field_is_rebuilt() {
         }
         Index::create_in_dir(dir.path(), b.build()).unwrap();
     }
-    assert!(matches!(
-        WorkspaceIndex::open(dir.path(), IndexOptions::default()),
-        Err(IndexError::SchemaMismatch(_))
-    ));
-    let idx = WorkspaceIndex::open_or_rebuild(dir.path(), IndexOptions::default()).unwrap();
-    populate(&idx);
-    idx.commit().unwrap();
-    assert!(!idx.search("proxy", 5).unwrap().is_empty());
+    is_a_mismatch_and_rebuilt(dir.path());
 }
