@@ -18,9 +18,13 @@
 //! so a flush started after our commit covers our frames and every earlier
 //! one. If a checkpoint copied them into the database meanwhile, the
 //! checkpoint synced the WAL before copying and the database after, at
-//! `NORMAL` too; the WAL file is never removed while this process holds its
-//! connection open, so a missing file only means another process closed the
-//! last connection after checkpointing everything (synced) into the database.
+//! `NORMAL` too. The file flushed is the one SQLite names (the path SQLite
+//! resolved, symbolic links included, plus `-wal`); SQLite removes it only
+//! when the last connection closes, after checkpointing everything (synced)
+//! into the database, and this process holds one open, so it exists after a
+//! commit. Should it be missing anyway (the data directory renamed under a
+//! running process), nothing can be flushed by name and such a write is only
+//! as durable as `NORMAL` makes it (it survives a crash of Capstan).
 
 use std::io;
 use std::path::Path;

@@ -182,13 +182,20 @@ pub(crate) struct SqliteStore {
     /// Woken by this store's own appends; other processes' appends are
     /// found by polling (see [`Store::wait_events`]).
     pub(crate) notifier: Notifier,
+    /// The WAL file durable writes flush, as SQLite names it.
+    wal: PathBuf,
     /// Shares WAL flushes among durable writes.
     wal_sync: group_sync::GroupSync,
 }
 
-/// The WAL file SQLite keeps beside the database at `path`.
-fn wal_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
+/// The WAL file SQLite keeps beside the database file `conn` has open: its
+/// full name with symbolic links resolved (SQLite puts the WAL beside the
+/// real file, not beside a link to it) and `-wal` appended.
+fn wal_path(conn: &Connection, opened: &Path) -> PathBuf {
+    let mut name = match conn.path() {
+        Some(p) if !p.is_empty() => std::ffi::OsString::from(p),
+        _ => opened.as_os_str().to_owned(),
+    };
     name.push("-wal");
     PathBuf::from(name)
 }
@@ -249,7 +256,9 @@ impl SqliteStore {
         // Room for every statement the store prepares, so none is re-parsed.
         conn.set_prepared_statement_cache_capacity(64);
         let owner = OwnerLock::acquire(&path).ok();
+        let wal = wal_path(&conn, &path);
         Ok(SqliteStore {
+            wal,
             path,
             conn: Mutex::new(conn),
             owner,
@@ -328,9 +337,8 @@ impl SqliteStore {
             value
         };
         if durability == Durability::Durable {
-            let wal = wal_path(&self.path);
             self.wal_sync
-                .sync(|| group_sync::flush_file(&wal))
+                .sync(|| group_sync::flush_file(&self.wal))
                 .map_err(|source| StoreError::Flush {
                     path: self.path.clone(),
                     source,
@@ -383,6 +391,24 @@ mod tests {
             .conn()
             .pragma_query_value(None, name, |r| r.get(0))
             .unwrap()
+    }
+
+    /// Opened through a symbolic link, the store flushes the WAL SQLite
+    /// writes: beside the real file, not beside the link.
+    #[test]
+    fn durable_writes_flush_the_wal_beside_the_real_file() {
+        let real = tempfile::tempdir().unwrap();
+        let links = tempfile::tempdir().unwrap();
+        let file = real.path().join("c.db");
+        SqliteStore::open(&file).unwrap();
+        let link = links.path().join("link.db");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let store = SqliteStore::open(&link).unwrap();
+        store.create_session("s", None).unwrap();
+        let wal = std::fs::canonicalize(real.path()).unwrap().join("c.db-wal");
+        assert_eq!(store.wal, wal);
+        assert!(wal.exists(), "SQLite's WAL is not where the store flushes");
+        assert!(!links.path().join("link.db-wal").exists());
     }
 
     /// Durable writes flush after their commit, outside SQLite: the
