@@ -62,6 +62,31 @@ const SPARE: &str = ".spare-";
 const DIFF_CAP: usize = 32 << 10;
 /// Largest sum of diffs kept per set.
 const SET_DIFF_CAP: usize = 256 << 10;
+/// How many finished file moves a journal records with one write.
+const DONE_BATCH: usize = 64;
+
+/// Finished operations of a journal not yet written to its `.done` file.
+#[derive(Default)]
+struct Unrecorded {
+    lines: String,
+    count: usize,
+}
+
+impl Unrecorded {
+    fn push(&mut self, op: usize) {
+        self.lines.push_str(&format!("{op}\n"));
+        self.count += 1;
+    }
+
+    fn write_to(&mut self, done: &mut std::fs::File, path: &Path) -> Result<()> {
+        if self.count > 0 {
+            done.write_all(self.lines.as_bytes()).map_err(io(path))?;
+            self.lines.clear();
+            self.count = 0;
+        }
+        Ok(())
+    }
+}
 /// Largest file diffed as text.
 const TEXT_CAP: u64 = 1 << 20;
 
@@ -261,7 +286,9 @@ pub(crate) enum Op {
         mode: u32,
         replace: bool,
     },
-    /// Move a staged file into place.
+    /// Move a staged file into place. A file whose mode lets its owner
+    /// read it was staged with its final mode and modification time (see
+    /// `capstan_sandbox::changes`); others get them here.
     PutStaged {
         path: String,
         staged: PathBuf,
@@ -410,11 +437,28 @@ impl Store {
                 fc.old_hash = Some(self.keep(&old_path)?);
             }
             let new_path = c.staged.as_ref().map(|s| set.staging.join(s));
+            // One read of the new content gives both its hash and, for a
+            // text-sized file, the text of its diff.
+            let mut new_text = None;
             if let Some(p) = &new_path {
-                fc.new_hash = Some(hash_file(p)?);
+                let (hash, bytes) = hash_and_read(p, TEXT_CAP)?;
+                fc.new_hash = Some(hash);
+                new_text = bytes;
             }
             let old_file = fc.old_hash.as_ref().map(|_| old_path.as_path());
-            let (diff, binary) = describe(c.kind, old_file, new_path.as_deref(), &c.path, &c.from);
+            let new_side = match (&new_path, &new_text) {
+                (Some(_), Some(bytes)) => Body::Read(bytes),
+                (Some(p), None) => Body::File(p),
+                (None, _) => Body::Absent,
+            };
+            let (diff, binary) = describe(
+                c.kind,
+                old_file.map_or(Body::Absent, Body::File),
+                new_side,
+                &c.path,
+                &c.from,
+                diff_budget > 0,
+            );
             fc.binary = binary;
             fc.diff = diff.map(|d| {
                 let d = cap(d, DIFF_CAP.min(diff_budget));
@@ -505,8 +549,14 @@ impl Store {
             }
             let old_file = old_hash.as_ref().map(|h| self.object_path(h));
             let new_file = new_hash.as_ref().map(|_| abs.clone());
-            let (diff, binary) =
-                describe(kind, old_file.as_deref(), new_file.as_deref(), &p, &None);
+            let (diff, binary) = describe(
+                kind,
+                old_file.as_deref().map_or(Body::Absent, Body::File),
+                new_file.as_deref().map_or(Body::Absent, Body::File),
+                &p,
+                &None,
+                true,
+            );
             changes.push(FileChange {
                 path: p,
                 kind,
@@ -582,7 +632,14 @@ impl Store {
             let old = old.map(|s| s.side.clone());
             let (diff, binary) = if kind == ChangeKind::Created {
                 let new_file = new_hash.as_ref().map(|_| abs.as_path());
-                describe(kind, None, new_file, p, &None)
+                describe(
+                    kind,
+                    Body::Absent,
+                    new_file.map_or(Body::Absent, Body::File),
+                    p,
+                    &None,
+                    true,
+                )
             } else {
                 (None, false)
             };
@@ -817,14 +874,28 @@ impl Store {
             // The op a crash cut short may have left its temporary file.
             fsops::clean_temps(ws, op);
         }
+        let mut lander = fsops::Lander::new(self, ws);
+        // One line per finished op, so that a crash leaves at most the op in
+        // progress half done, and every op can run again. A file's move
+        // run again after it finished finds nothing to move, so the lines of
+        // consecutive moves are written together (one `write` per
+        // DONE_BATCH moves instead of one each); any other op may undo what
+        // later ones did if it ran twice (a replaced directory removes what
+        // landed in it), so the lines before it are written before it runs.
+        let mut unrecorded = Unrecorded::default();
         for (i, op) in journal.ops.iter().enumerate().skip(start) {
-            fsops::apply(self, ws, op)?;
+            let a_move = matches!(op, Op::PutStaged { .. });
+            if !a_move {
+                unrecorded.write_to(&mut done, &dpath)?;
+            }
+            lander.apply(op)?;
             landing_pause();
-            // One line per finished op: after a crash only the next op may
-            // be half done, and every op can be run again.
-            done.write_all(format!("{i}\n").as_bytes())
-                .map_err(io(&dpath))?;
+            unrecorded.push(i);
+            if !a_move || unrecorded.count >= DONE_BATCH {
+                unrecorded.write_to(&mut done, &dpath)?;
+            }
         }
+        unrecorded.write_to(&mut done, &dpath)?;
         let mut record = match record {
             Some(r) => r,
             None => self.get(&journal.id)?,
@@ -1161,36 +1232,57 @@ fn undo_ops(c: &FileChange, ops: &mut Vec<Op>) {
     }
 }
 
-/// A unified diff for text, a one-line summary for the rest.
+/// One side of a change as [`describe`] gets it.
+enum Body<'a> {
+    /// No file on this side (created or deleted).
+    Absent,
+    /// A file still to be read.
+    File(&'a Path),
+    /// A file's whole content, already read.
+    Read(&'a [u8]),
+}
+
+/// A unified diff for text, a one-line summary for the rest. `full`: the
+/// set still has room for diffs; without it a text change gets only the
+/// cut marker (a set of 10,000 files would compute 10,000 diffs to throw
+/// them away).
 fn describe(
     kind: ChangeKind,
-    old: Option<&Path>,
-    new: Option<&Path>,
+    old: Body,
+    new: Body,
     path: &str,
     from: &Option<String>,
+    full: bool,
 ) -> (Option<String>, bool) {
-    let read_text = |p: Option<&Path>| -> Option<Option<String>> {
-        let Some(p) = p else {
-            return Some(None);
+    let text = |side: &Body| -> Option<Option<String>> {
+        let bytes = match side {
+            Body::Absent => return Some(None),
+            Body::File(p) => {
+                if std::fs::metadata(p).ok()?.len() > TEXT_CAP {
+                    return None;
+                }
+                std::borrow::Cow::Owned(std::fs::read(p).ok()?)
+            }
+            Body::Read(b) => std::borrow::Cow::Borrowed(*b),
         };
-        let m = std::fs::metadata(p).ok()?;
-        if m.len() > TEXT_CAP {
-            return None;
-        }
-        let bytes = std::fs::read(p).ok()?;
         if bytes.contains(&0) {
             return None;
         }
-        String::from_utf8(bytes).ok().map(Some)
+        String::from_utf8(bytes.into_owned()).ok().map(Some)
     };
-    if kind == ChangeKind::ModeChanged || (old.is_none() && new.is_none()) {
+    if kind == ChangeKind::ModeChanged
+        || (matches!(old, Body::Absent) && matches!(new, Body::Absent))
+    {
         return (None, false);
     }
-    match (read_text(old), read_text(new)) {
+    match (text(&old), text(&new)) {
         (Some(a), Some(b)) => {
             let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
             if a == b {
                 return (None, false);
+            }
+            if !full {
+                return (Some(cap(String::from("-"), 0)), false);
             }
             let old_name = format!("a/{}", from.as_deref().unwrap_or(path));
             let diff = similar::TextDiff::from_lines(&a, &b)
@@ -1201,9 +1293,10 @@ fn describe(
             (Some(diff), false)
         }
         _ => {
-            let size = |p: Option<&Path>| {
-                p.and_then(|p| std::fs::metadata(p).ok())
-                    .map_or(0, |m| m.len())
+            let size = |side: &Body| match side {
+                Body::Absent => 0,
+                Body::File(p) => std::fs::metadata(p).map_or(0, |m| m.len()),
+                Body::Read(b) => b.len() as u64,
             };
             let what = if path.ends_with(".docx") || path.ends_with(".xlsx") {
                 "office document"
@@ -1211,7 +1304,7 @@ fn describe(
                 "binary file"
             };
             (
-                Some(format!("{what}: {} -> {} bytes", size(old), size(new))),
+                Some(format!("{what}: {} -> {} bytes", size(&old), size(&new))),
                 true,
             )
         }
@@ -1231,6 +1324,24 @@ fn cap(mut s: String, max: usize) -> String {
     s
 }
 
+/// SHA-256 of a file's content, in hex, and the content itself when the
+/// file is at most `keep` bytes long.
+fn hash_and_read(path: &Path, keep: u64) -> Result<(String, Option<Vec<u8>>)> {
+    let mut f = std::fs::File::open(path).map_err(io(path))?;
+    let len = f.metadata().map_err(io(path))?.len();
+    if len > keep {
+        drop(f);
+        return Ok((hash_file(path)?, None));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    f.read_to_end(&mut bytes).map_err(io(path))?;
+    if bytes.len() as u64 > keep {
+        // It grew between the two calls: hash what was read, keep nothing.
+        return Ok((hex::encode(Sha256::digest(&bytes)), None));
+    }
+    Ok((hex::encode(Sha256::digest(&bytes)), Some(bytes)))
+}
+
 /// SHA-256 of a file's content, in hex.
 pub fn hash_file(path: &Path) -> Result<String> {
     // One buffer per thread: a fresh 256 KiB per file (zeroed, mapped and
@@ -1243,7 +1354,8 @@ pub fn hash_file(path: &Path) -> Result<String> {
     let mut h = Sha256::new();
     BUF.with_borrow_mut(|buf| {
         if buf.is_empty() {
-            buf.resize(256 << 10, 0);
+            // Zeroed by the allocator (fresh pages), not by writing them.
+            *buf = vec![0u8; 256 << 10];
         }
         loop {
             let n = f.read(buf).map_err(io(path))?;

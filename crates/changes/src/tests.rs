@@ -232,3 +232,187 @@ fn a_capture_directory_is_reused_once_its_set_landed() {
     assert!(!outside.exists());
     assert_eq!(std::fs::read_dir(&staging_root).unwrap().count(), 1);
 }
+
+#[test]
+fn a_large_set_keeps_its_diffs_within_the_budget_and_hashes_every_file() {
+    // 200 files of ~4 KiB each: their diffs would be ~800 KiB, over the set's
+    // budget, so the later ones carry only the cut marker.
+    let (_d, _ws, store, id, set) = fixture(200);
+    let record = store.prepare(&id, &set, Origin::default()).unwrap();
+    let staging = record.staging.clone().unwrap();
+    let mut full = 0;
+    let mut cut_only = 0;
+    let mut total = 0;
+    for c in record
+        .changes
+        .iter()
+        .filter(|c| c.path.starts_with("sub/f"))
+    {
+        // The hash comes from the one read that also gave the diff's text.
+        let staged = set
+            .changes
+            .iter()
+            .find(|s| s.path == c.path)
+            .and_then(|s| s.staged.clone())
+            .unwrap();
+        let bytes = std::fs::read(staging.join(staged)).unwrap();
+        assert_eq!(
+            c.new_hash.as_deref(),
+            Some(hex::encode(Sha256::digest(&bytes)).as_str()),
+            "{}",
+            c.path
+        );
+        assert!(!c.binary, "{}", c.path);
+        let d = c.diff.as_deref().unwrap();
+        total += d.len();
+        if d.contains("+new ") {
+            full += 1;
+        } else {
+            assert_eq!(d, "\n[diff cut: too long]\n", "{}", c.path);
+            cut_only += 1;
+        }
+    }
+    assert!(full > 10 && cut_only > 100, "{full} full, {cut_only} cut");
+    assert!(total <= SET_DIFF_CAP + 200 * 32, "{total} bytes of diffs");
+}
+
+#[test]
+fn a_file_lands_where_a_directory_was() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let ws = base.join("ws");
+    std::fs::create_dir_all(ws.join("x/deep")).unwrap();
+    std::fs::write(ws.join("x/deep/old.txt"), "old\n").unwrap();
+    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
+    let (_id, staging) = store.new_staging().unwrap();
+    // Staged as the sandbox stages: final mode and time already given.
+    std::fs::write(staging.join("0"), "now a file\n").unwrap();
+    std::fs::set_permissions(staging.join("0"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(staging.join("0"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 5))
+        .unwrap();
+    let op = Op::PutStaged {
+        path: "x".into(),
+        staged: staging.join("0"),
+        mode: 0o640,
+        mtime: (1_700_000_000, 5),
+    };
+    fsops::apply(&store, &ws, &op).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("x")).unwrap(),
+        "now a file\n"
+    );
+    let m = std::fs::symlink_metadata(ws.join("x")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o640);
+    assert_eq!(m.mtime(), 1_700_000_000);
+    // Run again (as after a crash): the staged file is gone, nothing changes.
+    fsops::apply(&store, &ws, &op).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("x")).unwrap(),
+        "now a file\n"
+    );
+    // A mode its owner cannot read is staged 0600 (the host reads the file
+    // first) and gets its mode and time when it lands.
+    std::fs::write(staging.join("1"), "write only\n").unwrap();
+    fsops::apply(
+        &store,
+        &ws,
+        &Op::PutStaged {
+            path: "w".into(),
+            staged: staging.join("1"),
+            mode: 0o200,
+            mtime: (1_600_000_000, 0),
+        },
+    )
+    .unwrap();
+    let m = std::fs::symlink_metadata(ws.join("w")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o200);
+    assert_eq!(m.mtime(), 1_600_000_000);
+}
+
+#[test]
+fn a_file_never_lands_through_a_symlinked_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let (ws, outside) = (base.join("ws"), base.join("outside"));
+    std::fs::create_dir_all(ws.join("real")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    // What a person (or a later run) may do while a set waits for review.
+    std::os::unix::fs::symlink(&outside, ws.join("sub")).unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("real/link")).unwrap();
+    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
+    let (_id, staging) = store.new_staging().unwrap();
+    let mut lander = fsops::Lander::new(&store, &ws);
+    for (i, path) in ["sub/x", "real/link/y", "sub/deeper/z"].iter().enumerate() {
+        std::fs::write(staging.join(i.to_string()), "payload\n").unwrap();
+        let op = Op::PutStaged {
+            path: (*path).into(),
+            staged: staging.join(i.to_string()),
+            mode: 0o644,
+            mtime: (0, 0),
+        };
+        let e = lander.apply(&op).unwrap_err().to_string();
+        assert!(e.contains("not writing through it"), "{path}: {e}");
+    }
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    // The same lander still lands where the way is real.
+    std::fs::write(staging.join("9"), "fine\n").unwrap();
+    lander
+        .apply(&Op::PutStaged {
+            path: "real/ok".into(),
+            staged: staging.join("9"),
+            mode: 0o644,
+            mtime: (0, 0),
+        })
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("real/ok")).unwrap(),
+        "fine\n"
+    );
+}
+
+#[test]
+fn moves_finished_but_not_yet_recorded_are_run_again_harmlessly() {
+    // The journal records file moves in batches: a crash may leave moves
+    // done that the `.done` file does not list. The next open runs them again.
+    for cut in [3, 9, 22] {
+        let (_d, ws, store, id, set) = fixture(20);
+        let record = store.prepare(&id, &set, Origin::default()).unwrap();
+        let journal = Journal {
+            id: id.clone(),
+            action: "land".into(),
+            workspace: ws.clone(),
+            ops: land_ops(&record.ops, record.staging.as_ref().unwrap()),
+            kept: Vec::new(),
+        };
+        assert!(matches!(journal.ops[2], Op::PutStaged { .. }));
+        let jdir = store.root().join("journal");
+        std::fs::write(
+            jdir.join(format!("{id}.json")),
+            serde_json::to_vec(&journal).unwrap(),
+        )
+        .unwrap();
+        let mut lander = fsops::Lander::new(&store, &ws);
+        for op in journal.ops.iter().take(cut) {
+            lander.apply(op).unwrap();
+        }
+        // Only the two ops before the first move were recorded.
+        std::fs::write(jdir.join(format!("{id}.done")), "0\n1\n").unwrap();
+        let (store, rec) = Store::open(store.root(), Retention::default()).unwrap();
+        assert_eq!(rec.finished, vec![id.clone()], "{:?}", rec.errors);
+        for i in 0..20 {
+            let s = std::fs::read_to_string(ws.join(format!("sub/f{i}"))).unwrap();
+            assert!(s.starts_with(&format!("new {i} ")), "cut {cut}: {s}");
+        }
+        let r = store.undo(&id, Conflicts::Refuse).unwrap();
+        assert!(r.done, "{r:?}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("sub/f7")).unwrap(),
+            "old 7\n"
+        );
+    }
+}

@@ -159,6 +159,10 @@ impl ChangeSet {
 /// the task left.
 pub(crate) fn stage(upper: BorrowedFd, staging: BorrowedFd, xattr_prefix: &str) -> CopyBack {
     let mut report = CopyBack::default();
+    // Staged files are created with their final permission bits (one
+    // `fchmod` fewer per file); no process of the task is left to inherit
+    // this umask, and init exits after staging.
+    nix::sys::stat::umask(Mode::empty());
     let manifest = nix::fcntl::openat(
         staging,
         c"manifest.jsonl",
@@ -253,6 +257,12 @@ impl Stager<'_> {
                 )
                 .map_err(|e| e.to_string())?;
                 let cname = CString::new(staged.clone()).map_err(|e| e.to_string())?;
+                // The staged file takes its final mode (permission bits only:
+                // no setuid/setgid; created under a zero umask, see `stage`)
+                // and modification time here, so landing it is a rename and
+                // nothing more. A mode without owner read stays 0600 until
+                // landing: the host still has to read the file (hash, diff).
+                let create_mode = if mode & 0o400 != 0 { mode } else { 0o600 };
                 let dst = nix::fcntl::openat(
                     self.staging,
                     cname.as_c_str(),
@@ -261,21 +271,12 @@ impl Stager<'_> {
                         | OFlag::O_EXCL
                         | OFlag::O_NOFOLLOW
                         | OFlag::O_CLOEXEC,
-                    Mode::from_bits_truncate(0o600),
+                    Mode::from_bits_truncate(create_mode),
                 )
                 .map_err(|e| e.to_string())?;
                 let (src, dst) = (std::fs::File::from(src), std::fs::File::from(dst));
                 copy_sparse(&src, &dst, st.st_size as u64, st.st_blocks as u64)
                     .map_err(|e| e.to_string())?;
-                // The staged file takes its final mode (permission bits only:
-                // no setuid/setgid) and modification time here, through the
-                // descriptor, so landing it is a rename and nothing more. A
-                // mode without owner read stays 0600 until landing: the host
-                // still has to read the file (hash, diff).
-                if mode & 0o400 != 0 {
-                    nix::sys::stat::fchmod(&dst, Mode::from_bits_truncate(mode))
-                        .map_err(|e| e.to_string())?;
-                }
                 let omit = nix::sys::time::TimeSpec::UTIME_OMIT;
                 let mtime = nix::sys::time::TimeSpec::new(st.st_mtime, st.st_mtime_nsec);
                 nix::sys::stat::futimens(&dst, &omit, &mtime).map_err(|e| e.to_string())?;
@@ -330,10 +331,11 @@ pub fn classify(workspace: &Path, staging: &Path) -> Result<ChangeSet, String> {
             .iter()
             .any(|d| p.len() > d.len() && p.starts_with(d) && p.as_bytes()[d.len()] == b'/')
     };
+    let mut checked = None;
     for entry in &entries {
         let rel = entry.path();
         let abs = workspace.join(rel);
-        let old = lstat_in(workspace, rel);
+        let old = lstat_below(workspace, rel, &mut checked);
         let old_side = old.as_ref().and_then(|m| side(&abs, m));
         let kept_by_opaque = under_opaque(rel, &opaque_dirs);
         match entry {
@@ -476,16 +478,30 @@ fn change(path: &str, kind: ChangeKind, old: Option<Side>, new: Option<Side>) ->
 /// a parent on the way is not a real directory (a symlink there could point
 /// out of the workspace: nothing is read through it).
 pub fn lstat_in(workspace: &Path, rel: &str) -> Option<std::fs::Metadata> {
-    let mut at = workspace.to_path_buf();
-    let parts: Vec<&str> = rel.split('/').collect();
-    for part in &parts[..parts.len().saturating_sub(1)] {
-        at.push(part);
-        if !std::fs::symlink_metadata(&at).ok()?.is_dir() {
-            return None;
+    lstat_below(workspace, rel, &mut None)
+}
+
+/// [`lstat_in`], remembering the last parent directory found real
+/// (`checked`): the entries of a manifest come directory by directory, so
+/// classifying 10,000 files in one directory checks it once, not 10,000
+/// times. Only for reading: what lands is checked again when it is written.
+fn lstat_below(
+    workspace: &Path,
+    rel: &str,
+    checked: &mut Option<String>,
+) -> Option<std::fs::Metadata> {
+    let (dir, _) = rel.rsplit_once('/').unwrap_or(("", rel));
+    if checked.as_deref() != Some(dir) {
+        let mut at = workspace.to_path_buf();
+        for part in dir.split('/').filter(|p| !p.is_empty()) {
+            at.push(part);
+            if !std::fs::symlink_metadata(&at).ok()?.is_dir() {
+                return None;
+            }
         }
+        *checked = Some(dir.to_owned());
     }
-    at.push(parts.last()?);
-    std::fs::symlink_metadata(&at).ok()
+    std::fs::symlink_metadata(workspace.join(rel)).ok()
 }
 
 /// What an existing entry is, for a change's `old` side.

@@ -335,7 +335,9 @@ pub(crate) fn copy_sparse(
     }
     BUF.with_borrow_mut(|buf| {
         if buf.is_empty() {
-            buf.resize(1 << 20, 0);
+            // Zeroed by the allocator (fresh pages from `mmap`), not by
+            // writing: a one-file command touches a page of it, not 256.
+            *buf = vec![0u8; 1 << 20];
         }
         // A small file with a block for every byte has no hole to keep: the
         // three `lseek`s and the `ftruncate` of the sparse copy were a third
