@@ -12,7 +12,8 @@
 //! `CAPSTAN_BENCH_ONLY=10,000` runs the cases whose name contains it)
 //! (`CAPSTAN_BENCH_N` runs per cell, default 9; the 200 MB and 10,000-file
 //! rows use at most 3, or `CAPSTAN_BENCH_HEAVY_N`; `CAPSTAN_BENCH_LAUNCHER=<path>` runs another
-//! launcher binary, to compare a saved build with this one in one sitting).
+//! launcher binary, to compare a saved build with this one in one sitting;
+//! `CAPSTAN_BENCH_KEEP=1` leaves the workspaces behind, see `main`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -199,8 +200,15 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(n.min(3));
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let base = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(base.path()).unwrap();
+    let base_dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(base_dir.path()).unwrap();
+    // CAPSTAN_BENCH_KEEP: leave the workspaces for later removal. Removing
+    // 10,000-file workspaces makes file creation on this VM's journal-less
+    // ext4 slow for the next minutes (see `once`), which would fall on the
+    // next bench run when two builds are compared one after the other.
+    if std::env::var_os("CAPSTAN_BENCH_KEEP").is_some() {
+        eprintln!("workspaces kept in {}", base_dir.keep().display());
+    }
     println!(
         "| case | direct (no overlay) ms | quota overlay, copy-back ms | captured + landed ms | capture vs direct | capture vs copy-back |"
     );
