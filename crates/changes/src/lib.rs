@@ -669,7 +669,16 @@ impl Store {
 
     /// Lands a pending set: all or nothing, through the journal.
     pub fn land(&self, id: &str) -> Result<Record> {
-        let mut record = self.get(id)?;
+        self.land_prepared(self.get(id)?)
+    }
+
+    /// [`Store::land`] for the record [`Store::prepare`] just returned,
+    /// without reading it back (a set of 10,000 files is megabytes of JSON).
+    /// A set held for review is landed by id: its record on disk is the one
+    /// that counts.
+    pub fn land_prepared(&self, mut record: Record) -> Result<Record> {
+        let id = record.id.clone();
+        check_id(&id)?;
         if record.state != ChangeSetState::Pending {
             return Err(Error::Invalid(format!(
                 "change set {id} is {}, not pending: nothing to land",

@@ -139,9 +139,10 @@ async fn once(mode: Mode, case: &Case, base: &Path) -> Duration {
     if let Some((id, _)) = staged {
         let set = out.changes.unwrap();
         if !set.is_empty() {
-            store.prepare(&id, &set, Origin::default()).unwrap();
+            // As the host lands a set at once: the prepared record, not read back.
+            let record = store.prepare(&id, &set, Origin::default()).unwrap();
             let prepared = started.elapsed();
-            store.land(&id).unwrap();
+            store.land_prepared(record).unwrap();
             if phases {
                 eprintln!(
                     "{}: command in the sandbox (staging included) {} ms (of which the command {} ms), prepare {} ms, land {} ms",

@@ -95,7 +95,7 @@ impl Capture {
         };
         let reasons = self.review_reasons(&prepared);
         let record = if reasons.is_empty() {
-            self.land(&id).await?
+            self.land(&id, Some(prepared)).await?
         } else {
             emit(scope, &prepared, &reasons);
             let files = prepared.changes.len();
@@ -112,7 +112,7 @@ impl Capture {
             };
             match broker.ask(scope, ask).await {
                 Decision::Approved | Decision::ApprovedForSession | Decision::ApprovedAlways => {
-                    self.land(&id).await?
+                    self.land(&id, None).await?
                 }
                 _ => {
                     let me = self.clone();
@@ -128,11 +128,16 @@ impl Capture {
         Ok(Some(record))
     }
 
-    async fn land(self: &Arc<Self>, id: &str) -> Result<Record, String> {
+    /// Lands set `id`: `prepared`, the record `prepare` just returned, when
+    /// it lands at once (not read back); by id after a review.
+    async fn land(self: &Arc<Self>, id: &str, prepared: Option<Record>) -> Result<Record, String> {
         let me = self.clone();
         let id = id.to_owned();
         tokio::task::spawn_blocking(move || {
-            let landed = me.store.land(&id);
+            let landed = match prepared {
+                Some(record) => me.store.land_prepared(record),
+                None => me.store.land(&id),
+            };
             // Retention, at most hourly.
             if let Err(e) = me.store.maybe_gc(std::time::Duration::from_secs(3600)) {
                 tracing::warn!("cannot apply the change store's retention: {e}");
