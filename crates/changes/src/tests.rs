@@ -47,26 +47,47 @@ fn fixture(n: usize) -> (tempfile::TempDir, PathBuf, Store, String, ChangeSet) {
     (dir, ws, store, id, set)
 }
 
+/// An empty store beside a workspace path (not created): the temporary
+/// directory, the workspace's path and the store.
+fn store_beside_workspace() -> (tempfile::TempDir, PathBuf, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
+    (dir, base.join("ws"), store)
+}
+
+/// Prepares `set` and writes the journal `land` would write before its
+/// first operation; returns it and the journal directory.
+fn prepared_landing_journal(
+    store: &Store,
+    ws: &Path,
+    id: &str,
+    set: &ChangeSet,
+) -> (Journal, PathBuf) {
+    let record = store.prepare(id, set, Origin::default()).unwrap();
+    let journal = Journal {
+        id: id.to_owned(),
+        action: "land".into(),
+        workspace: ws.to_path_buf(),
+        ops: land_ops(&record.ops, record.staging.as_ref().unwrap()),
+        kept: Vec::new(),
+    };
+    let jdir = store.root().join("journal");
+    std::fs::write(
+        jdir.join(format!("{id}.json")),
+        serde_json::to_vec(&journal).unwrap(),
+    )
+    .unwrap();
+    (journal, jdir)
+}
+
 #[test]
 fn a_landing_cut_short_is_finished_by_the_next_open() {
     for cut in [0, 1, 7, 20] {
         let (_d, ws, store, id, set) = fixture(20);
         assert_eq!(set.changes.len(), 21);
-        let record = store.prepare(&id, &set, Origin::default()).unwrap();
         // What `land` does, stopped after `cut` operations (kill -9).
-        let journal = Journal {
-            id: id.clone(),
-            action: "land".into(),
-            workspace: ws.clone(),
-            ops: land_ops(&record.ops, record.staging.as_ref().unwrap()),
-            kept: Vec::new(),
-        };
-        let jdir = store.root().join("journal");
-        std::fs::write(
-            jdir.join(format!("{id}.json")),
-            serde_json::to_vec(&journal).unwrap(),
-        )
-        .unwrap();
+        let (journal, jdir) = prepared_landing_journal(&store, &ws, &id, &set);
         let mut done = String::new();
         for (i, op) in journal.ops.iter().take(cut).enumerate() {
             fsops::apply(&store, &ws, op).unwrap();
@@ -144,14 +165,11 @@ fn bad_ids_and_paths_are_refused_with_a_reason() {
 
 #[test]
 fn writes_outside_a_snapshot_are_recorded_and_undo_leaves_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(dir.path()).unwrap();
-    let ws = base.join("ws");
+    let (_dir, ws, store) = store_beside_workspace();
     std::fs::create_dir_all(ws.join("d")).unwrap();
     std::fs::write(ws.join("named.txt"), "n1\n").unwrap();
     std::fs::write(ws.join("d/other.txt"), "o1\n").unwrap();
     std::fs::write(ws.join("mode.sh"), "#!/bin/sh\n").unwrap();
-    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
     let snap = store.snapshot(&ws, &["named.txt".to_owned()]).unwrap();
     assert!(snap.watches_everything());
     std::fs::write(ws.join("named.txt"), "n2\n").unwrap();
@@ -279,12 +297,9 @@ fn a_large_set_keeps_its_diffs_within_the_budget_and_hashes_every_file() {
 #[test]
 fn a_file_lands_where_a_directory_was() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let dir = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(dir.path()).unwrap();
-    let ws = base.join("ws");
+    let (_dir, ws, store) = store_beside_workspace();
     std::fs::create_dir_all(ws.join("x/deep")).unwrap();
     std::fs::write(ws.join("x/deep/old.txt"), "old\n").unwrap();
-    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
     let (_id, staging) = store.new_staging().unwrap();
     // Staged as the sandbox stages: final mode and time already given.
     std::fs::write(staging.join("0"), "now a file\n").unwrap();
@@ -336,15 +351,13 @@ fn a_file_lands_where_a_directory_was() {
 
 #[test]
 fn a_file_never_lands_through_a_symlinked_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(dir.path()).unwrap();
-    let (ws, outside) = (base.join("ws"), base.join("outside"));
+    let (_dir, ws, store) = store_beside_workspace();
+    let outside = ws.with_file_name("outside");
     std::fs::create_dir_all(ws.join("real")).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     // What a person (or a later run) may do while a set waits for review.
     std::os::unix::fs::symlink(&outside, ws.join("sub")).unwrap();
     std::os::unix::fs::symlink(&outside, ws.join("real/link")).unwrap();
-    let (store, _) = Store::open(base.join("store"), Retention::default()).unwrap();
     let (_id, staging) = store.new_staging().unwrap();
     let mut lander = fsops::Lander::new(&store, &ws);
     for (i, path) in ["sub/x", "real/link/y", "sub/deeper/z"].iter().enumerate() {
@@ -381,21 +394,8 @@ fn moves_finished_but_not_yet_recorded_are_run_again_harmlessly() {
     // done that the `.done` file does not list. The next open runs them again.
     for cut in [3, 9, 22] {
         let (_d, ws, store, id, set) = fixture(20);
-        let record = store.prepare(&id, &set, Origin::default()).unwrap();
-        let journal = Journal {
-            id: id.clone(),
-            action: "land".into(),
-            workspace: ws.clone(),
-            ops: land_ops(&record.ops, record.staging.as_ref().unwrap()),
-            kept: Vec::new(),
-        };
+        let (journal, jdir) = prepared_landing_journal(&store, &ws, &id, &set);
         assert!(matches!(journal.ops[2], Op::PutStaged { .. }));
-        let jdir = store.root().join("journal");
-        std::fs::write(
-            jdir.join(format!("{id}.json")),
-            serde_json::to_vec(&journal).unwrap(),
-        )
-        .unwrap();
         let mut lander = fsops::Lander::new(&store, &ws);
         for op in journal.ops.iter().take(cut) {
             lander.apply(op).unwrap();
