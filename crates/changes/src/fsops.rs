@@ -104,8 +104,11 @@ impl<'a> Lander<'a> {
                 set_mtime(staged, mtime);
             }
         }
-        let abs = self.ws.join(path);
         let (dir, name) = self.parent_of(path)?;
+        // For the rare paths that work by name (a directory in the way, a
+        // staging directory on another filesystem): the directory opened
+        // above, through its descriptor, not the workspace path walked again.
+        let abs = Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
         let name = CString::new(name).map_err(|e| Error::Invalid(e.to_string()))?;
         let from = CString::new(staged.as_os_str().as_bytes())
             .map_err(|e| Error::Invalid(e.to_string()))?;
@@ -142,7 +145,7 @@ impl<'a> Lander<'a> {
                 let _ = std::fs::remove_file(staged);
                 Ok(())
             }
-            Err(e) => Err(io(&abs)(e)),
+            Err(e) => Err(io(&self.ws.join(path))(e)),
         }
     }
 }
