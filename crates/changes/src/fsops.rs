@@ -50,10 +50,7 @@ impl<'a> Lander<'a> {
                 at.push(part);
                 fd = open_dir(Some(fd.as_fd()), part.as_bytes(), false).map_err(|e| {
                     if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) {
-                        Error::Invalid(format!(
-                            "{}: not a directory (a symlink or file is in the way); not writing through it",
-                            at.display()
-                        ))
+                        in_the_way(&at)
                     } else {
                         io(&at)(e)
                     }
@@ -68,18 +65,72 @@ impl<'a> Lander<'a> {
 
     /// Runs one operation.
     pub(crate) fn apply(&mut self, op: &Op) -> Result<()> {
-        if let Op::PutStaged {
-            path,
-            staged,
-            mode,
-            mtime,
-        } = op
-        {
-            return self.put_staged(path, staged, *mode, *mtime);
+        if !matches!(op, Op::PutStaged { .. }) {
+            // It may create, remove or replace directories: the one kept
+            // open may no longer be the one at its path.
+            self.parent = None;
         }
-        // Anything else may create, remove or replace directories.
-        self.parent = None;
-        apply_by_path(self.store, self.ws, op)
+        let (store, ws) = (self.store, self.ws);
+        match op {
+            Op::Remove { path } => {
+                let abs = target(ws, path)?;
+                remove(&abs)
+            }
+            Op::Mkdir {
+                path,
+                mode,
+                replace,
+            } => {
+                let abs = target(ws, path)?;
+                if let Ok(m) = std::fs::symlink_metadata(&abs)
+                    && (*replace || !m.is_dir())
+                {
+                    remove(&abs)?;
+                }
+                match std::fs::create_dir(&abs) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io(&abs)(e)),
+                }
+                chmod(&abs, *mode)
+            }
+            Op::PutStaged {
+                path,
+                staged,
+                mode,
+                mtime,
+            } => self.put_staged(path, staged, *mode, *mtime),
+            Op::PutObject { path, hash, mode } => {
+                let abs = target(ws, path)?;
+                if let Some(parent) = abs.parent() {
+                    std::fs::create_dir_all(parent).map_err(io(parent))?;
+                }
+                clear_dir(&abs)?;
+                put_copy(&store.object_path(hash), &abs, *mode)
+            }
+            Op::Symlink { path, target: to } => {
+                let abs = target(ws, path)?;
+                clear_dir(&abs)?;
+                let tmp = temp_beside(&abs);
+                std::os::unix::fs::symlink(to, &tmp).map_err(io(&tmp))?;
+                std::fs::rename(&tmp, &abs).map_err(|e| {
+                    let _ = std::fs::remove_file(&tmp);
+                    io(&abs)(e)
+                })
+            }
+            Op::Chmod { path, mode } => {
+                let abs = target(ws, path)?;
+                match std::fs::symlink_metadata(&abs) {
+                    Ok(m) if !m.file_type().is_symlink() => chmod(&abs, *mode),
+                    _ => Ok(()),
+                }
+            }
+            Op::RmdirIfEmpty { path } => {
+                let abs = target(ws, path)?;
+                let _ = std::fs::remove_dir(&abs);
+                Ok(())
+            }
+        }
     }
 
     fn put_staged(
@@ -168,70 +219,6 @@ fn open_dir(at: Option<BorrowedFd>, name: &[u8], follow: bool) -> std::io::Resul
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Runs one operation by path (every operation but a staged file's move).
-fn apply_by_path(store: &Store, ws: &Path, op: &Op) -> Result<()> {
-    match op {
-        Op::Remove { path } => {
-            let abs = target(ws, path)?;
-            remove(&abs)
-        }
-        Op::Mkdir {
-            path,
-            mode,
-            replace,
-        } => {
-            let abs = target(ws, path)?;
-            if let Ok(m) = std::fs::symlink_metadata(&abs)
-                && (*replace || !m.is_dir())
-            {
-                remove(&abs)?;
-            }
-            match std::fs::create_dir(&abs) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io(&abs)(e)),
-            }
-            chmod(&abs, *mode)
-        }
-        Op::PutStaged {
-            path,
-            staged,
-            mode,
-            mtime,
-        } => Lander::new(store, ws).put_staged(path, staged, *mode, *mtime),
-        Op::PutObject { path, hash, mode } => {
-            let abs = target(ws, path)?;
-            if let Some(parent) = abs.parent() {
-                std::fs::create_dir_all(parent).map_err(io(parent))?;
-            }
-            clear_dir(&abs)?;
-            put_copy(&store.object_path(hash), &abs, *mode)
-        }
-        Op::Symlink { path, target: to } => {
-            let abs = target(ws, path)?;
-            clear_dir(&abs)?;
-            let tmp = temp_beside(&abs);
-            std::os::unix::fs::symlink(to, &tmp).map_err(io(&tmp))?;
-            std::fs::rename(&tmp, &abs).map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                io(&abs)(e)
-            })
-        }
-        Op::Chmod { path, mode } => {
-            let abs = target(ws, path)?;
-            match std::fs::symlink_metadata(&abs) {
-                Ok(m) if !m.file_type().is_symlink() => chmod(&abs, *mode),
-                _ => Ok(()),
-            }
-        }
-        Op::RmdirIfEmpty { path } => {
-            let abs = target(ws, path)?;
-            let _ = std::fs::remove_dir(&abs);
-            Ok(())
-        }
-    }
-}
-
 /// The absolute path of `rel` in `ws`, refusing a path whose parent
 /// directories are not real directories inside the workspace (a symlink
 /// planted there could send a write outside).
@@ -243,18 +230,21 @@ fn target(ws: &Path, rel: &str) -> Result<PathBuf> {
         at.push(part);
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(Error::Invalid(format!(
-                    "{}: not a directory (a symlink or file is in the way); not writing through it",
-                    at.display()
-                )));
-            }
+            Ok(_) => return Err(in_the_way(&at)),
             // Missing: the op (or an earlier one) creates it, or the write fails.
             Err(_) => {}
         }
     }
     at.push(parts[parts.len() - 1]);
     Ok(at)
+}
+
+/// A parent on the way to a target is not a real directory.
+fn in_the_way(at: &Path) -> Error {
+    Error::Invalid(format!(
+        "{}: not a directory (a symlink or file is in the way); not writing through it",
+        at.display()
+    ))
 }
 
 fn remove(abs: &Path) -> Result<()> {

@@ -64,29 +64,8 @@ const DIFF_CAP: usize = 32 << 10;
 const SET_DIFF_CAP: usize = 256 << 10;
 /// How many finished file moves a journal records with one write.
 const DONE_BATCH: usize = 64;
-
-/// Finished operations of a journal not yet written to its `.done` file.
-#[derive(Default)]
-struct Unrecorded {
-    lines: String,
-    count: usize,
-}
-
-impl Unrecorded {
-    fn push(&mut self, op: usize) {
-        self.lines.push_str(&format!("{op}\n"));
-        self.count += 1;
-    }
-
-    fn write_to(&mut self, done: &mut std::fs::File, path: &Path) -> Result<()> {
-        if self.count > 0 {
-            done.write_all(self.lines.as_bytes()).map_err(io(path))?;
-            self.lines.clear();
-            self.count = 0;
-        }
-        Ok(())
-    }
-}
+/// What a diff cut short, or left out past the set's budget, ends with.
+const CUT: &str = "\n[diff cut: too long]\n";
 /// Largest file diffed as text.
 const TEXT_CAP: u64 = 1 << 20;
 
@@ -891,20 +870,30 @@ impl Store {
         // DONE_BATCH moves instead of one each); any other op may undo what
         // later ones did if it ran twice (a replaced directory removes what
         // landed in it), so the lines before it are written before it runs.
-        let mut unrecorded = Unrecorded::default();
+        // The finished ops not written yet: always those just before the
+        // next one to run.
+        let mut unrecorded = start..start;
+        let mut record_done = |ops: &mut std::ops::Range<usize>| -> Result<()> {
+            if ops.start < ops.end {
+                let lines: String = ops.clone().map(|i| format!("{i}\n")).collect();
+                done.write_all(lines.as_bytes()).map_err(io(&dpath))?;
+                ops.start = ops.end;
+            }
+            Ok(())
+        };
         for (i, op) in journal.ops.iter().enumerate().skip(start) {
             let a_move = matches!(op, Op::PutStaged { .. });
             if !a_move {
-                unrecorded.write_to(&mut done, &dpath)?;
+                record_done(&mut unrecorded)?;
             }
             lander.apply(op)?;
             landing_pause();
-            unrecorded.push(i);
-            if !a_move || unrecorded.count >= DONE_BATCH {
-                unrecorded.write_to(&mut done, &dpath)?;
+            unrecorded.end = i + 1;
+            if !a_move || unrecorded.len() >= DONE_BATCH {
+                record_done(&mut unrecorded)?;
             }
         }
-        unrecorded.write_to(&mut done, &dpath)?;
+        record_done(&mut unrecorded)?;
         let mut record = match record {
             Some(r) => r,
             None => self.get(&journal.id)?,
@@ -1291,7 +1280,7 @@ fn describe(
                 return (None, false);
             }
             if !full {
-                return (Some(cap(String::from("-"), 0)), false);
+                return (Some(CUT.to_owned()), false);
             }
             let old_name = format!("a/{}", from.as_deref().unwrap_or(path));
             let diff = similar::TextDiff::from_lines(&a, &b)
@@ -1329,7 +1318,7 @@ fn cap(mut s: String, max: usize) -> String {
         cut -= 1;
     }
     s.truncate(cut);
-    s.push_str("\n[diff cut: too long]\n");
+    s.push_str(CUT);
     s
 }
 
@@ -1339,7 +1328,6 @@ fn hash_and_read(path: &Path, keep: u64) -> Result<(String, Option<Vec<u8>>)> {
     let mut f = std::fs::File::open(path).map_err(io(path))?;
     let len = f.metadata().map_err(io(path))?.len();
     if len > keep {
-        drop(f);
         return Ok((hash_file(path)?, None));
     }
     let mut bytes = Vec::with_capacity(len as usize);
