@@ -247,6 +247,79 @@ fn undo_refuses_a_file_a_person_changed_and_says_which() {
     );
 }
 
+#[test]
+fn undo_and_changes_keep_to_the_workspace_given_and_say_which_one() {
+    let home = Home::new("");
+    let (_da, a) = workspace();
+    let (_db, b) = workspace();
+    std::fs::write(a.join("f.txt"), "a1\n").unwrap();
+    std::fs::write(b.join("f.txt"), "b1\n").unwrap();
+    let out = exec(&home, &a, "all", "echo a2 > f.txt");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The newest set of all is b's.
+    let out = exec(&home, &b, "all", "echo b2 > f.txt");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let out = home
+        .capstan()
+        .args(["changes", "--json", "--workspace"])
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sets: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    assert_eq!(sets[0]["workspace"], b.to_str().unwrap());
+
+    // Undo in a: a's set, not the newest of all.
+    let out = home
+        .capstan()
+        .args(["undo", "--workspace"])
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains(&format!("in {})", a.display())), "{said}");
+    assert!(said.contains("`echo a2 > f.txt`"), "{said}");
+    assert_eq!(std::fs::read_to_string(a.join("f.txt")).unwrap(), "a1\n");
+    assert_eq!(std::fs::read_to_string(b.join("f.txt")).unwrap(), "b2\n");
+
+    // Nothing left in a: said so, with the command that lists a's sets.
+    let out = home
+        .capstan()
+        .args(["undo", "-w"])
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("nothing to undo in"), "{err}");
+    assert!(err.contains("capstan changes --workspace"), "{err}");
+
+    // Without --workspace: the newest set of all (b's), named with its folder.
+    let out = undo(&home, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains(&format!("in {})", b.display())), "{said}");
+    assert_eq!(std::fs::read_to_string(b.join("f.txt")).unwrap(), "b1\n");
+
+    // A target of another workspace is not found under --workspace.
+    let id = sets[0]["id"].as_str().unwrap();
+    let out = home
+        .capstan()
+        .args(["changes", id, "--workspace"])
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("no change set of {} belongs to", a.display())),
+        "{err}"
+    );
+}
+
 fn trusted(home: &Home, ws: &Path) {
     let out = home
         .capstan()

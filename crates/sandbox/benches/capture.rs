@@ -1,11 +1,13 @@
 //! What capture costs: the same command written straight to the workspace
-//! (no overlay), through the write-quota overlay copied back by init (the
-//! default before capture), and captured (staged, classified, previous
-//! versions kept, landed through the journal by `capstan-changes`); then
-//! undo of 1,000 files. A command the policy judges read-only (`true`) is
-//! run as the host runs it in capture mode: on a read-only workspace, with no
-//! layer to capture. Median wall time of each (the modes interleaved run
-//! by run), one Markdown table.
+//! (no overlay: `write_quota_mb = 0`), through the write-quota overlay copied
+//! back by init (every writing command's path before capture, with the
+//! default 1 GiB quota: the "today's direct writes" issue 17 compares with,
+//! still the path with `[changes] capture = false`), and captured (staged,
+//! classified, previous versions kept, landed through the journal by
+//! `capstan-changes`); then undo of 1,000 files. A command the policy judges
+//! read-only (`true`) is run as the host runs it in capture mode: on a
+//! read-only workspace, with no layer to capture. Median wall time of each
+//! (the modes interleaved run by run), one Markdown table.
 //!
 //! Reproduce: `cargo bench -p capstan-sandbox --bench capture`
 //! (`CAPSTAN_BENCH_PHASES=1` also prints where a captured run's time goes;
@@ -211,7 +213,7 @@ fn main() {
         eprintln!("workspaces kept in {}", base_dir.keep().display());
     }
     println!(
-        "| case | direct (no overlay) ms | quota overlay, copy-back ms | captured + landed ms | capture vs direct | capture vs copy-back |"
+        "| case | no overlay ms | quota overlay, copied back (before capture) ms | captured + landed ms | capture vs no overlay | capture vs copied back |"
     );
     println!("|---|---|---|---|---|---|");
     let only = std::env::var("CAPSTAN_BENCH_ONLY").unwrap_or_default();

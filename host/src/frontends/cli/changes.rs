@@ -1,20 +1,32 @@
 //! `capstan changes [RUN]` and `capstan undo [RUN|TASK|SET]`: the change
 //! sets runs made to workspaces, their diffs, and taking them back.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use capstan_changes::{ChangeSetState, Conflicts, Record, Store};
 
-use super::GlobalArgs;
+use super::{GlobalArgs, workspace_root};
 use crate::config::Config;
 use crate::outln;
 use crate::plugins::services::changes::open_store;
 
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Each change set is one task's writes to one workspace: its id, state \
+(applied, pending review, discarded, undone), run and task, then one line per path (created, \
+modified, deleted, renamed, mode_changed).\n\n\
+Examples:\n  capstan changes --workspace .          the sets of this folder\n  \
+capstan changes run_0xfgr92yyjmz --diff  one run's sets with their diffs\n  \
+capstan undo --workspace .              take back this folder's newest set"
+)]
 pub struct ChangesArgs {
     /// A run id, task id or change set id (default: every change set, newest last).
     pub target: Option<String>,
+    /// Only the change sets of this workspace folder.
+    #[arg(long, short, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
     /// Print the unified diffs too.
     #[arg(long)]
     pub diff: bool,
@@ -24,9 +36,23 @@ pub struct ChangesArgs {
 }
 
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Undo puts back the previous versions Capstan kept when the set landed \
+and removes the files it created. A file changed again since (by you or a later run) is not \
+overwritten: undo refuses and names it, unless you choose --keep-changed or --force. The sets \
+of a run are undone newest first.\n\n\
+Exit status: 0 when undone, 1 when refused (nothing was changed), 2 on errors (nothing to undo, a bad argument).\n\n\
+Examples:\n  capstan undo --workspace .        the newest applied set of this folder\n  \
+capstan undo run_0xfgr92yyjmz      every set of one run\n  \
+capstan undo cs-1795843254320-122a94ec --keep-changed"
+)]
 pub struct UndoArgs {
-    /// A run id, task id or change set id (default: the newest applied change set).
+    /// A run id, task id or change set id (default: the newest applied change set,
+    /// of any workspace unless --workspace is given).
     pub target: Option<String>,
+    /// Only the change sets of this workspace folder.
+    #[arg(long, short, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
     /// Put the previous versions back even over files changed since.
     #[arg(long, conflicts_with = "keep_changed")]
     pub force: bool,
@@ -44,33 +70,52 @@ fn store(global: &GlobalArgs) -> Result<Store> {
     open_store(&dirs.data, &config.changes)
 }
 
-/// The sets a target names: a set id, or every set of a run or task.
-fn select(store: &Store, target: Option<&str>) -> Result<Vec<Record>> {
-    let all = store.list()?;
-    let Some(t) = target else {
-        return Ok(all);
-    };
-    let picked: Vec<Record> = all
+/// The sets a target names (a set id, or every set of a run or task), of
+/// `workspace` only when given (a folder, resolved as every command does).
+fn select(
+    global: &GlobalArgs,
+    store: &Store,
+    target: Option<&str>,
+    workspace: Option<&Path>,
+) -> Result<Vec<Record>> {
+    let workspace = workspace.map(|d| workspace_root(global, d)).transpose()?;
+    let picked: Vec<Record> = store
+        .list()?
         .into_iter()
-        .filter(|r| r.id == t || r.origin.run_id == t || r.origin.task_id == t)
+        .filter(|r| workspace.as_ref().is_none_or(|w| &r.workspace == w))
+        .filter(|r| {
+            target.is_none_or(|t| r.id == t || r.origin.run_id == t || r.origin.task_id == t)
+        })
         .collect();
-    if picked.is_empty() {
-        bail!(
-            "no change set belongs to {t:?}; `capstan changes` lists every change set with its run and task"
-        );
+    match (target, &workspace) {
+        (Some(t), _) if picked.is_empty() => bail!(
+            "no change set {}belongs to {t:?}; `capstan changes` lists every change set with its run and task",
+            workspace
+                .as_ref()
+                .map(|w| format!("of {} ", w.display()))
+                .unwrap_or_default()
+        ),
+        _ => Ok(picked),
     }
-    Ok(picked)
 }
 
 pub async fn changes(global: &GlobalArgs, args: ChangesArgs) -> Result<ExitCode> {
     let store = store(global)?;
-    let sets = select(&store, args.target.as_deref())?;
+    let sets = select(
+        global,
+        &store,
+        args.target.as_deref(),
+        args.workspace.as_deref(),
+    )?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&sets)?);
         return Ok(ExitCode::SUCCESS);
     }
     if sets.is_empty() {
-        outln!("no change sets yet");
+        match &args.workspace {
+            Some(w) => outln!("no change sets in {} yet", w.display()),
+            None => outln!("no change sets yet"),
+        }
     }
     for r in &sets {
         let (before, after) = r.sizes();
@@ -109,16 +154,28 @@ pub async fn changes(global: &GlobalArgs, args: ChangesArgs) -> Result<ExitCode>
 
 pub async fn undo(global: &GlobalArgs, args: UndoArgs) -> Result<ExitCode> {
     let store = store(global)?;
-    let mut sets: Vec<Record> = select(&store, args.target.as_deref())?
-        .into_iter()
-        .filter(|r| r.state == ChangeSetState::Applied)
-        .collect();
+    let mut sets: Vec<Record> = select(
+        global,
+        &store,
+        args.target.as_deref(),
+        args.workspace.as_deref(),
+    )?
+    .into_iter()
+    .filter(|r| r.state == ChangeSetState::Applied)
+    .collect();
     if args.target.is_none() {
         // Only the newest.
         sets = sets.pop().into_iter().collect();
     }
     if sets.is_empty() {
-        bail!("nothing to undo: no applied change set matches (see `capstan changes`)");
+        match &args.workspace {
+            Some(w) => bail!(
+                "nothing to undo in {}: no applied change set matches (see `capstan changes --workspace {}`)",
+                w.display(),
+                w.display()
+            ),
+            None => bail!("nothing to undo: no applied change set matches (see `capstan changes`)"),
+        }
     }
     let conflicts = if args.force {
         Conflicts::Force
@@ -144,16 +201,23 @@ pub async fn undo(global: &GlobalArgs, args: UndoArgs) -> Result<ExitCode> {
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
-        for rep in &reports {
+        // Named with its workspace and command: without a target, the
+        // newest set may be another folder's than the one you are in.
+        for (rep, r) in reports.iter().zip(&sets) {
+            let what = format!(
+                "{} (`{}` in {})",
+                rep.id,
+                r.origin.source,
+                r.workspace.display()
+            );
             if rep.done {
-                outln!("undid {}: {} path(s) restored", rep.id, rep.restored.len());
+                outln!("undid {what}: {} path(s) restored", rep.restored.len());
                 for k in &rep.refused {
                     outln!("  left as it is: {} ({})", k.path, k.why);
                 }
             } else {
                 outln!(
-                    "refused to undo {}: {} file(s) cannot be put back as the set left them, nothing was undone:",
-                    rep.id,
+                    "refused to undo {what}: {} file(s) cannot be put back as the set left them, nothing was undone:",
                     rep.refused.len()
                 );
                 for k in &rep.refused {
