@@ -17,9 +17,9 @@ use crate::plugins::services::changes::open_store;
     after_help = "Each change set is one task's writes to one workspace: its id, state \
 (applied, pending review, discarded, undone), run and task, then one line per path (created, \
 modified, deleted, renamed, mode_changed).\n\n\
-Examples:\n  capstan changes --workspace .          the sets of this folder\n  \
+Examples:\n  capstan changes --workspace .            the sets of this folder\n  \
 capstan changes run_0xfgr92yyjmz --diff  one run's sets with their diffs\n  \
-capstan undo --workspace .              take back this folder's newest set"
+capstan undo --workspace .               take back this folder's newest set"
 )]
 pub struct ChangesArgs {
     /// A run id, task id or change set id (default: every change set, newest last).
@@ -43,7 +43,7 @@ overwritten: undo refuses and names it, unless you choose --keep-changed or --fo
 of a run are undone newest first.\n\n\
 Exit status: 0 when undone, 1 when refused (nothing was changed), 2 on errors (nothing to undo, a bad argument).\n\n\
 Examples:\n  capstan undo --workspace .        the newest applied set of this folder\n  \
-capstan undo run_0xfgr92yyjmz      every set of one run\n  \
+capstan undo run_0xfgr92yyjmz     every set of one run\n  \
 capstan undo cs-1795843254320-122a94ec --keep-changed"
 )]
 pub struct UndoArgs {
