@@ -63,6 +63,11 @@ struct Feed {
     subscribers: Vec<mpsc::UnboundedSender<Arc<Envelope>>>,
     /// The terminal event was emitted: no more events will come.
     ended: bool,
+    /// The terminal event, held back from subscribers until the run's end is
+    /// stored with it ([`ActiveRun::close`], after `App::execute` returns):
+    /// a client that reads `run.completed` and then asks for the run must
+    /// find it completed. With the place in `history` it goes to.
+    held_end: Option<(usize, Arc<Envelope>)>,
     /// Approvals requested and not decided yet.
     open_approvals: Vec<String>,
 }
@@ -174,14 +179,16 @@ impl ActiveRun {
             }
             _ => {}
         }
-        feed.subscribers
-            .retain(|tx| tx.send(envelope.clone()).is_ok());
-        feed.history.push(envelope.clone());
-        if is_terminal(&envelope.event) {
-            feed.ended = true;
-            // Dropping the senders ends every live stream after this event.
-            feed.subscribers.clear();
+        if is_terminal(&envelope.event) && feed.held_end.is_none() {
+            let at = feed.history.len();
+            feed.held_end = Some((at, envelope));
+            return;
         }
+        if feed.held_end.is_none() {
+            feed.subscribers
+                .retain(|tx| tx.send(envelope.clone()).is_ok());
+        }
+        feed.history.push(envelope);
     }
 
     fn subscribe(&self, slot: StreamSlot) -> Subscription {
@@ -213,10 +220,18 @@ impl ActiveRun {
         self.feed.lock().ended
     }
 
-    /// Ends the feed when the run stopped without a terminal event (a store
-    /// error after the run), so no stream waits forever.
+    /// The run's end is stored (or it stopped without one, after a store
+    /// error, and no stream may wait forever): its held terminal event goes
+    /// out, and every live stream ends after it (the senders are dropped).
+    /// Called once the run is out of the active runs, so a client acting on
+    /// the terminal event (a second cancel) finds the run ended.
     fn close(&self) {
         let mut feed = self.feed.lock();
+        if let Some((at, end)) = feed.held_end.take() {
+            feed.subscribers.retain(|tx| tx.send(end.clone()).is_ok());
+            let at = at.min(feed.history.len());
+            feed.history.insert(at, end);
+        }
         feed.ended = true;
         feed.subscribers.clear();
     }
@@ -404,7 +419,6 @@ impl RunManager {
         let manager = self.clone();
         let running = run.clone();
         self.tasks.spawn(async move {
-            let _session = session_guard;
             let result = manager
                 .app
                 .execute(prepared, frontend, running.cancel.clone())
@@ -412,8 +426,10 @@ impl RunManager {
             if let Err(e) = result {
                 crate::errln!("error: run {} stopped: {e:#}", running.run_id);
             }
-            running.close();
+            // Free for a next run before anyone hears this one ended.
             manager.active.lock().remove(&running.run_id);
+            drop(session_guard);
+            running.close();
         });
         Ok(Started { run, events })
     }
@@ -449,7 +465,6 @@ impl RunManager {
         let manager = self.clone();
         self.tasks.spawn_on(
             async move {
-                let _session = session_guard;
                 let result = manager
                     .app
                     .resume(resumable, frontend, run.cancel.clone())
@@ -457,8 +472,9 @@ impl RunManager {
                 if let Err(e) = result {
                     crate::errln!("error: resumed run {} stopped: {e:#}", run.run_id);
                 }
-                run.close();
                 manager.active.lock().remove(&run.run_id);
+                drop(session_guard);
+                run.close();
             },
             runtime,
         );
