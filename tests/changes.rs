@@ -101,6 +101,11 @@ fn undo(home: &Home, args: &[&str]) -> Output {
     home.capstan().arg("undo").args(args).output().unwrap()
 }
 
+/// `capstan ARGS DIR`: ARGS ending with the option DIR belongs to.
+fn capstan_in(home: &Home, args: &[&str], dir: &Path) -> Output {
+    home.capstan().args(args).arg(dir).output().unwrap()
+}
+
 #[test]
 fn an_approved_rm_rf_of_a_thousand_files_is_undone_byte_for_byte() {
     let home = Home::new("");
@@ -260,24 +265,14 @@ fn undo_and_changes_keep_to_the_workspace_given_and_say_which_one() {
     let out = exec(&home, &b, "all", "echo b2 > f.txt");
     assert!(out.status.success(), "{}", text(&out.stderr));
 
-    let out = home
-        .capstan()
-        .args(["changes", "--json", "--workspace"])
-        .arg(&b)
-        .output()
-        .unwrap();
+    let out = capstan_in(&home, &["changes", "--json", "--workspace"], &b);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let sets: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(sets.len(), 1, "{sets:?}");
     assert_eq!(sets[0]["workspace"], b.to_str().unwrap());
 
     // Undo in a: a's set, not the newest of all.
-    let out = home
-        .capstan()
-        .args(["undo", "--workspace"])
-        .arg(&a)
-        .output()
-        .unwrap();
+    let out = capstan_in(&home, &["undo", "--workspace"], &a);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(said.contains(&format!("in {})", a.display())), "{said}");
@@ -286,12 +281,7 @@ fn undo_and_changes_keep_to_the_workspace_given_and_say_which_one() {
     assert_eq!(std::fs::read_to_string(b.join("f.txt")).unwrap(), "b2\n");
 
     // Nothing left in a: said so, with the command that lists a's sets.
-    let out = home
-        .capstan()
-        .args(["undo", "-w"])
-        .arg(&a)
-        .output()
-        .unwrap();
+    let out = capstan_in(&home, &["undo", "-w"], &a);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(err.contains("nothing to undo in"), "{err}");
@@ -306,12 +296,7 @@ fn undo_and_changes_keep_to_the_workspace_given_and_say_which_one() {
 
     // A target of another workspace is not found under --workspace.
     let id = sets[0]["id"].as_str().unwrap();
-    let out = home
-        .capstan()
-        .args(["changes", id, "--workspace"])
-        .arg(&a)
-        .output()
-        .unwrap();
+    let out = capstan_in(&home, &["changes", id, "--workspace"], &a);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(

@@ -87,16 +87,18 @@ fn select(
             target.is_none_or(|t| r.id == t || r.origin.run_id == t || r.origin.task_id == t)
         })
         .collect();
-    match (target, &workspace) {
-        (Some(t), _) if picked.is_empty() => bail!(
-            "no change set {}belongs to {t:?}; `capstan changes` lists every change set with its run and task",
-            workspace
-                .as_ref()
-                .map(|w| format!("of {} ", w.display()))
-                .unwrap_or_default()
-        ),
-        _ => Ok(picked),
+    if let Some(t) = target
+        && picked.is_empty()
+    {
+        let of = workspace
+            .as_ref()
+            .map(|w| format!("of {} ", w.display()))
+            .unwrap_or_default();
+        bail!(
+            "no change set {of}belongs to {t:?}; `capstan changes` lists every change set with its run and task"
+        );
     }
+    Ok(picked)
 }
 
 pub async fn changes(global: &GlobalArgs, args: ChangesArgs) -> Result<ExitCode> {
