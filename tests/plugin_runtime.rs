@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use capstan::plugins::context::{HostServices, RunContext};
 use capstan::plugins::registry::{ManifestSources, Registry};
-use capstan::plugins::runtime::Runtime;
+use capstan::plugins::runtime::{Capacity, Runtime};
 use capstan::plugins::services::approval::ApproveMode;
 use capstan_protocol::{FailureReason, TaskOutcome, TaskRequest};
 use common::{Home, Recorder, plugin_entry};
@@ -34,6 +34,7 @@ async fn setup(home: &Home) -> (Runtime, Registry) {
     let runtime = Runtime::new(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone()],
+        Capacity::OneRun,
     )
     .unwrap();
     let sources = ManifestSources::new(dirs.user_config_file(), None);
@@ -517,6 +518,7 @@ async fn a_verified_component_is_reused_until_its_file_changes_and_then_its_pin_
     let rt = Runtime::new(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone()],
+        Capacity::OneRun,
     )
     .unwrap();
     let sources = ManifestSources::new(dirs.user_config_file(), None);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use capstan::plugins::context::{HostServices, RunContext};
 use capstan::plugins::registry::{ManifestSources, Registry};
-use capstan::plugins::runtime::Runtime;
+use capstan::plugins::runtime::{Capacity, Runtime};
 use capstan_protocol::{Event, FailureReason, TaskRequest};
 use common::{Home, Recorder, plugin_entry};
 use serde_json::{Value, json};
@@ -20,6 +20,7 @@ async fn setup(home: &Home) -> (Runtime, Registry) {
     let runtime = Runtime::new(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone()],
+        Capacity::OneRun,
     )
     .unwrap();
     let registry = Registry::load(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use capstan::plugins::context::{HostServices, RunContext};
 use capstan::plugins::manifest::{self, PluginSpec};
-use capstan::plugins::runtime::Runtime;
+use capstan::plugins::runtime::{Capacity, Runtime};
 use capstan_protocol::{NullSink, TaskRequest};
 
 const CALLS: usize = 10_000;
@@ -79,12 +79,12 @@ fn main() {
     rt.block_on(async {
         let tmp = tempfile::tempdir().unwrap();
         let cache = tmp.path().join("cache");
-        let runtime = Runtime::new(cache.clone(), vec![]).unwrap();
+        let runtime = Runtime::new(cache.clone(), vec![], Capacity::OneRun).unwrap();
 
         // Compiling each component (what a plugin from a file costs on its
         // first use), with a runtime of its own so nothing is cached yet.
         let compile_cache = tmp.path().join("compile-cache");
-        let compiler = Runtime::new(compile_cache, vec![]).unwrap();
+        let compiler = Runtime::new(compile_cache, vec![], Capacity::OneRun).unwrap();
         let mut compile = std::collections::HashMap::new();
         for spec in as_files(&specs(tmp.path()), tmp.path()) {
             let cold = compiler.load_spec(spec.clone()).await.unwrap();
@@ -116,7 +116,7 @@ fn main() {
             // runtime a second load reuses the first and costs nothing.
             let mut best = Duration::MAX;
             for _ in 0..5 {
-                let fresh = Runtime::new(cache.clone(), vec![]).unwrap();
+                let fresh = Runtime::new(cache.clone(), vec![], Capacity::OneRun).unwrap();
                 let warm = fresh.load_spec(spec.clone()).await.unwrap();
                 assert!(warm.load.cache_hit);
                 best = best.min(warm.load.duration);

@@ -19,10 +19,9 @@
 //! one. If a checkpoint copied them into the database meanwhile, the
 //! checkpoint synced the WAL before copying and the database after, at
 //! `NORMAL` too. The file flushed is the one SQLite names (the path SQLite
-//! resolved, symbolic links included, plus `-wal`); SQLite removes it only
-//! when the last connection closes, after checkpointing everything (synced)
-//! into the database, and this process holds one open, so it exists after a
-//! commit. Should it be missing anyway (the data directory renamed under a
+//! resolved, symbolic links included, plus `-wal`); the store never lets
+//! SQLite delete it (closing leaves it, or checkpoints and truncates it: see
+//! `CLOSE_CHECKPOINT_BYTES`), so it exists after a commit. Should it be missing anyway (the data directory renamed under a
 //! running process), nothing can be flushed by name and such a write is only
 //! as durable as `NORMAL` makes it (it survives a crash of Capstan).
 

@@ -45,18 +45,23 @@ pub fn names() -> Vec<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    /// build.rs compiled every builtin for the engine the runtime builds: if
-    /// the two configurations drift apart, the first run compiles again.
+    /// build.rs compiled every builtin for the engine the runtime builds, at
+    /// every capacity: if the configurations drift apart, the first run
+    /// compiles again.
     #[test]
     fn every_builtin_is_compiled_ahead_for_the_runtime_s_engine() {
-        let engine = wasmtime::Engine::new(&crate::plugins::engine::config()).unwrap();
-        let key = crate::plugins::engine::compatibility_key(&engine);
-        assert_eq!(super::PRECOMPILED_FOR, key);
-        for name in super::names() {
-            let code = super::precompiled(name, &key).unwrap_or_default();
-            // SAFETY: code this crate's build script compiled for this key.
-            let loaded = unsafe { wasmtime::component::Component::deserialize(&engine, code) };
-            assert!(loaded.is_ok(), "{name}: {:?}", loaded.err());
+        use crate::plugins::runtime::Capacity;
+        for capacity in [Capacity::OneRun, Capacity::Server] {
+            let config = crate::plugins::engine::config(capacity.instances());
+            let engine = wasmtime::Engine::new(&config).unwrap();
+            let key = crate::plugins::engine::compatibility_key(&engine);
+            assert_eq!(super::PRECOMPILED_FOR, key, "{capacity:?}");
+            for name in super::names() {
+                let code = super::precompiled(name, &key).unwrap_or_default();
+                // SAFETY: code this crate's build script compiled for this key.
+                let loaded = unsafe { wasmtime::component::Component::deserialize(&engine, code) };
+                assert!(loaded.is_ok(), "{name} at {capacity:?}: {:?}", loaded.err());
+            }
         }
         assert_eq!(super::precompiled("kb-retrieval", "another-engine"), None);
     }

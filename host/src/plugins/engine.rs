@@ -14,8 +14,14 @@
 /// pooling allocator reserves per linear memory.
 pub const MAX_MEMORY_MB: u64 = 1024;
 
-/// The configuration of the process's one engine.
-pub fn config() -> wasmtime::Config {
+/// The configuration of the process's one engine, whose pooling allocator has
+/// slots for `instances` component instances running at once (stacks,
+/// memories and tables in proportion).
+///
+/// The slot counts only size the pool set up when the engine is created (a
+/// guard page per stack, so its cost grows with them); they are not part of
+/// the compatibility hash, so compiled code loads whatever they are.
+pub fn config(instances: u32) -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     // Deadlines and cancellation (a ticker bumps the epoch) and optional fuel
@@ -23,11 +29,11 @@ pub fn config() -> wasmtime::Config {
     config.epoch_interruption(true);
     config.consume_fuel(true);
     let mut pool = wasmtime::PoolingAllocationConfig::new();
-    pool.total_component_instances(256);
-    pool.total_core_instances(1024);
-    pool.total_memories(512);
-    pool.total_tables(512);
-    pool.total_stacks(256);
+    pool.total_component_instances(instances);
+    pool.total_core_instances(4 * instances);
+    pool.total_memories(2 * instances);
+    pool.total_tables(2 * instances);
+    pool.total_stacks(instances);
     pool.max_memory_size((MAX_MEMORY_MB as usize) << 20);
     config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     config

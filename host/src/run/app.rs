@@ -17,7 +17,7 @@ use crate::config::store::ResumePolicy;
 use crate::dirs::Dirs;
 use crate::plugins::context::Capture;
 use crate::plugins::registry::{ManifestSources, Registry};
-use crate::plugins::runtime::Runtime;
+use crate::plugins::runtime::{Capacity, Runtime};
 use crate::plugins::services::approval::{ApprovalBroker, ApproveMode};
 use crate::plugins::services::index::Indexes;
 use crate::run::builder::RunBuilder;
@@ -127,16 +127,17 @@ impl App {
         approve: ApproveMode,
         model: Option<capstan_models::ProviderConfig>,
     ) -> Result<Self> {
-        Self::open_with(dirs, approve, model, None).await
+        Self::open_with(dirs, approve, model, None, Capacity::OneRun).await
     }
 
     /// As [`App::open_with_model`], with the config's `[store] url` replaced
-    /// (`capstan serve --store`).
+    /// (`capstan serve --store`) and room for `capacity` runs at once.
     pub async fn open_with(
         dirs: Dirs,
         approve: ApproveMode,
         model: Option<capstan_models::ProviderConfig>,
         store_url: Option<String>,
+        capacity: Capacity,
     ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
         let mut config = Config::load(&dirs.user_config_file())?;
@@ -168,9 +169,15 @@ impl App {
                 ids.len()
             );
         }
+        let capacity = if config.run.max_parallel > Capacity::ONE_RUN_PARALLEL_TASKS {
+            Capacity::Server
+        } else {
+            capacity
+        };
         let runtime = Arc::new(Runtime::new(
             dirs.component_cache(),
             vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+            capacity,
         )?);
         let indexes = Arc::new(Indexes::new(
             dirs.data.join("indexes"),

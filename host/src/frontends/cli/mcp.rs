@@ -88,7 +88,16 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|d| workspace_root(global, d))
         .transpose()?;
-    let app = Arc::new(App::open(global.dirs()?, args.approve).await?);
+    let app = Arc::new(
+        App::open_with(
+            global.dirs()?,
+            args.approve,
+            None,
+            None,
+            crate::plugins::runtime::Capacity::Server,
+        )
+        .await?,
+    );
     // Long-running: watch workspaces instead of walking them before each question.
     app.indexes.watch_changes();
     if let Some(ws) = &workspace {

@@ -25,7 +25,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::dirs::{DirOverrides, Dirs};
 use crate::plugins::registry::{ManifestSources, Registry};
-use crate::plugins::runtime::Runtime;
+use crate::plugins::runtime::{Capacity, Runtime};
 use crate::workspace_gate::WorkspaceGate;
 use crate::{errln, outln};
 
@@ -270,6 +270,7 @@ pub async fn load(
     let runtime = Runtime::new(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+        Capacity::OneRun,
     )?;
     let registry = Registry::load(
         &runtime,

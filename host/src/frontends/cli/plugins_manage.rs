@@ -22,7 +22,7 @@ use crate::plugins::manifest::{
     self, ComponentSource, HostService, Limits, Permissions, PluginEntry, PluginSpec,
     WorkspaceAccess,
 };
-use crate::plugins::runtime::{LoadedPlugin, Runtime};
+use crate::plugins::runtime::{Capacity, LoadedPlugin, Runtime};
 use crate::{errln, outln};
 use capstan_protocol::Risk;
 
@@ -335,6 +335,7 @@ pub(super) async fn probe(
     let runtime = Runtime::new(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+        Capacity::OneRun,
     )?;
     let probe = PluginSpec {
         entry: PluginEntry {

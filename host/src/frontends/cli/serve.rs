@@ -15,6 +15,7 @@ use crate::frontends::mcp::McpHost;
 use crate::frontends::server::guard::TokenChoice;
 use crate::frontends::server::runs::{RunManager, StreamLimits};
 use crate::frontends::server::{DEFAULT_MAX_BODY_BYTES, HttpOptions};
+use crate::plugins::runtime::Capacity;
 use crate::plugins::services::approval::ApproveMode;
 use crate::run::app::App;
 use crate::workspace_gate::Caller;
@@ -108,7 +109,16 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
         .transpose()?;
     // Checked before anything opens: a bad flag combination fails fast.
     let token = TokenChoice::pick(args.token, args.no_token)?;
-    let app = Arc::new(App::open_with(global.dirs()?, args.approve, None, args.store).await?);
+    let app = Arc::new(
+        App::open_with(
+            global.dirs()?,
+            args.approve,
+            None,
+            args.store,
+            Capacity::Server,
+        )
+        .await?,
+    );
     // Long-running: watch workspaces instead of walking them before each question.
     app.indexes.watch_changes();
     super::idle_trim::spawn();

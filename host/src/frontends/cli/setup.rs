@@ -560,6 +560,7 @@ async fn plugin_findings(dirs: &Dirs, workspace: Option<&Path>, out: &mut Vec<Fi
     let runtime = match Runtime::new(
         dirs.component_cache(),
         vec![dirs.config.clone(), dirs.data.clone()],
+        crate::plugins::runtime::Capacity::OneRun,
     ) {
         Ok(r) => r,
         Err(e) => {

@@ -143,6 +143,35 @@ pub struct Runtime {
     _ticker: EpochTicker,
 }
 
+/// How many plugin instances a process may run at once.
+///
+/// Setting up the engine's pool costs in proportion (a guard page per slot):
+/// about 0.9 ms at the server's size, paid by every one-shot command before
+/// it sized its pool to one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capacity {
+    /// One run at a time, up to [`Capacity::ONE_RUN_PARALLEL_TASKS`] tasks in
+    /// parallel (`capstan ask`, `invoke`, `chat`, `index`...).
+    OneRun,
+    /// Many runs at once (`capstan serve`, `capstan mcp serve`).
+    Server,
+}
+
+impl Capacity {
+    /// The most parallel tasks (`[run] max_parallel`) a one-run pool is sized for.
+    pub const ONE_RUN_PARALLEL_TASKS: usize = 8;
+
+    /// Component instances in the pool.
+    pub fn instances(self) -> u32 {
+        match self {
+            // Every capability's `describe`, the tasks in parallel, an
+            // indexer's parser instances: well under this.
+            Capacity::OneRun => 32,
+            Capacity::Server => 256,
+        }
+    }
+}
+
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[error("plugin `{plugin}` ({source_desc}): {message}")]
@@ -155,8 +184,8 @@ pub struct LoadError {
 impl Runtime {
     /// `cache_dir` holds compiled components; `protected` lists Capstan's own
     /// directories, which no workspace may contain.
-    pub fn new(cache_dir: PathBuf, protected: Vec<PathBuf>) -> Result<Self> {
-        let config = crate::plugins::engine::config();
+    pub fn new(cache_dir: PathBuf, protected: Vec<PathBuf>, capacity: Capacity) -> Result<Self> {
+        let config = crate::plugins::engine::config(capacity.instances());
         let engine = Engine::new(&config)
             .map_err(anyhow::Error::from)
             .context("creating the wasmtime engine")?;
