@@ -10,7 +10,7 @@ use crate::{
 
 const SESSION_COLUMNS: &str = "id, title, workspace_id, summary, input_tokens, output_tokens, \
                                cost_usd, created_at, updated_at";
-const TURN_COLUMNS: &str = "id, session_id, run_id, seq, role, content, created_at";
+pub(crate) const TURN_COLUMNS: &str = "id, session_id, run_id, seq, role, content, created_at";
 
 fn session_from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {

@@ -153,7 +153,7 @@ pub enum Capacity {
     /// One run at a time, up to [`Capacity::ONE_RUN_PARALLEL_TASKS`] tasks in
     /// parallel (`capstan ask`, `invoke`, `chat`, `index`...).
     OneRun,
-    /// Many runs at once (`capstan serve`, `capstan mcp serve`).
+    /// Many runs at once (`capstan serve`, `capstan mcp`).
     Server,
 }
 
