@@ -373,34 +373,46 @@ impl App {
             .as_deref()
             .map(|root| self.gate.check(root))
             .transpose()?;
-        // The session, and the workspace it remembers.
-        let session = match &req.session_id {
-            Some(id) => self
-                .store
-                .get_session(id)?
-                .with_context(|| format!("no session `{id}`; see `capstan chat` /sessions"))?,
+        // The session, and the workspace it remembers. A new session is
+        // created with its workspace and an existing one updated only when
+        // the workspace changed: each is one durable write fewer per run.
+        let existing = match &req.session_id {
+            Some(id) => Some(
+                self.store
+                    .get_session(id)?
+                    .with_context(|| format!("no session `{id}`; see `capstan chat` /sessions"))?,
+            ),
+            None => None,
+        };
+        let asked_workspace = match &asked {
+            Some(root) => Some(match self.store.get_workspace_by_root(root)? {
+                Some(ws) => ws,
+                None => {
+                    let name = root
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    // No profile of its own: `[policy] profile` applies.
+                    self.store.add_workspace(root, &name, None)?
+                }
+            }),
+            None => None,
+        };
+        let asked_id = asked_workspace.as_ref().map(|ws| ws.id.as_str());
+        let session = match existing {
+            Some(session) => {
+                if asked_id.is_some() && session.workspace_id.as_deref() != asked_id {
+                    self.store.set_session_workspace(&session.id, asked_id)?;
+                }
+                session
+            }
             None => self
                 .store
-                .create_session(&session_title(&req.message), None)?,
+                .create_session(&session_title(&req.message), asked_id)?,
         };
         // A session's remembered folder passes the gate too.
-        let workspace = match &asked {
-            Some(root) => {
-                let ws = match self.store.get_workspace_by_root(root)? {
-                    Some(ws) => ws,
-                    None => {
-                        let name = root
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default();
-                        // No profile of its own: `[policy] profile` applies.
-                        self.store.add_workspace(root, &name, None)?
-                    }
-                };
-                self.store
-                    .set_session_workspace(&session.id, Some(&ws.id))?;
-                Some(ws.root_path)
-            }
+        let workspace = match asked_workspace {
+            Some(ws) => Some(ws.root_path),
             None => match &session.workspace_id {
                 Some(id) => match self.store.get_workspace_by_id(id)? {
                     Some(w) => Some(self.gate.check(&w.root_path)?),
