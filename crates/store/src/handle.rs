@@ -221,6 +221,10 @@ delegate! {
     fn update_summary(&self, id: &str, summary: &str) -> Result<()>;
     /// Appends a turn (seq = the session's last + 1), durably.
     fn add_turn(&self, session_id: &str, run_id: Option<&str>, role: Role, content: &str) -> Result<Turn>;
+    /// Appends run `run_id`'s assistant turn `answer` (none when it is empty)
+    /// and replaces the session's summary: on SQLite one durable commit (one
+    /// WAL flush instead of two).
+    fn record_answer(&self, session_id: &str, run_id: &str, answer: &str, summary: &str) -> Result<()>;
     /// The last `n` turns of a session, oldest first.
     fn recent_turns(&self, session_id: &str, n: usize) -> Result<Vec<Turn>>;
     /// The session's token and cost totals; `NotFound` for an unknown session.
@@ -243,6 +247,10 @@ delegate! {
     /// run, `running`: for a caller that makes a session to run one thing in
     /// it. On SQLite one durable commit (one flush of the WAL instead of two).
     fn start_run_in_new_session(&self, title: &str, workspace_id: Option<&str>, model: &str) -> Result<(Session, Run)>;
+    /// [`Store::start_run_exclusive`] and the user's turn `message` of the new
+    /// run: on SQLite one durable commit, so neither is stored without the
+    /// other.
+    fn start_run_with_turn(&self, session_id: &str, model: &str, quota: Option<&Quota>, message: &str) -> Result<(Run, Turn)>;
     /// Ends a run once (terminal status, reason, final usage totals) and
     /// drops its lease.
     fn finish_run(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>) -> Result<()>;

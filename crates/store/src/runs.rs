@@ -8,8 +8,8 @@ use crate::error::{Result, StoreError};
 use crate::lease::Ending;
 use crate::quota::{Usage as QuotaUsage, windows};
 use crate::{
-    Durability, EventRecord, Quota, Run, RunStatus, Session, SqliteStore, Usage, now_rfc3339,
-    owner, to_i64, to_u64,
+    Durability, EventRecord, Quota, Role, Run, RunStatus, Session, SqliteStore, Turn, Usage,
+    now_rfc3339, owner, to_i64, to_u64,
 };
 
 const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
@@ -55,6 +55,23 @@ impl SqliteStore {
         quota: Option<&Quota>,
     ) -> Result<Run> {
         self.insert_run(session_id, model, true, quota)
+    }
+
+    /// [`SqliteStore::start_run_exclusive`] and the user's turn `message`
+    /// of the new run, in one durable commit: neither without the other.
+    pub fn start_run_with_turn(
+        &self,
+        session_id: &str,
+        model: &str,
+        quota: Option<&Quota>,
+        message: &str,
+    ) -> Result<(Run, Turn)> {
+        let run = Run::starting(session_id, model);
+        let turn = self.write(Durability::Durable, |c| {
+            self.insert_run_row(c, &run, true, quota)?;
+            self.insert_turn(c, session_id, Some(&run.id), Role::User, message)
+        })?;
+        Ok((run, turn))
     }
 
     fn insert_run(

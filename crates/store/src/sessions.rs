@@ -230,14 +230,16 @@ impl SqliteStore {
     /// Replaces the session's rolling summary (of turns older than the
     /// recent window the orchestrator loads with [`Store::recent_turns`]).
     pub fn update_summary(&self, id: &str, summary: &str) -> Result<()> {
-        self.write(Durability::Durable, |c| {
-            self.touch_session(
-                c,
-                "UPDATE sessions SET summary = ?2, updated_at = ?3 WHERE id = ?1",
-                params![id, summary, now_rfc3339()],
-                id,
-            )
-        })
+        self.write(Durability::Durable, |c| self.set_summary(c, id, summary))
+    }
+
+    fn set_summary(&self, c: &Connection, id: &str, summary: &str) -> Result<()> {
+        self.touch_session(
+            c,
+            "UPDATE sessions SET summary = ?2, updated_at = ?3 WHERE id = ?1",
+            params![id, summary, now_rfc3339()],
+            id,
+        )
     }
 
     /// Appends a turn; its `seq` is one more than the session's last. Durable
@@ -252,49 +254,78 @@ impl SqliteStore {
         role: Role,
         content: &str,
     ) -> Result<Turn> {
+        self.write(Durability::Durable, |c| {
+            self.insert_turn(c, session_id, run_id, role, content)
+        })
+    }
+
+    /// Appends the assistant's `answer` (nothing when it is empty) and
+    /// replaces the session's summary, in one durable commit.
+    pub fn record_answer(
+        &self,
+        session_id: &str,
+        run_id: &str,
+        answer: &str,
+        summary: &str,
+    ) -> Result<()> {
+        self.write(Durability::Durable, |c| {
+            if !answer.is_empty() {
+                self.insert_turn(c, session_id, Some(run_id), Role::Assistant, answer)?;
+            }
+            self.set_summary(c, session_id, summary)
+        })
+    }
+
+    /// Inserts a turn within the caller's transaction (see [`SqliteStore::add_turn`]).
+    pub(crate) fn insert_turn(
+        &self,
+        c: &Connection,
+        session_id: &str,
+        run_id: Option<&str>,
+        role: Role,
+        content: &str,
+    ) -> Result<Turn> {
         let now = now_rfc3339();
         let id = new_id("turn");
-        self.write(Durability::Durable, |c| {
-            self.require(c, "sessions", "session", session_id)?;
-            if let Some(run) = run_id {
-                let owner: Option<String> = c
-                    .prepare_cached("SELECT session_id FROM runs WHERE id = ?1")
-                    .and_then(|mut s| s.query_row([run], |r| r.get(0)).optional())
-                    .map_err(|e| self.sql(e))?;
-                match owner {
-                    None => return Err(not_found("run", run)),
-                    Some(s) if s != session_id => {
-                        return Err(StoreError::InvalidArgument(format!(
-                            "run {run} belongs to session {s}, not {session_id}"
-                        )));
-                    }
-                    Some(_) => {}
+        self.require(c, "sessions", "session", session_id)?;
+        if let Some(run) = run_id {
+            let owner: Option<String> = c
+                .prepare_cached("SELECT session_id FROM runs WHERE id = ?1")
+                .and_then(|mut s| s.query_row([run], |r| r.get(0)).optional())
+                .map_err(|e| self.sql(e))?;
+            match owner {
+                None => return Err(not_found("run", run)),
+                Some(s) if s != session_id => {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "run {run} belongs to session {s}, not {session_id}"
+                    )));
                 }
+                Some(_) => {}
             }
-            // The write lock is held (IMMEDIATE), so no other writer can take
-            // the same seq between this read and the insert.
-            let seq: i64 = c
-                .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1")
-                .and_then(|mut s| s.query_row([session_id], |r| r.get(0)))
-                .map_err(|e| self.sql(e))?;
-            c.prepare_cached(
-                "INSERT INTO turns (id, session_id, run_id, seq, role, content, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .and_then(|mut s| s.execute(params![id, session_id, run_id, seq, role, content, now]))
+        }
+        // The write lock is held (IMMEDIATE), so no other writer can take
+        // the same seq between this read and the insert.
+        let seq: i64 = c
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1")
+            .and_then(|mut s| s.query_row([session_id], |r| r.get(0)))
             .map_err(|e| self.sql(e))?;
-            c.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
-                .and_then(|mut s| s.execute(params![session_id, now]))
-                .map_err(|e| self.sql(e))?;
-            Ok(Turn {
-                id,
-                session_id: session_id.to_owned(),
-                run_id: run_id.map(str::to_owned),
-                seq: to_u64(seq),
-                role,
-                content: content.to_owned(),
-                created_at: now.clone(),
-            })
+        c.prepare_cached(
+            "INSERT INTO turns (id, session_id, run_id, seq, role, content, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .and_then(|mut s| s.execute(params![id, session_id, run_id, seq, role, content, now]))
+        .map_err(|e| self.sql(e))?;
+        c.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![session_id, now]))
+            .map_err(|e| self.sql(e))?;
+        Ok(Turn {
+            id,
+            session_id: session_id.to_owned(),
+            run_id: run_id.map(str::to_owned),
+            seq: to_u64(seq),
+            role,
+            content: content.to_owned(),
+            created_at: now.clone(),
         })
     }
 

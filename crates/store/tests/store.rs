@@ -874,6 +874,52 @@ fn a_run_ends_with_its_terminal_event_in_one_transaction(kind: Kind) {
     );
 }
 
+/// A run's start carries the user's turn and its end the answer and the
+/// summary; a busy session stores neither run nor turn; an empty answer adds
+/// no turn.
+fn a_run_starts_with_its_turn_and_ends_with_its_answer(kind: Kind) {
+    let (_db, store) = fresh(kind);
+    let s = store.create_session("s", None).unwrap();
+    let (run, turn) = store
+        .start_run_with_turn(&s.id, "m", None, "How do I rotate keys?")
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(turn.run_id.as_deref(), Some(run.id.as_str()));
+    assert_eq!((turn.seq, turn.role), (1, Role::User));
+
+    let busy = store.start_run_with_turn(&s.id, "m", None, "again?");
+    assert!(
+        matches!(busy, Err(StoreError::SessionBusy { .. })),
+        "{busy:?}"
+    );
+    assert_eq!(store.recent_turns(&s.id, 10).unwrap().len(), 1);
+
+    store
+        .record_answer(&s.id, &run.id, "Run `capstan keys rotate`.", "keys: rotate")
+        .unwrap();
+    let turns = store.recent_turns(&s.id, 10).unwrap();
+    let last = turns.last().unwrap();
+    assert_eq!((turns.len(), last.role), (2, Role::Assistant));
+    assert_eq!(last.content, "Run `capstan keys rotate`.");
+    assert_eq!(
+        store.get_session(&s.id).unwrap().unwrap().summary,
+        "keys: rotate"
+    );
+
+    store
+        .record_answer(&s.id, &run.id, "", "still keys")
+        .unwrap();
+    assert_eq!(store.recent_turns(&s.id, 10).unwrap().len(), 2);
+    assert_eq!(
+        store.get_session(&s.id).unwrap().unwrap().summary,
+        "still keys"
+    );
+    assert!(matches!(
+        store.record_answer("ses_nope", &run.id, "x", "y"),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
 /// One message at a time per session, across handles (processes, replicas):
 /// of eight exclusive starts racing on four handles, exactly one wins.
 fn a_session_runs_one_exclusive_run_at_a_time(kind: Kind) {
@@ -1607,6 +1653,7 @@ fn sessions_are_found_by_title_or_by_what_was_said(kind: Kind) {
 }
 
 both!(
+    a_run_starts_with_its_turn_and_ends_with_its_answer,
     workspace_round_trip_and_canonical_root,
     workspace_root_must_be_an_existing_directory,
     session_round_trip_summary_and_workspace,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use capstan_store::{EventRecord, EventWriter, Role, Store};
+use capstan_store::{EventRecord, EventWriter, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -439,13 +439,14 @@ impl App {
             })
             .collect();
         // One message at a time per session, whichever process or replica
-        // started the other.
-        let run =
-            self.store
-                .start_run_exclusive(&session.id, &self.model.id(), req.quota.as_ref())?;
-        // The user's turn is committed before anything runs: a crash loses no turn.
-        self.store
-            .add_turn(&session.id, Some(&run.id), Role::User, &req.message)?;
+        // started the other. The user's turn is committed with the run,
+        // before anything runs: a crash loses no turn.
+        let (run, _) = self.store.start_run_with_turn(
+            &session.id,
+            &self.model.id(),
+            req.quota.as_ref(),
+            &req.message,
+        )?;
 
         Ok(PreparedRun {
             run_id: run.id,
@@ -689,15 +690,12 @@ impl App {
         let store = &self.store;
         // The answer and summary are saved first, but their failure must not
         // leave the run `running`: it still ends, and the error is returned.
-        let saved = (|| {
-            if !outcome.answer.is_empty() {
-                store.add_turn(&session_id, Some(&run_id), Role::Assistant, &outcome.answer)?;
-            }
-            store.update_summary(
-                &session_id,
-                &roll_summary(summary, message, &outcome.answer),
-            )
-        })();
+        let saved = store.record_answer(
+            &session_id,
+            &run_id,
+            &outcome.answer,
+            &roll_summary(summary, message, &outcome.answer),
+        );
         let status = match outcome.status {
             RunStatus::Completed => capstan_store::RunStatus::Completed,
             RunStatus::Failed => capstan_store::RunStatus::Failed,

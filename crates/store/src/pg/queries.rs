@@ -545,6 +545,19 @@ impl PgStore {
         )
     }
 
+    pub(crate) fn record_answer(
+        &self,
+        session_id: &str,
+        run_id: &str,
+        answer: &str,
+        summary: &str,
+    ) -> Result<()> {
+        if !answer.is_empty() {
+            self.add_turn(session_id, Some(run_id), Role::Assistant, answer)?;
+        }
+        self.update_summary(session_id, summary)
+    }
+
     pub(crate) fn add_turn(
         &self,
         session_id: &str,
@@ -686,6 +699,20 @@ impl PgStore {
         let session = self.create_session(title, workspace_id)?;
         let run = self.start_run(&session.id, model)?;
         Ok((session, run))
+    }
+
+    /// Two transactions here (as [`Self::start_run_in_new_session`]): the
+    /// run, then the turn.
+    pub(crate) fn start_run_with_turn(
+        &self,
+        session_id: &str,
+        model: &str,
+        quota: Option<&Quota>,
+        message: &str,
+    ) -> Result<(Run, Turn)> {
+        let run = self.start_run_exclusive(session_id, model, quota)?;
+        let turn = self.add_turn(session_id, Some(&run.id), Role::User, message)?;
+        Ok((run, turn))
     }
 
     pub(crate) fn start_run_exclusive(
