@@ -174,10 +174,19 @@ impl AheadOfTime {
             );
             return None;
         }
-        let engine = wasmtime::Engine::new(&engine::config(1)).unwrap_or_else(|e| {
-            panic!("creating the wasmtime engine to precompile plugins: {e:#}")
+        let engines = [engine::Capacity::OneRun, engine::Capacity::Server].map(|capacity| {
+            wasmtime::Engine::new(&engine::config(capacity)).unwrap_or_else(|e| {
+                panic!("creating the wasmtime engine to precompile plugins: {e:#}")
+            })
         });
-        let key = engine::compatibility_key(&engine);
+        let key = engine::compatibility_key(&engines[0]);
+        // The code is filed under one key: the pool's size must not change it.
+        assert_eq!(
+            key,
+            engine::compatibility_key(&engines[1]),
+            "the engine's compatibility hash depends on its capacity"
+        );
+        let [engine, _] = engines;
         Some(Self { engine, key })
     }
 

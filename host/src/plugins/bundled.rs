@@ -50,9 +50,9 @@ mod tests {
     /// compiles again.
     #[test]
     fn every_builtin_is_compiled_ahead_for_the_runtime_s_engine() {
-        use crate::plugins::runtime::Capacity;
+        use crate::plugins::engine::Capacity;
         for capacity in [Capacity::OneRun, Capacity::Server] {
-            let config = crate::plugins::engine::config(capacity.instances());
+            let config = crate::plugins::engine::config(capacity);
             let engine = wasmtime::Engine::new(&config).unwrap();
             let key = crate::plugins::engine::compatibility_key(&engine);
             assert_eq!(super::PRECOMPILED_FOR, key, "{capacity:?}");

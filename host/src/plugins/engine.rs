@@ -14,14 +14,42 @@
 /// pooling allocator reserves per linear memory.
 pub const MAX_MEMORY_MB: u64 = 1024;
 
+/// How many plugin instances a process may run at once.
+///
+/// Setting up the engine's pool costs in proportion (a guard page per slot):
+/// about 0.9 ms at the server's size, paid by every one-shot command before
+/// it sized its pool to one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capacity {
+    /// One run at a time, with up to 8 tasks in parallel (`capstan ask`,
+    /// `invoke`, `chat`, `index`...; a higher `[run] max_parallel` takes
+    /// [`Capacity::Server`]).
+    OneRun,
+    /// Many runs at once (`capstan serve`, `capstan mcp`).
+    Server,
+}
+
+impl Capacity {
+    /// Component instances in the pool.
+    pub fn instances(self) -> u32 {
+        match self {
+            // Every capability's `describe`, the tasks in parallel, an
+            // indexer's parser instances: well under this.
+            Capacity::OneRun => 32,
+            Capacity::Server => 256,
+        }
+    }
+}
+
 /// The configuration of the process's one engine, whose pooling allocator has
-/// slots for `instances` component instances running at once (stacks,
+/// slots for `capacity`'s component instances running at once (stacks,
 /// memories and tables in proportion).
 ///
-/// The slot counts only size the pool set up when the engine is created (a
-/// guard page per stack, so its cost grows with them); they are not part of
-/// the compatibility hash, so compiled code loads whatever they are.
-pub fn config(instances: u32) -> wasmtime::Config {
+/// The slot counts only size the pool set up when the engine is created;
+/// they are not part of the compatibility hash, so compiled code loads at
+/// every capacity (build.rs checks that it compiled for all of them).
+pub fn config(capacity: Capacity) -> wasmtime::Config {
+    let instances = capacity.instances();
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     // Deadlines and cancellation (a ticker bumps the epoch) and optional fuel

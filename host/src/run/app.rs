@@ -115,6 +115,10 @@ impl EventSink for RunEvents {
     }
 }
 
+/// The most parallel tasks (`[run] max_parallel`) a [`Capacity::OneRun`]
+/// pool is sized for.
+const ONE_RUN_PARALLEL_TASKS: usize = 8;
+
 impl App {
     /// Open everything. Plugins are per workspace: see [`App::registry`].
     pub async fn open(dirs: Dirs, approve: ApproveMode) -> Result<Self> {
@@ -169,7 +173,7 @@ impl App {
                 ids.len()
             );
         }
-        let capacity = if config.run.max_parallel > Capacity::ONE_RUN_PARALLEL_TASKS {
+        let capacity = if config.run.max_parallel > ONE_RUN_PARALLEL_TASKS {
             Capacity::Server
         } else {
             capacity

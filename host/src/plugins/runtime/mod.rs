@@ -39,6 +39,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::plugins::context::{RunContext, TaskScope};
+pub use crate::plugins::engine::Capacity;
 use crate::plugins::manifest::{HostService, PluginSpec, WorkspaceAccess};
 use crate::workspace_gate::WorkspaceGate;
 pub use cache::ComponentCache;
@@ -143,35 +144,6 @@ pub struct Runtime {
     _ticker: EpochTicker,
 }
 
-/// How many plugin instances a process may run at once.
-///
-/// Setting up the engine's pool costs in proportion (a guard page per slot):
-/// about 0.9 ms at the server's size, paid by every one-shot command before
-/// it sized its pool to one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Capacity {
-    /// One run at a time, up to [`Capacity::ONE_RUN_PARALLEL_TASKS`] tasks in
-    /// parallel (`capstan ask`, `invoke`, `chat`, `index`...).
-    OneRun,
-    /// Many runs at once (`capstan serve`, `capstan mcp`).
-    Server,
-}
-
-impl Capacity {
-    /// The most parallel tasks (`[run] max_parallel`) a one-run pool is sized for.
-    pub const ONE_RUN_PARALLEL_TASKS: usize = 8;
-
-    /// Component instances in the pool.
-    pub fn instances(self) -> u32 {
-        match self {
-            // Every capability's `describe`, the tasks in parallel, an
-            // indexer's parser instances: well under this.
-            Capacity::OneRun => 32,
-            Capacity::Server => 256,
-        }
-    }
-}
-
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[error("plugin `{plugin}` ({source_desc}): {message}")]
@@ -185,7 +157,7 @@ impl Runtime {
     /// `cache_dir` holds compiled components; `protected` lists Capstan's own
     /// directories, which no workspace may contain.
     pub fn new(cache_dir: PathBuf, protected: Vec<PathBuf>, capacity: Capacity) -> Result<Self> {
-        let config = crate::plugins::engine::config(capacity.instances());
+        let config = crate::plugins::engine::config(capacity);
         let engine = Engine::new(&config)
             .map_err(anyhow::Error::from)
             .context("creating the wasmtime engine")?;

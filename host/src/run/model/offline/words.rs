@@ -2,6 +2,9 @@
 //! "key"); anything people read (a search query in the feed) uses the words as
 //! written, never the stems.
 
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
 pub const STOPWORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
     "i", "in", "is", "it", "me", "my", "of", "on", "or", "our", "should", "so", "that", "the",
@@ -21,7 +24,15 @@ fn raw_words(text: &str) -> impl Iterator<Item = &str> {
 }
 
 fn is_content(lower: &str) -> bool {
-    lower.chars().count() >= 2 && !STOPWORDS.contains(&lower)
+    lower.chars().count() >= 2 && !is_stopword(lower)
+}
+
+/// One hash lookup, not a scan of [`STOPWORDS`]: every word of every passage
+/// of every answer is asked.
+fn is_stopword(lower: &str) -> bool {
+    static SET: LazyLock<HashSet<&'static str>> =
+        LazyLock::new(|| STOPWORDS.iter().copied().collect());
+    SET.contains(lower)
 }
 
 /// Distinct content words, lower-cased and stemmed, in order of appearance.
