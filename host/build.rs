@@ -25,20 +25,6 @@ const BUNDLED: &[(&str, &str)] = &[
     ("xlsx", "xlsx"),
 ];
 
-/// Links `capstan` with its relative relocations packed (DT_RELR, glibc
-/// 2.36+, GNU ld 2.38+; older linkers ignore the option with a warning).
-///
-/// The binary has about 100,000 of them: the dynamic loader read 2.4 MB of
-/// `.rela.dyn` at every start, twice per sandboxed command (the host, then
-/// the launcher re-executed from the same file). Packed, the table is a few
-/// KiB.
-fn pack_relative_relocations() {
-    let var = |k: &str| std::env::var(k).unwrap_or_default();
-    if var("CARGO_CFG_TARGET_OS") == "linux" && var("CARGO_CFG_TARGET_ENV") == "gnu" {
-        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
-    }
-}
-
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.parent().unwrap().to_path_buf();
@@ -71,7 +57,6 @@ fn main() {
         );
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
-    pack_relative_relocations();
 
     // A separate target dir: the outer cargo holds the lock on its own.
     let target_root = std::env::var_os("CARGO_TARGET_DIR")
