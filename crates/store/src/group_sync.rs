@@ -21,9 +21,10 @@
 //! `NORMAL` too. The file flushed is the one SQLite names (the path SQLite
 //! resolved, symbolic links included, plus `-wal`); the store never lets
 //! SQLite delete it (closing leaves it, or checkpoints and truncates it: see
-//! `CLOSE_CHECKPOINT_BYTES`), so it exists after a commit. Should it be missing anyway (the data directory renamed under a
-//! running process), nothing can be flushed by name and such a write is only
-//! as durable as `NORMAL` makes it (it survives a crash of Capstan).
+//! `CLOSE_CHECKPOINT_BYTES`), so it exists after a commit. Should it be
+//! missing anyway (the data directory renamed under a running process),
+//! nothing can be flushed by name and such a write is only as durable as
+//! `NORMAL` makes it (it survives a crash of Capstan).
 
 use std::io;
 use std::path::Path;

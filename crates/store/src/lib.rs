@@ -176,13 +176,13 @@ const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// it to nothing); below it the WAL is left for the next process.
 ///
 /// SQLite's own checkpoint when the last connection closes cost a one-shot
-/// process (`capstan invoke`, `capstan ask`) about 2.5 ms: writing the pages
-/// back, syncing the database, deleting the WAL, which the next process
-/// re-created with two more syncs (its header and the directory). Left in
-/// place, the WAL costs the next opener a read of it (SQLite rebuilds its
-/// index from the file), about 0.3 ms per MiB here, so it is kept only while
-/// small; a long-running process's WAL is checkpointed as it grows anyway
-/// ([`WAL_AUTOCHECKPOINT_PAGES`]).
+/// process (`capstan invoke`, `capstan ask`) about 2.7 ms after its work:
+/// writing the pages back, syncing the database, deleting the WAL, which the
+/// next process re-created with two more syncs (its header and the directory,
+/// about 0.8 ms). Left in place, the WAL costs the next opener a read of it
+/// (SQLite rebuilds its index from the file), which grows with its size, so
+/// it is kept only while small; a long-running process's WAL is checkpointed
+/// as it grows anyway ([`WAL_AUTOCHECKPOINT_PAGES`]).
 const CLOSE_CHECKPOINT_BYTES: u64 = 1024 * 1024;
 
 /// The SQLite backend: one file. See the crate documentation for durability
@@ -480,15 +480,8 @@ mod tests {
             store.recent_turns(&s.id, 8).unwrap();
         }
         let c = store.conn();
-        let next_seq = "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1";
-        let recent = format!(
-            "SELECT {c} FROM (
-                         SELECT {c} FROM turns WHERE session_id = ?1
-                         ORDER BY seq DESC LIMIT ?2
-                     ) ORDER BY seq",
-            c = sessions::TURN_COLUMNS
-        );
-        for sql in [next_seq, recent.as_str()] {
+        let recent = sessions::recent_turns_sql();
+        for sql in [sessions::NEXT_TURN_SEQ, recent.as_str()] {
             let stmt = c.prepare_cached(sql).unwrap();
             assert_eq!(
                 stmt.get_status(rusqlite::StatementStatus::RePrepare),

@@ -10,7 +10,21 @@ use crate::{
 
 const SESSION_COLUMNS: &str = "id, title, workspace_id, summary, input_tokens, output_tokens, \
                                cost_usd, created_at, updated_at";
-pub(crate) const TURN_COLUMNS: &str = "id, session_id, run_id, seq, role, content, created_at";
+const TURN_COLUMNS: &str = "id, session_id, run_id, seq, role, content, created_at";
+
+/// The seq a session's next turn takes (run under the write lock).
+pub(crate) const NEXT_TURN_SEQ: &str =
+    "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1";
+
+/// A session's last `?2` turns, oldest first.
+pub(crate) fn recent_turns_sql() -> String {
+    format!(
+        "SELECT {TURN_COLUMNS} FROM (
+             SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ?1
+             ORDER BY seq DESC LIMIT ?2
+         ) ORDER BY seq"
+    )
+}
 
 fn session_from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
@@ -306,7 +320,7 @@ impl SqliteStore {
         // The write lock is held (IMMEDIATE), so no other writer can take
         // the same seq between this read and the insert.
         let seq: i64 = c
-            .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1")
+            .prepare_cached(NEXT_TURN_SEQ)
             .and_then(|mut s| s.query_row([session_id], |r| r.get(0)))
             .map_err(|e| self.sql(e))?;
         c.prepare_cached(
@@ -325,7 +339,7 @@ impl SqliteStore {
             seq: to_u64(seq),
             role,
             content: content.to_owned(),
-            created_at: now.clone(),
+            created_at: now,
         })
     }
 
@@ -335,12 +349,7 @@ impl SqliteStore {
     pub fn recent_turns(&self, session_id: &str, n: usize) -> Result<Vec<Turn>> {
         self.with_conn(|c| {
             let mut stmt = c
-                .prepare_cached(&format!(
-                    "SELECT {TURN_COLUMNS} FROM (
-                         SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ?1
-                         ORDER BY seq DESC LIMIT ?2
-                     ) ORDER BY seq"
-                ))
+                .prepare_cached(&recent_turns_sql())
                 .map_err(|e| self.sql(e))?;
             let rows = stmt
                 .query_map(params![session_id, limit(n)], turn_from_row)
