@@ -245,11 +245,16 @@ const shot = (name, p = page, fullPage = true) => p.screenshot({ path: `${artifa
     const r = f.getBoundingClientRect();
     return { position: getComputedStyle(f).position, bottom: Math.round(r.bottom), height: window.innerHeight };
   });
-  summary.phone.planBelowMessages = await mobile.evaluate(() => {
-    const m = document.querySelector("#messages").getBoundingClientRect();
-    const p = document.querySelector("#plan").getBoundingClientRect();
-    return p.top >= m.bottom - 1;
-  });
+  // Waited for, not read once: the replayed session may still be laying out
+  // right after the drawer closes. A plan that never sits below the messages
+  // still fails (false after the timeout).
+  summary.phone.planBelowMessages = await mobile
+    .waitForFunction(() => {
+      const m = document.querySelector("#messages").getBoundingClientRect();
+      const p = document.querySelector("#plan").getBoundingClientRect();
+      return p.top >= m.bottom - 1;
+    }, null, { timeout: 5000 })
+    .then(() => true, () => false);
   await shot("390-dark", mobile, false);
   summary.audit.phoneDark = await audit(mobile);
   await phone.close();
