@@ -16,8 +16,10 @@
 //!
 //! `KB_BENCH_FAQ_ONLY=1` skips the linux-doc part; `KB_BENCH_DEBUG=1` prints, per FAQ
 //! question, the rank of the relevant passage for capstan and FTS5 and capstan's top hit;
-//! `KB_BENCH_INDEX_ONLY=1` only indexes linux-doc three times (for profiling), with
-//! `KB_BENCH_THREADS` writer threads and `KB_BENCH_MEM_MB` writer memory.
+//! `KB_BENCH_INDEX_ONLY=1` only indexes linux-doc (for profiling), `KB_BENCH_ROUNDS` times
+//! (default 3) interleaved with plain tantivy, with `KB_BENCH_THREADS` writer threads and
+//! `KB_BENCH_MEM_MB` writer memory (ours; plain tantivy keeps 2 threads and 64 MB);
+//! `KB_BENCH_ANALYZER=simple` indexes ours with `Analyzer::Simple`.
 //!
 //! Peers get exactly the same passages: SQLite FTS5 with `bm25()` (default `unicode61`
 //! tokenizer, and `porter` as a stronger variant), and tantivy with its default tokenizer
@@ -616,12 +618,33 @@ fn main() {
         let opts = IndexOptions {
             writer_threads: env("KB_BENCH_THREADS", 2),
             writer_memory_bytes: env("KB_BENCH_MEM_MB", 64) << 20,
+            analyzer: if std::env::var("KB_BENCH_ANALYZER").as_deref() == Ok("simple") {
+                Analyzer::Simple
+            } else {
+                Analyzer::English
+            },
             ..IndexOptions::default()
         };
-        for _ in 0..3 {
+        // Interleaved with plain tantivy (same passages, same threads and memory), so
+        // the ratio holds under the machine's load of the moment.
+        let (mut ours, mut plain) = (Duration::MAX, Duration::MAX);
+        for _ in 0..env("KB_BENCH_ROUNDS", 3) {
             let (_e, t) = build_ours(&linux, opts.clone(), "x");
-            eprintln!("index: {:.1} MB/s", mb(linux.bytes) / t.as_secs_f64());
+            let (_p, tp) = build_plain(&linux);
+            eprintln!(
+                "index: capstan {:.1} MB/s, plain tantivy {:.1} MB/s",
+                mb(linux.bytes) / t.as_secs_f64(),
+                mb(linux.bytes) / tp.as_secs_f64()
+            );
+            ours = ours.min(t);
+            plain = plain.min(tp);
         }
+        eprintln!(
+            "best: capstan {:.1} MB/s, plain tantivy {:.1} MB/s ({:.0}%)",
+            mb(linux.bytes) / ours.as_secs_f64(),
+            mb(linux.bytes) / plain.as_secs_f64(),
+            100.0 * plain.as_secs_f64() / ours.as_secs_f64()
+        );
         return;
     }
     // ---- relevance on the Python FAQ
