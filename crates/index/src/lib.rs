@@ -72,7 +72,7 @@ use tantivy::schema::{
     FAST, Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::snippet::SnippetGenerator;
-use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, TextAnalyzer};
+use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term};
 
 pub use fusion::{drop_overlapping, rrf};
@@ -449,8 +449,6 @@ const ENGLISH_STOP_WORDS: &[&str] = &[
 
 fn english_analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(analysis::MarkupTokenizer::default())
-        .filter(RemoveLongFilter::limit(40))
-        .filter(LowerCaser)
         .filter(analysis::StopAndStem::english(ENGLISH_STOP_WORDS))
         .build()
 }
@@ -483,10 +481,7 @@ fn body_text(heading: &str, text: &str) -> String {
 }
 
 fn simple_analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(analysis::MarkupTokenizer::default())
-        .filter(RemoveLongFilter::limit(40))
-        .filter(LowerCaser)
-        .build()
+    TextAnalyzer::builder(analysis::MarkupTokenizer::default()).build()
 }
 
 /// tantivy refuses less than 15 MB of indexing memory per writer thread (its
