@@ -453,9 +453,10 @@ fn english_analyzer() -> TextAnalyzer {
         .build()
 }
 
-/// The indexed text of a passage: its text, then its own (last) heading, then its whole
-/// heading path, separated by [`analysis::FIELD_SEP`]. So the passage's own title counts
-/// twice and its ancestors (document and chapter titles, shared by many passages) once.
+/// Writes the indexed text of a passage into `s` (cleared first: one buffer serves a
+/// batch): its text, then its own (last) heading, then its whole heading path, separated
+/// by [`analysis::FIELD_SEP`]. So the passage's own title counts twice and its ancestors
+/// (document and chapter titles, shared by many passages) once.
 ///
 /// Why not a separate, boosted heading field (tantivy's multi-field query sums one BM25 per
 /// field): a heading is a handful of tokens, so its own BM25 saturates on a single match
@@ -469,15 +470,14 @@ fn english_analyzer() -> TextAnalyzer {
 /// multiple of [`analysis::PART_POSITIONS`], so a match's position says where it is (how
 /// early in the text, or in which heading) for the second ranking stage (see `rerank`), and
 /// no phrase spans two parts.
-fn body_text(heading: &str, text: &str) -> String {
+fn body_text(s: &mut String, heading: &str, text: &str) {
     let leaf = heading.rsplit(" > ").next().unwrap_or(heading);
-    let mut s = String::with_capacity(text.len() + leaf.len() + heading.len() + 8);
+    s.clear();
     s.push_str(text);
     s.push(analysis::FIELD_SEP);
     s.push_str(leaf);
     s.push(analysis::FIELD_SEP);
     s.push_str(heading);
-    s
 }
 
 fn simple_analyzer() -> TextAnalyzer {
@@ -800,16 +800,22 @@ impl WorkspaceIndex {
         }
         let f = self.fields;
         let mut ops = Vec::with_capacity(files.iter().map(|(_, p)| p.len() + 1).sum());
+        let mut body = String::new();
         for (meta, passages) in files {
             ops.push(UserOperation::Delete(Term::from_field_text(
                 f.path, &meta.path,
             )));
             for p in passages {
-                let mut doc = TantivyDocument::default();
+                body_text(&mut body, &p.heading, &p.text);
+                // Room for every value (the text twice, the heading three times): no
+                // re-allocation as the document grows.
+                let mut doc = TantivyDocument::with_capacity(
+                    body.len() + p.text.len() + p.heading.len() + meta.path.len() + 128,
+                );
                 doc.add_text(f.path, &meta.path);
                 doc.add_text(f.heading, &p.heading);
                 doc.add_text(f.text, &p.text);
-                doc.add_text(f.body, body_text(&p.heading, &p.text));
+                doc.add_text(f.body, &body);
                 doc.add_u64(f.line_start, u64::from(p.line_start));
                 doc.add_u64(f.line_end, u64::from(p.line_end));
                 doc.add_u64(f.mtime_ms, meta.mtime_ms);

@@ -26,18 +26,28 @@ use capstan_plugin::{TaskError, is_cancelled};
 /// call per file made linux-doc's 3,000 small files pay a hand-off each.
 const BATCH_BYTES: usize = 2 * 1024 * 1024;
 
+/// The first batch is this small, and each next one twice the last (up to
+/// [`BATCH_BYTES`]): the host's indexing threads, idle until the first batch arrives,
+/// start after a few files instead of after 2 MiB of parsing.
+const FIRST_BATCH_BYTES: usize = 128 * 1024;
+
 /// Files waiting to go to the host index in one `upsert-files` call.
 #[derive(Default)]
 struct Batch {
     files: Vec<FileUpdate>,
     bytes: usize,
+    /// Batches sent so far.
+    sent: u32,
 }
 
 impl Batch {
     fn push(&mut self, update: FileUpdate) -> Result<(), String> {
         self.bytes += update.passages.iter().map(|p| p.text.len()).sum::<usize>();
         self.files.push(update);
-        if self.bytes >= BATCH_BYTES {
+        let limit = FIRST_BATCH_BYTES
+            .checked_shl(self.sent)
+            .map_or(BATCH_BYTES, |l| l.min(BATCH_BYTES));
+        if self.bytes >= limit {
             self.flush()?;
         }
         Ok(())
@@ -46,6 +56,7 @@ impl Batch {
     fn flush(&mut self) -> Result<(), String> {
         if !self.files.is_empty() {
             index::upsert_files(&self.files).map_err(|e| e.message())?;
+            self.sent = self.sent.saturating_add(1);
         }
         self.files.clear();
         self.bytes = 0;
