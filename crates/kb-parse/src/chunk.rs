@@ -10,6 +10,8 @@
 //! * passages are in file order, `line_start <= line_end`, and only overlap (in lines) with
 //!   their predecessor in the same section, by at most `overlap_chars` of prose.
 
+use std::borrow::Cow;
+
 use crate::{ChunkOptions, Passage};
 
 /// Blocks up to this many times `target_chars` are kept whole.
@@ -28,32 +30,37 @@ pub(crate) enum Kind {
     Code,
 }
 
+/// One line of a block: its number and its text, without the terminator; borrowed from
+/// the file's text where the parser keeps it as it is (most lines), so a file's lines are
+/// not each copied into an allocation of their own on the way to a passage.
+pub(crate) type Line<'a> = (u32, Cow<'a, str>);
+
 /// One block of a file: `lines` are `(line number, text)` in order, without terminators.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Block {
+pub(crate) struct Block<'a> {
     pub(crate) kind: Kind,
-    pub(crate) lines: Vec<(u32, String)>,
+    pub(crate) lines: Vec<Line<'a>>,
 }
 
-impl Block {
+impl<'a> Block<'a> {
     pub(crate) fn heading(level: u32, title: &str, line: u32) -> Self {
         Self {
             kind: Kind::Heading {
                 level,
                 title: collapse_ws(title),
             },
-            lines: vec![(line, String::new())],
+            lines: vec![(line, Cow::Borrowed(""))],
         }
     }
 
-    pub(crate) fn prose(lines: Vec<(u32, String)>) -> Self {
+    pub(crate) fn prose(lines: Vec<Line<'a>>) -> Self {
         Self {
             kind: Kind::Prose,
             lines,
         }
     }
 
-    pub(crate) fn code(lines: Vec<(u32, String)>) -> Self {
+    pub(crate) fn code(lines: Vec<Line<'a>>) -> Self {
         Self {
             kind: Kind::Code,
             lines,
@@ -68,20 +75,20 @@ pub(crate) fn collapse_ws(s: &str) -> String {
 
 /// A piece of a section being packed into passages.
 #[derive(Debug, Clone)]
-struct Unit {
-    lines: Vec<(u32, String)>,
+struct Unit<'a> {
+    lines: Vec<Line<'a>>,
     code: bool,
     chars: usize,
 }
 
-impl Unit {
-    fn new(lines: Vec<(u32, String)>, code: bool) -> Self {
+impl<'a> Unit<'a> {
+    fn new(lines: Vec<Line<'a>>, code: bool) -> Self {
         let chars = lines_chars(&lines);
         Self { lines, code, chars }
     }
 }
 
-fn lines_chars(lines: &[(u32, String)]) -> usize {
+fn lines_chars(lines: &[Line<'_>]) -> usize {
     lines.iter().map(|(_, l)| l.chars().count()).sum::<usize>() + lines.len().saturating_sub(1)
 }
 
@@ -90,14 +97,18 @@ const BLOCK_SEP: &str = "\n\n";
 
 /// Chunks `blocks` into passages. `base_heading` prefixes every heading path (used for
 /// source files, whose heading is their path).
-pub(crate) fn chunk(blocks: Vec<Block>, base_heading: &str, opts: &ChunkOptions) -> Vec<Passage> {
+pub(crate) fn chunk(
+    blocks: Vec<Block<'_>>,
+    base_heading: &str,
+    opts: &ChunkOptions,
+) -> Vec<Passage> {
     // Zero would make every block "too big"; a tiny target still makes progress.
     let target = opts.target_chars.max(16);
     let max = target.saturating_mul(MAX_FACTOR);
     let mut out = Vec::new();
     let mut stack: Vec<(u32, String)> = Vec::new();
     let mut heading = base_heading.to_owned();
-    let mut section: Vec<Block> = Vec::new();
+    let mut section: Vec<Block<'_>> = Vec::new();
     for block in blocks {
         match block.kind {
             Kind::Heading { level, title } => {
@@ -132,7 +143,7 @@ fn heading_path(base: &str, stack: &[(u32, String)]) -> String {
 
 /// Packs one section's blocks into passages appended to `out`.
 fn pack(
-    section: Vec<Block>,
+    section: Vec<Block<'_>>,
     heading: &str,
     target: usize,
     max: usize,
@@ -153,7 +164,7 @@ fn pack(
             split_big(unit, target, &mut units);
         }
     }
-    let mut cur: Vec<Unit> = Vec::new();
+    let mut cur: Vec<Unit<'_>> = Vec::new();
     // Characters of the units taken since the last emit (with separators), not counting the
     // overlap carried over: the overlap is extra context on top of the target.
     let mut fresh = 0usize;
@@ -181,7 +192,7 @@ fn pack(
     }
 }
 
-fn trim_blank_edges(mut lines: Vec<(u32, String)>) -> Vec<(u32, String)> {
+fn trim_blank_edges(mut lines: Vec<Line<'_>>) -> Vec<Line<'_>> {
     while lines.last().is_some_and(|(_, l)| l.trim().is_empty()) {
         lines.pop();
     }
@@ -195,8 +206,8 @@ fn trim_blank_edges(mut lines: Vec<(u32, String)>) -> Vec<(u32, String)> {
 
 /// Splits a block bigger than the cap into pieces of about `target` chars at line breaks;
 /// a line longer than `target` is cut at whitespace (or anywhere, for a run without any).
-fn split_big(unit: Unit, target: usize, units: &mut Vec<Unit>) {
-    let mut piece: Vec<(u32, String)> = Vec::new();
+fn split_big<'a>(unit: Unit<'a>, target: usize, units: &mut Vec<Unit<'a>>) {
+    let mut piece: Vec<Line<'a>> = Vec::new();
     let mut piece_chars = 0usize;
     for (no, line) in unit.lines {
         let n = line.chars().count();
@@ -206,7 +217,7 @@ fn split_big(unit: Unit, target: usize, units: &mut Vec<Unit>) {
                 piece_chars = 0;
             }
             for part in split_line(&line, target) {
-                units.push(Unit::new(vec![(no, part)], unit.code));
+                units.push(Unit::new(vec![(no, Cow::Owned(part))], unit.code));
             }
             continue;
         }
@@ -252,8 +263,8 @@ fn split_line(line: &str, target: usize) -> Vec<String> {
 /// The prose at the end of a just-emitted passage to repeat at the start of the next:
 /// whole trailing units while they fit in `overlap`, else trailing whole lines of the last
 /// unit. Code is never repeated.
-fn overlap_tail(cur: &[Unit], overlap: usize) -> Vec<Unit> {
-    let mut taken: Vec<Unit> = Vec::new();
+fn overlap_tail<'a>(cur: &[Unit<'a>], overlap: usize) -> Vec<Unit<'a>> {
+    let mut taken: Vec<Unit<'a>> = Vec::new();
     let mut acc = 0usize;
     for unit in cur.iter().rev() {
         if unit.code {
@@ -296,18 +307,25 @@ fn overlap_tail(cur: &[Unit], overlap: usize) -> Vec<Unit> {
     taken
 }
 
-fn emit(units: &[Unit], heading: &str) -> Passage {
-    let text = units
+fn emit(units: &[Unit<'_>], heading: &str) -> Passage {
+    // Lines joined by `\n`, units by BLOCK_SEP, into one allocation.
+    let bytes: usize = units
         .iter()
-        .map(|u| {
-            u.lines
-                .iter()
-                .map(|(_, l)| l.as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .collect::<Vec<_>>()
-        .join(BLOCK_SEP);
+        .flat_map(|u| u.lines.iter().map(|(_, l)| l.len() + 1))
+        .sum::<usize>()
+        + units.len() * BLOCK_SEP.len();
+    let mut text = String::with_capacity(bytes);
+    for (i, u) in units.iter().enumerate() {
+        if i > 0 {
+            text.push_str(BLOCK_SEP);
+        }
+        for (j, (_, l)) in u.lines.iter().enumerate() {
+            if j > 0 {
+                text.push('\n');
+            }
+            text.push_str(l);
+        }
+    }
     let line_start = units
         .iter()
         .flat_map(|u| u.lines.iter().map(|(n, _)| *n))
@@ -330,10 +348,10 @@ fn emit(units: &[Unit], heading: &str) -> Passage {
 mod tests {
     use super::*;
 
-    fn para(start: u32, n: usize, width: usize) -> Block {
+    fn para(start: u32, n: usize, width: usize) -> Block<'static> {
         Block::prose(
             (0..n)
-                .map(|i| (start + i as u32, "x".repeat(width)))
+                .map(|i| (start + i as u32, "x".repeat(width).into()))
                 .collect(),
         )
     }
@@ -381,13 +399,13 @@ mod tests {
 
     #[test]
     fn code_is_kept_whole_up_to_the_cap_and_never_overlapped() {
-        let code = Block::code((1..=30).map(|i| (i, "y".repeat(9))).collect()); // 299 chars
+        let code = Block::code((1..=30).map(|i| (i, "y".repeat(9).into())).collect()); // 299 chars
         let p = chunk(vec![code, para(32, 1, 50)], "", &opts(100, 60));
         assert_eq!(p.len(), 2);
         assert_eq!((p[0].line_start, p[0].line_end), (1, 30));
         assert_eq!((p[1].line_start, p[1].line_end), (32, 32));
         // Over 4x the target: cut at lines into ~target pieces.
-        let code = Block::code((1..=50).map(|i| (i, "y".repeat(9))).collect()); // 499 chars
+        let code = Block::code((1..=50).map(|i| (i, "y".repeat(9).into())).collect()); // 499 chars
         let p = chunk(vec![code], "", &opts(100, 60));
         assert_eq!(p.len(), 5);
         assert_eq!((p[0].line_start, p[0].line_end), (1, 10));
@@ -397,7 +415,11 @@ mod tests {
     #[test]
     fn long_line_is_cut_at_whitespace() {
         let line = "word ".repeat(200);
-        let p = chunk(vec![Block::prose(vec![(3, line)])], "f.json", &opts(100, 0));
+        let p = chunk(
+            vec![Block::prose(vec![(3, line.into())])],
+            "f.json",
+            &opts(100, 0),
+        );
         assert!(p.len() >= 10);
         assert!(p.iter().all(|p| p.text.chars().count() <= 100));
         assert!(p.iter().all(|p| p.line_start == 3 && p.line_end == 3));

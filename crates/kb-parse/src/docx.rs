@@ -12,6 +12,7 @@
 //! DTD entities, and unknown references are dropped), so entity bombs cannot grow; nesting
 //! of paragraphs (text boxes) is bounded. Every failure is a [`ParseError`], never a panic.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Cursor, Read};
 
@@ -167,7 +168,7 @@ struct Para {
     outline: Option<u32>,
 }
 
-pub(crate) fn blocks(bytes: &[u8], cap: u64) -> Result<Vec<Block>, ParseError> {
+pub(crate) fn blocks(bytes: &[u8], cap: u64) -> Result<Vec<Block<'static>>, ParseError> {
     let mut zip =
         ZipArchive::new(Cursor::new(bytes)).map_err(|e| malformed(format!("not a zip: {e}")))?;
     let part = main_part(&mut zip, cap)?;
@@ -191,7 +192,7 @@ fn document_blocks(
     xml: &str,
     part: &str,
     styles: &HashMap<String, u32>,
-) -> Result<Vec<Block>, ParseError> {
+) -> Result<Vec<Block<'static>>, ParseError> {
     let mut reader = Reader::from_str(xml);
     let mut out = Vec::new();
     let mut stack: Vec<Para> = Vec::new();
@@ -279,7 +280,7 @@ fn push_text(stack: &mut [Para], s: &str) {
     }
 }
 
-fn finish(p: Para, styles: &HashMap<String, u32>) -> Option<Block> {
+fn finish(p: Para, styles: &HashMap<String, u32>) -> Option<Block<'static>> {
     let text = p.text.trim();
     if text.is_empty() {
         return None;
@@ -295,7 +296,7 @@ fn finish(p: Para, styles: &HashMap<String, u32>) -> Option<Block> {
         Some(level) => Block::heading(level, text, p.index),
         None => Block::prose(
             text.lines()
-                .map(|l| (p.index, l.trim_end().to_owned()))
+                .map(|l| (p.index, Cow::Owned(l.trim_end().to_owned())))
                 .collect(),
         ),
     })

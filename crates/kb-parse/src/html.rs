@@ -11,6 +11,7 @@
 //!
 //! HTML has no "malformed": the tokenizer recovers from every error, as browsers do.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 
 use html5ever::tendril::StrTendril;
@@ -19,7 +20,7 @@ use html5ever::tokenizer::{
     BufferQueue, TagKind, Token, TokenSink, TokenSinkResult, Tokenizer, TokenizerOpts,
 };
 
-use crate::chunk::Block;
+use crate::chunk::{Block, Line};
 
 /// Elements whose content is not retrievable text.
 const SKIP: &[&str] = &[
@@ -66,7 +67,7 @@ const BLOCK: &[&str] = &[
 
 #[derive(Default)]
 struct State {
-    out: Vec<Block>,
+    out: Vec<Block<'static>>,
     /// Lines of the block being built: (line number, text).
     lines: Vec<(u32, String)>,
     /// A space is due before the next character on the current line.
@@ -80,9 +81,12 @@ struct State {
 impl State {
     fn flush(&mut self) {
         let pre = self.pre > 0 && self.heading.is_none();
-        let lines: Vec<(u32, String)> = std::mem::take(&mut self.lines)
+        let lines: Vec<Line<'static>> = std::mem::take(&mut self.lines)
             .into_iter()
-            .map(|(n, l)| (n, l.trim_end().to_owned()))
+            .map(|(n, mut l)| {
+                l.truncate(l.trim_end().len());
+                (n, Cow::<str>::Owned(l))
+            })
             // Empty lines inside <pre> are part of the code; elsewhere they are nothing.
             .filter(|(_, l)| pre || !l.is_empty())
             .collect();
@@ -91,7 +95,7 @@ impl State {
             return;
         }
         if let Some(level) = self.heading {
-            let title: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+            let title: Vec<&str> = lines.iter().map(|(_, l)| &**l).collect();
             let title = title.join(" ");
             // Permalink anchors that generators append to headings (Sphinx, mdBook).
             let title = title.trim_end_matches(['¶', '§', '🔗', ' ']);
@@ -229,7 +233,7 @@ impl TokenSink for Sink {
     }
 }
 
-pub(crate) fn blocks(text: &str) -> Vec<Block> {
+pub(crate) fn blocks(text: &str) -> Vec<Block<'static>> {
     let sink = Sink {
         state: RefCell::new(State::default()),
     };

@@ -286,11 +286,13 @@ pub fn parse(path: &str, bytes: &[u8], opts: &ChunkOptions) -> Result<Parsed, Pa
         path: path.to_owned(),
     })?;
     let mut warnings = Vec::new();
+    // Outlives `blocks`, whose lines borrow from it.
+    let text;
     let blocks = match format {
         // A zip: NUL bytes are normal, and the text inside is XML, decoded strictly.
         Format::Docx => docx::blocks(bytes, opts.max_file_bytes.max(DOCX_MIN_PART_CAP))?,
         _ => {
-            let text = decode_text(bytes, &mut warnings)?;
+            text = decode_text(bytes, &mut warnings)?;
             match format {
                 Format::Markdown => markdown::blocks(&text),
                 Format::Rst => rst::blocks(&text),
@@ -315,20 +317,23 @@ const DOCX_MIN_PART_CAP: u64 = 64 * 1024 * 1024;
 const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 
 /// Checks for binary content and decodes UTF-8, lossily (with a warning) when invalid.
-fn decode_text(bytes: &[u8], warnings: &mut Vec<String>) -> Result<String, ParseError> {
+fn decode_text<'a>(
+    bytes: &'a [u8],
+    warnings: &mut Vec<String>,
+) -> Result<std::borrow::Cow<'a, str>, ParseError> {
     let sniff = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
     if sniff.contains(&0) {
         return Err(ParseError::Binary);
     }
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     Ok(match std::str::from_utf8(bytes) {
-        Ok(s) => s.to_owned(),
+        Ok(s) => std::borrow::Cow::Borrowed(s),
         Err(e) => {
             warnings.push(format!(
                 "invalid UTF-8 (first at byte {}): replaced with U+FFFD",
                 e.valid_up_to()
             ));
-            String::from_utf8_lossy(bytes).into_owned()
+            String::from_utf8_lossy(bytes)
         }
     })
 }

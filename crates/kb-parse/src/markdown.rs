@@ -2,9 +2,11 @@
 //! top-level lists) become blocks with their exact source lines; ATX and setext headings
 //! become heading blocks (their lines, underline included, are dropped from passages).
 
+use std::borrow::Cow;
+
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
-use crate::chunk::Block;
+use crate::chunk::{Block, Line};
 use crate::lines::{LineIndex, split_lines};
 
 struct Open {
@@ -17,7 +19,7 @@ struct Open {
     skip: bool,
 }
 
-pub(crate) fn blocks(text: &str) -> Vec<Block> {
+pub(crate) fn blocks(text: &str) -> Vec<Block<'_>> {
     let index = LineIndex::new(text);
     let lines = split_lines(text);
     let opts = Options::ENABLE_TABLES
@@ -86,7 +88,7 @@ pub(crate) fn blocks(text: &str) -> Vec<Block> {
     out
 }
 
-fn finish(o: &Open, title: &str, index: &LineIndex, lines: &[&str]) -> Option<Block> {
+fn finish<'a>(o: &Open, title: &str, index: &LineIndex, lines: &[&'a str]) -> Option<Block<'a>> {
     if o.skip || o.end <= o.start {
         return None;
     }
@@ -95,10 +97,10 @@ fn finish(o: &Open, title: &str, index: &LineIndex, lines: &[&str]) -> Option<Bl
         return Some(Block::heading(level, title, first));
     }
     let last = index.line_of(o.end - 1);
-    let body: Vec<(u32, String)> = (first..=last)
+    let body: Vec<Line<'a>> = (first..=last)
         .filter_map(|n| {
             let l = lines.get(n as usize - 1)?;
-            Some((n, l.trim_end().to_owned()))
+            Some((n, Cow::Borrowed(l.trim_end())))
         })
         .collect();
     Some(if o.code {

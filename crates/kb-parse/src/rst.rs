@@ -13,7 +13,9 @@
 //! * other directives (`note`, `function`, ...) keep their body as prose, and their
 //!   directive line too when it carries an argument (a signature, a title).
 
-use crate::chunk::Block;
+use std::borrow::Cow;
+
+use crate::chunk::{Block, Line};
 use crate::lines::{line_no, split_lines};
 
 /// Punctuation that may adorn a section title (the 7-bit printable non-alphanumerics).
@@ -160,7 +162,7 @@ fn region_end(lines: &[&str], i: usize, base: usize) -> usize {
 }
 
 /// Lines `from..to`, dedented by their common indentation, with their line numbers.
-fn dedented(lines: &[&str], from: usize, to: usize) -> Vec<(u32, String)> {
+fn dedented<'a>(lines: &[&'a str], from: usize, to: usize) -> Vec<Line<'a>> {
     let min = lines[from..to]
         .iter()
         .filter(|l| !blank(l))
@@ -171,12 +173,12 @@ fn dedented(lines: &[&str], from: usize, to: usize) -> Vec<(u32, String)> {
         .map(|k| {
             let l = lines[k].trim_end();
             let cut = if blank(l) { l.len() } else { min.min(l.len()) };
-            (line_no(k), l[cut..].to_owned())
+            (line_no(k), Cow::Borrowed(&l[cut..]))
         })
         .collect()
 }
 
-pub(crate) fn blocks(text: &str) -> Vec<Block> {
+pub(crate) fn blocks(text: &str) -> Vec<Block<'_>> {
     let lines = split_lines(text);
     let n = lines.len();
     let mut out = Vec::new();
