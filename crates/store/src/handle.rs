@@ -251,6 +251,11 @@ delegate! {
     /// run: on SQLite one durable commit, so neither is stored without the
     /// other.
     fn start_run_with_turn(&self, session_id: &str, model: &str, quota: Option<&Quota>, message: &str) -> Result<(Run, Turn)>;
+    /// A new session (bound to an existing workspace, if given) started by
+    /// the user's `message`: the session, its first run (refused as
+    /// [`Store::start_run_exclusive`] refuses, by `quota`) and the turn. On
+    /// SQLite one durable commit, and nothing stored when the run is refused.
+    fn start_run_with_turn_in_new_session(&self, title: &str, workspace_id: Option<&str>, model: &str, quota: Option<&Quota>, message: &str) -> Result<(Session, Run, Turn)>;
     /// Ends a run once (terminal status, reason, final usage totals) and
     /// drops its lease.
     fn finish_run(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>) -> Result<()>;

@@ -74,6 +74,28 @@ impl SqliteStore {
         Ok((run, turn))
     }
 
+    /// A new session (bound to an existing workspace, if given), its first
+    /// run and the user's turn `message`, in one durable commit; nothing is
+    /// stored when `quota` refuses the run. A message that starts a session
+    /// pays one flush instead of two.
+    pub fn start_run_with_turn_in_new_session(
+        &self,
+        title: &str,
+        workspace_id: Option<&str>,
+        model: &str,
+        quota: Option<&Quota>,
+        message: &str,
+    ) -> Result<(Session, Run, Turn)> {
+        let session = Session::new(title, workspace_id);
+        let run = Run::starting(&session.id, model);
+        let turn = self.write(Durability::Durable, |c| {
+            self.insert_session(c, &session)?;
+            self.insert_run_row(c, &run, true, quota)?;
+            self.insert_turn(c, &session.id, Some(&run.id), Role::User, message)
+        })?;
+        Ok((session, run, turn))
+    }
+
     fn insert_run(
         &self,
         session_id: &str,

@@ -918,6 +918,52 @@ fn a_run_starts_with_its_turn_and_ends_with_its_answer(kind: Kind) {
         store.record_answer("ses_nope", &run.id, "x", "y"),
         Err(StoreError::NotFound { .. })
     ));
+
+    // A message that starts a session: the session (with its workspace), the
+    // run and the turn together, and the session is busy like any other.
+    let root = tempfile::tempdir().unwrap();
+    let ws = store.add_workspace(root.path(), "w", None).unwrap();
+    let bob = Quota {
+        user: "bob".into(),
+        max_running: Some(1),
+        ..Quota::default()
+    };
+    let (s2, run2, turn2) = store
+        .start_run_with_turn_in_new_session("First?", Some(&ws.id), "m", Some(&bob), "First?")
+        .unwrap();
+    assert_eq!(run2.session_id, s2.id);
+    assert_eq!(turn2.run_id.as_deref(), Some(run2.id.as_str()));
+    assert_eq!((turn2.seq, turn2.role), (1, Role::User));
+    let stored = store.get_session(&s2.id).unwrap().unwrap();
+    assert_eq!(
+        (stored.title.as_str(), stored.workspace_id.as_deref()),
+        ("First?", Some(ws.id.as_str()))
+    );
+    assert_eq!(
+        store.get_run(&run2.id).unwrap().map(|r| r.status),
+        Some(RunStatus::Running)
+    );
+    let turns = store.recent_turns(&s2.id, 10).unwrap();
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].content, "First?");
+    assert!(matches!(
+        store.start_run_with_turn(&s2.id, "m", None, "again?"),
+        Err(StoreError::SessionBusy { .. })
+    ));
+    // Refused by the quota (bob's one run is in flight); on SQLite nothing is
+    // stored, not even the session. An unknown workspace is refused too.
+    let sessions = store.list_sessions(100).unwrap().len();
+    let refused =
+        store.start_run_with_turn_in_new_session("Second?", None, "m", Some(&bob), "Second?");
+    assert!(
+        matches!(refused, Err(StoreError::QuotaExceeded { .. })),
+        "{refused:?}"
+    );
+    if kind == Kind::Sqlite {
+        assert_eq!(store.list_sessions(100).unwrap().len(), sessions);
+    }
+    let unknown = store.start_run_with_turn_in_new_session("t", Some("ws_nope"), "m", None, "t");
+    assert!(matches!(unknown, Err(StoreError::NotFound { .. })), "{unknown:?}");
 }
 
 /// One message at a time per session, across handles (processes, replicas):

@@ -378,8 +378,9 @@ impl App {
             .map(|root| self.gate.check(root))
             .transpose()?;
         // The session, and the workspace it remembers. A new session is
-        // created with its workspace and an existing one updated only when
-        // the workspace changed: each is one durable write fewer per run.
+        // stored with its workspace, run and turn in one commit (below); an
+        // existing one is updated only when the workspace changed: each is
+        // one durable write fewer per run.
         let existing = match &req.session_id {
             Some(id) => Some(
                 self.store
@@ -403,21 +404,17 @@ impl App {
             None => None,
         };
         let asked_id = asked_workspace.as_ref().map(|ws| ws.id.as_str());
-        let session = match existing {
-            Some(session) => {
-                if asked_id.is_some() && session.workspace_id.as_deref() != asked_id {
-                    self.store.set_session_workspace(&session.id, asked_id)?;
-                }
-                session
-            }
-            None => self
-                .store
-                .create_session(&session_title(&req.message), asked_id)?,
-        };
+        if let Some(session) = &existing
+            && asked_id.is_some()
+            && session.workspace_id.as_deref() != asked_id
+        {
+            self.store.set_session_workspace(&session.id, asked_id)?;
+        }
         // A session's remembered folder passes the gate too.
-        let workspace = match asked_workspace {
-            Some(ws) => Some(ws.root_path),
-            None => match &session.workspace_id {
+        let remembered = existing.as_ref().and_then(|s| s.workspace_id.as_deref());
+        let workspace = match &asked_workspace {
+            Some(ws) => Some(ws.root_path.clone()),
+            None => match remembered {
                 Some(id) => match self.store.get_workspace_by_id(id)? {
                     Some(w) => Some(self.gate.check(&w.root_path)?),
                     None => None,
@@ -433,30 +430,45 @@ impl App {
         for p in registry.problems() {
             crate::term::warn(&p.message);
         }
-        let history: Vec<Turn> = self
-            .store
-            .recent_turns(&session.id, self.config.run.history_turns)?
-            .into_iter()
-            .map(|t| Turn {
-                role: t.role.as_str().to_string(),
-                content: t.content,
-            })
-            .collect();
         // One message at a time per session, whichever process or replica
-        // started the other. The user's turn is committed with the run,
-        // before anything runs: a crash loses no turn.
-        let (run, _) = self.store.start_run_with_turn(
-            &session.id,
-            &self.model.id(),
-            req.quota.as_ref(),
-            &req.message,
-        )?;
-
+        // started the other. The user's turn is committed with the run (and a
+        // new session with both), before anything runs: a crash loses no
+        // turn, and a refused run leaves no empty session.
+        let (run, session_id, summary, history) = match existing {
+            Some(session) => {
+                let history: Vec<Turn> = self
+                    .store
+                    .recent_turns(&session.id, self.config.run.history_turns)?
+                    .into_iter()
+                    .map(|t| Turn {
+                        role: t.role.as_str().to_string(),
+                        content: t.content,
+                    })
+                    .collect();
+                let (run, _) = self.store.start_run_with_turn(
+                    &session.id,
+                    &self.model.id(),
+                    req.quota.as_ref(),
+                    &req.message,
+                )?;
+                (run, session.id, session.summary, history)
+            }
+            None => {
+                let (session, run, _) = self.store.start_run_with_turn_in_new_session(
+                    &session_title(&req.message),
+                    asked_workspace.as_ref().map(|ws| ws.id.as_str()),
+                    &self.model.id(),
+                    req.quota.as_ref(),
+                    &req.message,
+                )?;
+                (run, session.id, session.summary, Vec::new())
+            }
+        };
         Ok(PreparedRun {
             run_id: run.id,
-            session_id: session.id,
+            session_id,
             message: req.message.clone(),
-            summary: session.summary,
+            summary,
             workspace,
             registry,
             history,

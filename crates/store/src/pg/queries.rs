@@ -715,6 +715,21 @@ impl PgStore {
         Ok((run, turn))
     }
 
+    /// Separate transactions here (as [`Self::start_run_in_new_session`]):
+    /// the session, then the run and its turn.
+    pub(crate) fn start_run_with_turn_in_new_session(
+        &self,
+        title: &str,
+        workspace_id: Option<&str>,
+        model: &str,
+        quota: Option<&Quota>,
+        message: &str,
+    ) -> Result<(Session, Run, Turn)> {
+        let session = self.create_session(title, workspace_id)?;
+        let (run, turn) = self.start_run_with_turn(&session.id, model, quota, message)?;
+        Ok((session, run, turn))
+    }
+
     pub(crate) fn start_run_exclusive(
         &self,
         session_id: &str,
