@@ -448,8 +448,12 @@ const ENGLISH_STOP_WORDS: &[&str] = &[
 ];
 
 fn english_analyzer() -> TextAnalyzer {
+    english_analyzer_with(analysis::StopAndStem::english(ENGLISH_STOP_WORDS))
+}
+
+fn english_analyzer_with(stop_and_stem: analysis::StopAndStem) -> TextAnalyzer {
     TextAnalyzer::builder(analysis::MarkupTokenizer::default())
-        .filter(analysis::StopAndStem::english(ENGLISH_STOP_WORDS))
+        .filter(stop_and_stem)
         .build()
 }
 
@@ -584,6 +588,9 @@ pub struct WorkspaceIndex {
     writer: Mutex<WriterState>,
     /// Skips re-reading an unchanged last commit.
     meta: meta_stamp::MetaStamps,
+    /// The body's analyzer for snippets, its clones sharing one stem cache (see
+    /// [`analysis::StopAndStem::shared`]).
+    snippet_analyzer: TextAnalyzer,
 }
 
 impl std::fmt::Debug for WorkspaceIndex {
@@ -659,6 +666,13 @@ impl WorkspaceIndex {
         } else {
             QueryParser::for_index(&index, vec![fields.body])
         };
+        // `opts.analyzer` is the body's: another would have been a schema mismatch.
+        let snippet_analyzer = match opts.analyzer {
+            Analyzer::English => {
+                english_analyzer_with(analysis::StopAndStem::english(ENGLISH_STOP_WORDS).shared())
+            }
+            Analyzer::Simple => simple_analyzer(),
+        };
         Ok(Self {
             index,
             fields,
@@ -671,6 +685,7 @@ impl WorkspaceIndex {
                 committed,
             }),
             meta,
+            snippet_analyzer,
         })
     }
 
@@ -942,8 +957,23 @@ impl WorkspaceIndex {
         });
         let top = rerank.apply(&searcher, self.fields.body, &terms, top)?;
         let top = self.diversify(&searcher, top, limit)?;
-        let mut snippets = SnippetGenerator::create(&searcher, &*q, self.fields.body)?;
-        snippets.set_max_num_chars(self.opts.snippet_chars);
+        // What `SnippetGenerator::create` does, with the analyzer whose clones share a
+        // stem cache: each matched term, scored by its rarity.
+        let mut terms_text = BTreeMap::new();
+        for t in &terms {
+            if let Some(word) = t.value().as_str() {
+                let df = searcher.doc_freq(t)?;
+                if df > 0 {
+                    terms_text.insert(word.to_owned(), 1.0 / (1.0 + df as f32));
+                }
+            }
+        }
+        let snippets = SnippetGenerator::new(
+            terms_text,
+            self.snippet_analyzer.clone(),
+            self.fields.body,
+            self.opts.snippet_chars,
+        );
         let f = self.fields;
         let mut hits = Vec::with_capacity(top.len());
         for (score, doc) in top {

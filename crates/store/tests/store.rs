@@ -963,7 +963,10 @@ fn a_run_starts_with_its_turn_and_ends_with_its_answer(kind: Kind) {
         assert_eq!(store.list_sessions(100).unwrap().len(), sessions);
     }
     let unknown = store.start_run_with_turn_in_new_session("t", Some("ws_nope"), "m", None, "t");
-    assert!(matches!(unknown, Err(StoreError::NotFound { .. })), "{unknown:?}");
+    assert!(
+        matches!(unknown, Err(StoreError::NotFound { .. })),
+        "{unknown:?}"
+    );
 }
 
 /// One message at a time per session, across handles (processes, replicas):
