@@ -191,9 +191,14 @@ fn is_markup_name(text: &str, from: usize, to: usize) -> bool {
 /// Words cached per analyzer instance before the cache starts over. Words are
 /// Zipf-distributed, so most tokens are a few thousand words; but a large tree has many
 /// more distinct ones (linux-doc's 24 MB: about 100,000), and a cache that kept starting
-/// over dropped its frequent words too. At this size a cache holds a whole such tree in
-/// about 5 MB (8-byte entries, then the words' bytes).
+/// over dropped its frequent words too. linux-doc's words take about 2.5 MB (8-byte entries
+/// and a control byte per slot, then the words' bytes); a full cache about 8 MB.
 const MAX_CACHED_WORDS: usize = 1 << 18;
+
+/// The same for a cache an analyzer's clones share (snippets): it lives as long as its
+/// index (a server's), and a snippet's words are mostly common ones, so it stays under
+/// about 0.5 MB.
+const MAX_SHARED_CACHED_WORDS: usize = 1 << 14;
 
 /// Drops English stop words and Snowball-stems the rest (the same output as tantivy's
 /// `StopWordFilter` followed by `Stemmer(English)`), with one hash lookup per token.
@@ -226,7 +231,7 @@ impl StopAndStem {
     /// The same filter, but every clone of the analyzer it builds shares one cache,
     /// locked while a text is tokenized. For snippets: tantivy tokenizes each passage it
     /// makes a snippet of with a fresh clone, so with caches of their own every word of
-    /// every snippet was stemmed anew (4% of a server's CPU). Not for indexing threads,
+    /// every snippet was stemmed anew (about 4% of a server's CPU). Not for indexing threads,
     /// which would take turns at the lock.
     pub(crate) fn shared(self) -> Self {
         Self {
@@ -318,12 +323,15 @@ impl<T: Tokenizer> Tokenizer for StopAndStemFilter<T> {
             stop_words,
             cache,
         } = self;
-        let mut cache = match cache {
-            Cache::Own(c) => CacheRef::Own(c),
+        let (mut cache, max) = match cache {
+            Cache::Own(c) => (CacheRef::Own(c), MAX_CACHED_WORDS),
             // A panic mid-insert leaves at worst a word's bytes without its entry.
-            Cache::Shared(c) => CacheRef::Shared(c.lock().unwrap_or_else(PoisonError::into_inner)),
+            Cache::Shared(c) => (
+                CacheRef::Shared(c.lock().unwrap_or_else(PoisonError::into_inner)),
+                MAX_SHARED_CACHED_WORDS,
+            ),
         };
-        if cache.entries.len() >= MAX_CACHED_WORDS {
+        if cache.entries.len() >= max {
             *cache = StemCache::default();
         }
         StopAndStemStream {
