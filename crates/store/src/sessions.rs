@@ -26,6 +26,19 @@ pub(crate) fn recent_turns_sql() -> String {
     )
 }
 
+/// Checks that `run`, whose session is `owner` (`None`: no such run), belongs
+/// to `session_id`: a turn may only name a run of its own session. Both
+/// backends ask this before inserting a turn.
+pub(crate) fn check_turn_run(run: &str, owner: Option<String>, session_id: &str) -> Result<()> {
+    match owner {
+        None => Err(not_found("run", run)),
+        Some(s) if s != session_id => Err(StoreError::InvalidArgument(format!(
+            "run {run} belongs to session {s}, not {session_id}"
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
 fn session_from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
         id: r.get(0)?,
@@ -307,15 +320,7 @@ impl SqliteStore {
                 .prepare_cached("SELECT session_id FROM runs WHERE id = ?1")
                 .and_then(|mut s| s.query_row([run], |r| r.get(0)).optional())
                 .map_err(|e| self.sql(e))?;
-            match owner {
-                None => return Err(not_found("run", run)),
-                Some(s) if s != session_id => {
-                    return Err(StoreError::InvalidArgument(format!(
-                        "run {run} belongs to session {s}, not {session_id}"
-                    )));
-                }
-                Some(_) => {}
-            }
+            check_turn_run(run, owner, session_id)?;
         }
         // The write lock is held (IMMEDIATE), so no other writer can take
         // the same seq between this read and the insert.

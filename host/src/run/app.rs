@@ -456,7 +456,7 @@ impl App {
             None => {
                 let (session, run, _) = self.store.start_run_with_turn_in_new_session(
                     &session_title(&req.message),
-                    asked_workspace.as_ref().map(|ws| ws.id.as_str()),
+                    asked_id,
                     &self.model.id(),
                     req.quota.as_ref(),
                     &req.message,

@@ -578,15 +578,11 @@ impl PgStore {
                     .query_opt("SELECT session_id FROM runs WHERE id = $1", &[&run])
                     .await
                     .map_err(|e| self.err(e))?;
-                match owner.map(|r| r.get::<_, String>(0)) {
-                    None => return Err(not_found("run", run)),
-                    Some(s) if s != session_id => {
-                        return Err(StoreError::InvalidArgument(format!(
-                            "run {run} belongs to session {s}, not {session_id}"
-                        )));
-                    }
-                    Some(_) => {}
-                }
+                crate::sessions::check_turn_run(
+                    run,
+                    owner.map(|r| r.get::<_, String>(0)),
+                    session_id,
+                )?;
             }
             let seq: i64 = tx
                 .query_one(
