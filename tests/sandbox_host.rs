@@ -285,3 +285,136 @@ fn task_cgroups(prefix: &str) -> Vec<std::path::PathBuf> {
     found.sort();
     found
 }
+
+/// Commands' launchers are forked from a zygote the caller made at start-up
+/// (capstan_sandbox::prefork_launcher), not executed anew: the zygote keeps none
+/// of the caller's environment or streams and leads its own process group, each
+/// launcher leads its own; and a caller killed with -9 takes the zygote, the
+/// launcher and the command with it.
+#[test]
+fn launchers_come_from_a_zygote_that_holds_nothing_of_the_caller_and_dies_with_it() {
+    let home = Home::new("");
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = home
+        .capstan()
+        .env("CAPSTAN_TEST_SECRET", "do-not-copy-me")
+        .args(["invoke", "terminal_exec", "--approve", "all", "--workspace"])
+        .arg(ws.path())
+        .args(["--input", &json!({"command": "sleep 60"}).to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let caller = child.id() as i32;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // The zygote is the caller's child; the launcher the zygote's; the command
+    // below the launcher (its namespace's init, then `sleep`).
+    let (zygote, launcher) = loop {
+        let zygote = children(caller)
+            .into_iter()
+            .find(|&z| !children(z).is_empty());
+        if let Some(z) = zygote {
+            let launcher = children(z)[0];
+            if descendants(launcher).iter().any(|&p| comm(p) == "sleep") {
+                break (z, launcher);
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no zygote with a launcher running `sleep` under {caller}: {:?}",
+            descendants(caller)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert_eq!(
+        exe(zygote),
+        exe(caller),
+        "the zygote is a fork, not another program"
+    );
+    assert_eq!(exe(launcher), exe(caller));
+    assert_eq!(comm(zygote), "capstan-zygote");
+    assert_eq!(comm(launcher), "capstan-launch");
+    let caller_env = std::fs::read(format!("/proc/{caller}/environ")).unwrap();
+    assert!(caller_env.windows(14).any(|w| w == b"do-not-copy-me"));
+    for pid in [zygote, launcher] {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        // The start-up block may remain, wiped to NULs.
+        assert!(
+            env.iter().all(|&b| b == 0),
+            "{pid} kept an environment: {:?}",
+            String::from_utf8_lossy(&env)
+        );
+        assert_eq!(pgrp(pid), pid, "{pid} should lead its own process group");
+    }
+    for fd in 0..3 {
+        let target = std::fs::read_link(format!("/proc/{zygote}/fd/{fd}")).unwrap();
+        assert_eq!(target, Path::new("/dev/null"), "the zygote's fd {fd}");
+    }
+
+    let task = descendants(caller);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    loop {
+        let alive: Vec<i32> = task.iter().copied().filter(|&p| running(p)).collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left running after the caller was killed: {:?}",
+            alive.iter().map(|&p| (p, comm(p))).collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The children of every thread of `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for task in tasks.flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        found.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    found
+}
+
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut all = Vec::new();
+    let mut next = children(pid);
+    while let Some(p) = next.pop() {
+        all.push(p);
+        next.extend(children(p));
+    }
+    all
+}
+
+/// `/proc/PID/stat` fields after the command name (which may hold spaces).
+fn stat_fields(pid: i32) -> Vec<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+fn pgrp(pid: i32) -> i32 {
+    stat_fields(pid)[2].parse().unwrap()
+}
+
+/// Alive and not a zombie waiting for a parent that does not reap.
+fn running(pid: i32) -> bool {
+    stat_fields(pid).first().is_some_and(|state| state != "Z")
+}
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}

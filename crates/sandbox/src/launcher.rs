@@ -150,6 +150,17 @@ fn errno() -> i32 {
 /// Entry point of the launcher process; see the crate docs for how it is started.
 /// Never returns.
 pub fn launcher_main() -> ! {
+    let stdin_fd: Option<i32> = std::env::args()
+        .nth(2)
+        .and_then(|a| a.strip_prefix(STDIN_FD_FLAG)?.parse().ok());
+    run_launcher(stdin_fd)
+}
+
+/// The launcher, in a process whose fd 0 is the control socket and fds 1 and 2
+/// the caller's output pipes: executed as `<exe> __capstan_sandbox_launch`, or
+/// forked by the zygote (`zygote.rs`). `stdin_fd` is the caller's pipe for the
+/// command's stdin, if any.
+pub(crate) fn run_launcher(stdin_fd: Option<i32>) -> ! {
     // The control socket arrives as stdin. Move it out of the way (close-on-exec,
     // so no command inherits it) and give fd 0 to /dev/null, which the command
     // inherits as its stdin.
@@ -160,10 +171,7 @@ pub fn launcher_main() -> ! {
         std::process::exit(2);
     }
     let ctrl = Ctrl(ctrl);
-    let stdin_fd: Option<i32> = std::env::args()
-        .nth(2)
-        .and_then(|a| a.strip_prefix(STDIN_FD_FLAG)?.parse().ok())
-        .filter(|fd| *fd > 2 && *fd != ctrl.0);
+    let stdin_fd = stdin_fd.filter(|fd| *fd > 2 && *fd != ctrl.0);
     // SAFETY: as above.
     unsafe {
         if let Some(fd) = stdin_fd.filter(|fd| libc::fcntl(*fd, libc::F_GETFD) >= 0) {
@@ -364,7 +372,7 @@ fn view_spec<'a>(
     }
 }
 
-fn thread_count() -> usize {
+pub(crate) fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task")
         .map(|d| d.count())
         .unwrap_or(1)

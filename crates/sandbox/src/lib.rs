@@ -59,7 +59,10 @@
 //! }
 //! ```
 //!
-//! Another executable can be named with [`set_launcher`].
+//! Another executable can be named with [`set_launcher`]. A process that runs
+//! commands can call [`prefork_launcher`] right after it: a single-threaded copy
+//! of the process then forks each launcher, so the binary is not started again
+//! for every command (`zygote.rs`).
 //!
 //! The launcher receives its configuration and reports the outcome over a Unix
 //! socket that is its standard input; that socket also carries cancellation (the
@@ -83,6 +86,7 @@ mod quota;
 mod seccomp;
 mod stdio;
 mod view;
+mod zygote;
 
 use std::io::Write as _;
 use std::os::fd::{AsRawFd as _, OwnedFd};
@@ -100,6 +104,7 @@ pub use check::{SupportReport, check};
 pub use identity::{SANDBOX_GID, SANDBOX_UID};
 pub use launcher::launcher_main;
 pub use stdio::{StdioTask, spawn_stdio};
+pub use zygote::prefork_launcher;
 
 /// The first argument that turns the capstan binary into the sandbox launcher.
 pub const LAUNCH_FLAG: &str = launcher::LAUNCH_FLAG;
@@ -567,6 +572,8 @@ fn hold(shown: PathBuf, open: &Path) -> Arc<LauncherExe> {
 /// It must call [`maybe_run_launcher`] (or [`launcher_main`]) first thing.
 /// Defaults to the running executable, opened by [`maybe_run_launcher`].
 pub fn set_launcher(path: impl Into<PathBuf>) {
+    // A named launcher is executed; a zygote would fork this binary's.
+    zygote::forget();
     let path = path.into();
     let exe = hold(path.clone(), &path);
     *LAUNCHER.write().unwrap_or_else(|e| e.into_inner()) = Some(exe);
@@ -1006,28 +1013,52 @@ async fn supervise(
     ours.set_nonblocking(true)?;
 
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(launcher)
-        .arg(LAUNCH_FLAG)
-        .env_clear()
-        .stdin(Stdio::from(OwnedFd::from(theirs)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Our own process group: the last-resort SIGKILL reaches the launcher and
-        // the namespace init at once.
-        .process_group(0)
-        .spawn()
-        .map_err(|source| SandboxError::Spawn {
-            path: shown.to_path_buf(),
-            source,
-        })?;
-    let pgid = child.id().map(|p| p as i32);
+    let theirs = OwnedFd::from(theirs);
+    let (out_read, out_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
+    let (err_read, err_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
+    let mut child = match zygote::spawn(&theirs, &out_write, &err_write) {
+        Ok(forked) => {
+            drop((theirs, out_write, err_write));
+            Launcher::Forked {
+                pid: forked.pid,
+                // SAFETY: an OwnedFd's fd is open, and stays the same fd, for as
+                // long as the AsyncFd owns it.
+                exited: unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        forked.pidfd,
+                        tokio::io::Interest::READABLE,
+                    )
+                }
+                .map_err(std::io::Error::from)?,
+            }
+        }
+        Err(zygote::NotForked::Failed(message)) => return Err(SandboxError::Launcher(message)),
+        Err(zygote::NotForked::Absent) => Launcher::Executed(
+            tokio::process::Command::new(launcher)
+                .arg(LAUNCH_FLAG)
+                .env_clear()
+                .stdin(Stdio::from(theirs))
+                .stdout(Stdio::from(out_write))
+                .stderr(Stdio::from(err_write))
+                // Our own process group: the last-resort SIGKILL reaches the
+                // launcher and the namespace init at once.
+                .process_group(0)
+                .spawn()
+                .map_err(|source| SandboxError::Spawn {
+                    path: shown.to_path_buf(),
+                    source,
+                })?,
+        ),
+    };
+    // Our copies of the launcher's ends are closed by now (moved into the spawn,
+    // or dropped with the zygote's request), so the pipes end when it does.
+    let pgid = child.pgid();
 
     let limit = spec.output_limit;
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(SandboxError::Launcher(
-            "the launcher's output pipes were not set up".into(),
-        ));
-    };
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(out_read)?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(err_read)?;
     let out_task = tokio::spawn(output::capture(stdout, limit));
     let err_task = tokio::spawn(output::capture(stderr, limit));
 
@@ -1052,7 +1083,7 @@ async fn supervise(
         .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
     let deadline = tokio::time::Instant::from_std(deadline);
     let stop = tokio::select! {
-        status = child.wait() => { status?; Stop::Finished }
+        ended = child.wait() => { ended?; Stop::Finished }
         _ = tokio::time::sleep_until(deadline) => Stop::TimedOut,
         _ = cancel.cancelled() => Stop::Cancelled,
     };
@@ -1066,7 +1097,7 @@ async fn supervise(
         // layer back (up to the quota's size), hence the generous bound.
         let hard = tokio::time::sleep(KILL_GRACE + Duration::from_secs(20));
         tokio::select! {
-            status = child.wait() => { status?; }
+            ended = child.wait() => { ended?; }
             _ = hard => {
                 // The launcher did not finish in time: kill its process group (the
                 // launcher and the namespace init); the kernel then kills the rest
@@ -1152,6 +1183,39 @@ async fn supervise(
         }
     }
     Ok(outcome)
+}
+
+/// The launcher process of one command: executed by us, or forked by the zygote.
+enum Launcher {
+    Executed(tokio::process::Child),
+    Forked {
+        pid: i32,
+        /// The launcher's pidfd: readable once it has exited.
+        exited: tokio::io::unix::AsyncFd<OwnedFd>,
+    },
+}
+
+impl Launcher {
+    /// Its process group (it leads one of its own).
+    fn pgid(&self) -> Option<i32> {
+        match self {
+            Launcher::Executed(child) => child.id().map(|p| p as i32),
+            Launcher::Forked { pid, .. } => Some(*pid),
+        }
+    }
+
+    /// Waits for it to exit (cancel-safe); says how it ended, for messages. A
+    /// forked launcher is the zygote's child, reaped there: its status is not ours
+    /// to read.
+    async fn wait(&mut self) -> std::io::Result<String> {
+        match self {
+            Launcher::Executed(child) => child.wait().await.map(|status| status.to_string()),
+            Launcher::Forked { exited, .. } => {
+                let _ready = exited.readable().await?;
+                Ok("exited".into())
+            }
+        }
+    }
 }
 
 async fn join_capture(

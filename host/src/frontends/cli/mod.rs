@@ -112,6 +112,32 @@ pub enum Command {
     Completions(setup::CompletionsArgs),
 }
 
+impl Command {
+    /// Whether the command may run sandboxed commands (a plan's terminal tasks, an
+    /// agent runner, a served tool), and so is worth a launcher zygote.
+    fn may_run_commands(&self) -> bool {
+        match self {
+            Command::Ask(_)
+            | Command::Invoke(_)
+            | Command::Agent(_)
+            | Command::Mcp(_)
+            | Command::Serve(_)
+            | Command::Chat(_) => true,
+            Command::Index(_)
+            | Command::Search(_)
+            | Command::Sandbox(_)
+            | Command::Plugins(_)
+            | Command::Workspace(_)
+            | Command::Config(_)
+            | Command::Init(_)
+            | Command::Doctor(_)
+            | Command::Changes(_)
+            | Command::Undo(_)
+            | Command::Completions(_) => false,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum SandboxCommand {
     /// Report Landlock, seccomp and namespace support; exit 1 if commands cannot be sandboxed.
@@ -124,6 +150,12 @@ pub enum SandboxCommand {
 
 pub fn main() -> ExitCode {
     let cli = parse();
+    // Still one thread here (the runtime starts below): commands that may run
+    // sandboxed commands fork their launchers from a copy made now, instead of
+    // starting this binary again for each (capstan_sandbox::prefork_launcher).
+    if cli.command.may_run_commands() {
+        capstan_sandbox::prefork_launcher();
+    }
     init_tracing(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
