@@ -13,7 +13,7 @@ const POINTERS: &[&str] = &[
 ];
 
 /// A question as the answerer reads it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub struct Reading {
     /// Standalone wording: the message itself, or the message joined with the
     /// subject of the question it leans on.

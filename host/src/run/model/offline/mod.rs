@@ -365,7 +365,7 @@ fn write_final(input: &FinalInput) -> (String, Vec<Citation>) {
         return (text.trim_end().to_string(), vec![]);
     }
     let reading = followup::read(&ctx.message, &ctx.history);
-    let finding = answer::find(&reading, &ctx.passages);
+    let finding = answer::find_recent(&reading, &ctx.passages);
     let not_found = || {
         answer::not_found(
             &reading,
@@ -421,7 +421,7 @@ impl HostModel for OfflineModel {
     /// whatever share of the query words retrieval saw in it.
     fn judge_sufficiency(&self, ctx: &HostContext) -> Option<bool> {
         let reading = followup::read(&ctx.message, &ctx.history);
-        Some(answer::find(&reading, &ctx.passages).answered)
+        Some(answer::find_recent(&reading, &ctx.passages).answered)
     }
 
     async fn step(

@@ -4,7 +4,7 @@
 use super::words::{keywords, stem};
 
 /// The closed set of question kinds the answerer tells apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Wants {
     /// "how long": a duration.
     Duration,
