@@ -17,7 +17,10 @@ use rusqlite::{Connection, ffi, params};
 use crate::error::{Result, StoreError};
 use capstan_protocol::event::RUN_ENDING;
 
-use crate::{Durability, EventRecord, RunStatus, SqliteStore, Store, Usage, constraint_code};
+use crate::{
+    Durability, EventRecord, RunAnswer, RunEnding, RunStatus, SqliteStore, Store, Usage,
+    constraint_code,
+};
 
 const INSERT: &str = "INSERT INTO events (run_id, seq, ts, type, json) VALUES (?1, ?2, ?3, ?4, ?5)";
 /// Coalescing (see [`crate::coalesce`]): the deltas a completed response replaces.
@@ -173,15 +176,10 @@ const MAX_BATCH: usize = 512;
 enum Msg {
     Event(EventRecord),
     Flush(SyncSender<Result<()>>),
-    Finish(RunEnd, SyncSender<Result<()>>),
-}
-
-/// A run's terminal status, for [`EventWriter::finish`].
-struct RunEnd {
-    run_id: String,
-    status: RunStatus,
-    reason: Option<String>,
-    usage: Option<Usage>,
+    /// Stores what was pushed before it, then hands back the run's held events
+    /// (its terminal event and what followed) for the caller to store with the
+    /// run's end.
+    Finish(String, SyncSender<Vec<EventRecord>>),
 }
 
 /// Appends events on a background thread, in batches: [`EventWriter::push`]
@@ -212,6 +210,9 @@ pub struct EventWriter {
     tx: Option<Sender<Msg>>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
+    /// Runs end on the caller's thread, so that their durable commits group
+    /// with other threads' flushes instead of queueing behind the writer.
+    store: Arc<Store>,
 }
 
 impl EventWriter {
@@ -227,14 +228,16 @@ impl EventWriter {
     pub fn new(store: Arc<Store>) -> EventWriter {
         let (tx, rx) = mpsc::channel();
         let path = store.path().to_path_buf();
+        let writer = store.clone();
         let thread = std::thread::Builder::new()
             .name("capstan-events".into())
-            .spawn(move || writer_loop(&store, &rx))
+            .spawn(move || writer_loop(&writer, &rx))
             .expect("spawning the event writer thread");
         EventWriter {
             tx: Some(tx),
             thread: Some(thread),
             path,
+            store,
         }
     }
 
@@ -264,15 +267,69 @@ impl EventWriter {
         reason: Option<&str>,
         usage: Option<Usage>,
     ) -> Result<()> {
+        self.end(run_id, status, reason, usage, None).0
+    }
+
+    /// [`EventWriter::finish`] with the run's answer recorded in the same
+    /// commit ([`Store::finish_run_with_answer`]): one durable commit per run
+    /// fewer. Returns the end's result, then the answer's; the answer's failure
+    /// does not keep the run from ending.
+    pub fn finish_with_answer(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+        answer: &RunAnswer<'_>,
+    ) -> (Result<()>, Result<()>) {
+        let answer = (
+            answer.session_id.to_owned(),
+            answer.answer.to_owned(),
+            answer.summary.to_owned(),
+        );
+        self.end(run_id, status, reason, usage, Some(answer))
+    }
+
+    fn end(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+        answer: Option<(String, String, String)>,
+    ) -> (Result<()>, Result<()>) {
         let (tx, rx) = mpsc::sync_channel(1);
-        let end = RunEnd {
-            run_id: run_id.to_owned(),
-            status,
-            reason: reason.map(str::to_owned),
-            usage,
+        let last = match self.send(Msg::Finish(run_id.to_owned(), tx)) {
+            Ok(()) => rx.recv().map_err(|_| self.stopped()),
+            Err(e) => Err(e),
         };
-        self.send(Msg::Finish(end, tx))?;
-        rx.recv().map_err(|_| self.stopped())?
+        let last = match last {
+            Ok(last) => last,
+            Err(e) => return (Err(e), Err(self.stopped())),
+        };
+        let ending = RunEnding {
+            id: run_id,
+            status,
+            reason,
+            usage,
+            last: &last,
+            answer: answer
+                .as_ref()
+                .map(|(session_id, answer, summary)| RunAnswer {
+                    session_id,
+                    answer,
+                    summary,
+                }),
+        };
+        let (mut result, saved) = self.store.finish_run_with_answer(&ending);
+        // The run did not end here (another replica interrupted it): its
+        // events are still kept.
+        if result.is_err()
+            && let Err(e) = append(&self.store, &last)
+        {
+            result = result.and(Err(e));
+        }
+        (result, saved)
     }
 
     fn send(&self, msg: Msg) -> Result<()> {
@@ -317,7 +374,7 @@ fn writer_loop(store: &Store, rx: &Receiver<Msg>) {
                     }
                 }
                 Msg::Flush(reply) => flushes.push(reply),
-                Msg::Finish(end, reply) => finishes.push((end, reply)),
+                Msg::Finish(run_id, reply) => finishes.push((run_id, reply)),
             }
             if batch.len() < MAX_BATCH {
                 next = rx.try_recv().ok();
@@ -327,23 +384,8 @@ fn writer_loop(store: &Store, rx: &Receiver<Msg>) {
             first_error.get_or_insert(e);
         }
         batch.clear();
-        for (end, reply) in finishes.drain(..) {
-            let last = held.take(&end.run_id);
-            let mut result = store.finish_run_with_events(
-                &end.run_id,
-                end.status,
-                end.reason.as_deref(),
-                end.usage,
-                &last,
-            );
-            // The run did not end here (another replica interrupted it):
-            // its events are still kept.
-            if result.is_err()
-                && let Err(e) = append(store, &last)
-            {
-                result = result.and(Err(e));
-            }
-            let _ = reply.send(result);
+        for (run_id, reply) in finishes.drain(..) {
+            let _ = reply.send(held.take(&run_id));
         }
         if !flushes.is_empty()
             && let Err(e) = append(store, &held.take_all())

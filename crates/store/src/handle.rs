@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, StoreError};
 use crate::pg::PgStore;
 use crate::{
-    Approval, Ending, EventRecord, LeaseClaim, NewApproval, Profile, Quota, Role, Run, RunRequest,
-    RunRequestKind, RunStatus, Session, SessionDeletion, SqliteStore, StoredEvent, Turn, Usage,
-    Workspace,
+    Approval, Ending, EventRecord, LeaseClaim, NewApproval, Profile, Quota, Role, Run, RunEnding,
+    RunRequest, RunRequestKind, RunStatus, Session, SessionDeletion, SqliteStore, StoredEvent,
+    Turn, Usage, Workspace,
 };
 
 /// Which database a [`Store`] is backed by.
@@ -263,6 +263,12 @@ delegate! {
     /// terminal event) in the same transaction, so no reader sees the one
     /// without the other. On an error nothing is stored.
     fn finish_run_with_events(&self, id: &str, status: RunStatus, reason: Option<&str>, usage: Option<Usage>, last: &[EventRecord]) -> Result<()>;
+    /// [`Store::finish_run_with_events`] and, when the ending has one,
+    /// [`Store::record_answer`] of its answer: on SQLite one durable commit.
+    /// The answer's failure does not keep the run from ending, and a run that
+    /// cannot end still gets its answer. Returns the end's result, then the
+    /// answer's (`Ok` without one).
+    fn finish_run_with_answer(&self, ending: &RunEnding<'_>) -> (Result<()>, Result<()>);
     /// The run with this id; `None` when there is none.
     fn get_run(&self, id: &str) -> Result<Option<Run>>;
     /// The `running` run that requested approval `approval_id` (its

@@ -146,8 +146,8 @@ pub use handle::{Backend, Store};
 pub use id::new_id;
 pub use lease::{Ending, LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};
 pub use model::{
-    Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunStatus,
-    Session, SessionDeletion, Turn, Usage, Workspace,
+    Approval, DecidedBy, Decision, EventRecord, NewApproval, Profile, Role, Run, RunAnswer,
+    RunEnding, RunStatus, Session, SessionDeletion, Turn, Usage, Workspace,
 };
 pub use pg::{PG_SCHEMA_VERSION, redact as redact_url};
 pub use quota::{Quota, QuotaKind};
@@ -383,6 +383,24 @@ impl SqliteStore {
                 })?;
         }
         Ok(value)
+    }
+
+    /// Runs `f` under a savepoint of the caller's transaction: on its error, what
+    /// it wrote is rolled back and the transaction goes on without it.
+    pub(crate) fn in_savepoint<T>(
+        &self,
+        c: &Connection,
+        f: impl FnOnce(&Connection) -> Result<T>,
+    ) -> Result<T> {
+        c.execute_batch("SAVEPOINT part").map_err(|e| self.sql(e))?;
+        let value = f(c);
+        let end = if value.is_ok() {
+            "RELEASE part"
+        } else {
+            "ROLLBACK TO part; RELEASE part"
+        };
+        c.execute_batch(end).map_err(|e| self.sql(e))?;
+        value
     }
 
     /// Runs `f` with the connection outside any explicit transaction (each

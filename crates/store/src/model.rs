@@ -285,6 +285,37 @@ pub struct EventRecord {
     pub json: String,
 }
 
+/// What a run leaves in its session when it ends: the assistant's answer (a
+/// turn, unless empty) and the session's rolled-up summary. See
+/// [`crate::Store::finish_run_with_answer`].
+#[derive(Clone, Copy, Debug)]
+pub struct RunAnswer<'a> {
+    /// The run's session.
+    pub session_id: &'a str,
+    /// The answer's text; empty stores no turn.
+    pub answer: &'a str,
+    /// The session's new summary.
+    pub summary: &'a str,
+}
+
+/// A run's end for [`crate::Store::finish_run_with_answer`]: as
+/// [`crate::Store::finish_run_with_events`] takes it, with the run's answer.
+#[derive(Clone, Copy, Debug)]
+pub struct RunEnding<'a> {
+    /// The run.
+    pub id: &'a str,
+    /// Its terminal status.
+    pub status: RunStatus,
+    /// Why it failed, was cancelled or interrupted.
+    pub reason: Option<&'a str>,
+    /// Its final usage totals; `None` keeps the stored ones.
+    pub usage: Option<Usage>,
+    /// Its last events (its terminal event), stored with the end.
+    pub last: &'a [EventRecord],
+    /// Its answer and the session's summary, if it leaves them.
+    pub answer: Option<RunAnswer<'a>>,
+}
+
 /// An approval decision to record (see [`crate::Store::record_approval`]).
 #[derive(Clone, Debug)]
 pub struct NewApproval<'a> {

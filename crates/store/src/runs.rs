@@ -8,8 +8,8 @@ use crate::error::{Result, StoreError};
 use crate::lease::Ending;
 use crate::quota::{Usage as QuotaUsage, windows};
 use crate::{
-    Durability, EventRecord, Quota, Role, Run, RunStatus, Session, SqliteStore, Turn, Usage,
-    now_rfc3339, owner, to_i64, to_u64,
+    Durability, EventRecord, Quota, Role, Run, RunEnding, RunStatus, Session, SqliteStore, Turn,
+    Usage, now_rfc3339, owner, to_i64, to_u64,
 };
 
 const COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
@@ -239,80 +239,126 @@ impl SqliteStore {
         usage: Option<Usage>,
         last: &[EventRecord],
     ) -> Result<()> {
-        if status == RunStatus::Running {
-            return Err(StoreError::InvalidArgument(format!(
-                "finish_run({id}) needs a terminal status, not running"
-            )));
-        }
+        check_terminal(id, status)?;
         self.write(Durability::Durable, |c| {
-            let current = c
-                .prepare_cached(
-                    "SELECT session_id, status, input_tokens, output_tokens, cost_usd
-                     FROM runs WHERE id = ?1",
-                )
-                .and_then(|mut s| {
-                    s.query_row([id], |r| {
-                        Ok((
-                            r.get::<_, String>(0)?,
-                            r.get::<_, RunStatus>(1)?,
-                            r.get::<_, i64>(2)?,
-                            r.get::<_, i64>(3)?,
-                            r.get::<_, f64>(4)?,
-                        ))
-                    })
-                    .optional()
-                })
-                .map_err(|e| self.sql(e))?;
-            let Some((session_id, old_status, old_in, old_out, old_cost)) = current else {
-                return Err(StoreError::NotFound {
-                    what: "run",
-                    id: id.to_owned(),
-                });
-            };
-            if old_status != RunStatus::Running {
-                return Err(StoreError::RunNotRunning {
-                    id: id.to_owned(),
-                    status: old_status.to_string(),
-                });
-            }
-            let (new_in, new_out, new_cost) = match usage {
-                Some(u) => (
-                    to_i64(u.input_tokens),
-                    to_i64(u.output_tokens),
-                    u.cost_usd.unwrap_or(0.0),
-                ),
-                None => (old_in, old_out, old_cost),
-            };
-            self.insert_batch(c, last)?;
-            c.prepare_cached(
-                "UPDATE runs SET status = ?2, reason = ?3, ended_at = ?4,
-                     lease_owner = NULL, lease_expires_at = NULL, input_tokens = ?5, output_tokens = ?6, cost_usd = ?7
-                 WHERE id = ?1",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    id,
-                    status,
-                    reason,
-                    now_rfc3339(),
-                    new_in,
-                    new_out,
-                    new_cost
-                ])
-            })
-            .map_err(|e| self.sql(e))?;
-            self.bump_session_usage(
-                c,
-                &session_id,
-                new_in - old_in,
-                new_out - old_out,
-                new_cost - old_cost,
-            )
+            self.finish_in(c, id, status, reason, usage, last)
         })?;
         if !last.is_empty() {
             self.notifier.bump();
         }
         Ok(())
+    }
+
+    /// [`SqliteStore::finish_run_with_events`] and, when the ending has one,
+    /// [`SqliteStore::record_answer`] of its answer, in one durable commit. The
+    /// answer is written under a savepoint, so that its failure does not keep
+    /// the run from ending; a run that cannot end still gets its answer,
+    /// recorded alone. Returns the end's result, then the answer's (`Ok`
+    /// without one).
+    pub fn finish_run_with_answer(&self, e: &RunEnding<'_>) -> (Result<()>, Result<()>) {
+        let record_alone = || {
+            e.answer.map_or(Ok(()), |a| {
+                self.record_answer(a.session_id, e.id, a.answer, a.summary)
+            })
+        };
+        if let Err(err) = check_terminal(e.id, e.status) {
+            return (Err(err), record_alone());
+        }
+        let mut saved = Ok(());
+        let ended = self.write(Durability::Durable, |c| {
+            if let Some(a) = &e.answer {
+                saved = self.in_savepoint(c, |c| {
+                    self.save_answer(c, a.session_id, e.id, a.answer, a.summary)
+                });
+            }
+            self.finish_in(c, e.id, e.status, e.reason, e.usage, e.last)
+        });
+        match ended {
+            Ok(()) => {
+                if !e.last.is_empty() {
+                    self.notifier.bump();
+                }
+                (Ok(()), saved)
+            }
+            // Nothing was committed, the answer included.
+            Err(err) => (Err(err), record_alone()),
+        }
+    }
+
+    /// Ends a `running` run in the caller's transaction: its last events, its
+    /// status and usage, the session's usage.
+    fn finish_in(
+        &self,
+        c: &Connection,
+        id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+        usage: Option<Usage>,
+        last: &[EventRecord],
+    ) -> Result<()> {
+        let current = c
+            .prepare_cached(
+                "SELECT session_id, status, input_tokens, output_tokens, cost_usd
+                 FROM runs WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, RunStatus>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, f64>(4)?,
+                    ))
+                })
+                .optional()
+            })
+            .map_err(|e| self.sql(e))?;
+        let Some((session_id, old_status, old_in, old_out, old_cost)) = current else {
+            return Err(StoreError::NotFound {
+                what: "run",
+                id: id.to_owned(),
+            });
+        };
+        if old_status != RunStatus::Running {
+            return Err(StoreError::RunNotRunning {
+                id: id.to_owned(),
+                status: old_status.to_string(),
+            });
+        }
+        let (new_in, new_out, new_cost) = match usage {
+            Some(u) => (
+                to_i64(u.input_tokens),
+                to_i64(u.output_tokens),
+                u.cost_usd.unwrap_or(0.0),
+            ),
+            None => (old_in, old_out, old_cost),
+        };
+        self.insert_batch(c, last)?;
+        c.prepare_cached(
+            "UPDATE runs SET status = ?2, reason = ?3, ended_at = ?4,
+                 lease_owner = NULL, lease_expires_at = NULL, input_tokens = ?5, output_tokens = ?6, cost_usd = ?7
+             WHERE id = ?1",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                id,
+                status,
+                reason,
+                now_rfc3339(),
+                new_in,
+                new_out,
+                new_cost
+            ])
+        })
+        .map_err(|e| self.sql(e))?;
+        self.bump_session_usage(
+            c,
+            &session_id,
+            new_in - old_in,
+            new_out - old_out,
+            new_cost - old_cost,
+        )
     }
 
     pub fn get_run(&self, id: &str) -> Result<Option<Run>> {
@@ -427,4 +473,14 @@ impl SqliteStore {
             }
         })
     }
+}
+
+/// The run's end must be a terminal status.
+fn check_terminal(id: &str, status: RunStatus) -> Result<()> {
+    if status == RunStatus::Running {
+        return Err(StoreError::InvalidArgument(format!(
+            "finish_run({id}) needs a terminal status, not running"
+        )));
+    }
+    Ok(())
 }

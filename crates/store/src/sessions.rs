@@ -296,11 +296,23 @@ impl SqliteStore {
         summary: &str,
     ) -> Result<()> {
         self.write(Durability::Durable, |c| {
-            if !answer.is_empty() {
-                self.insert_turn(c, session_id, Some(run_id), Role::Assistant, answer)?;
-            }
-            self.set_summary(c, session_id, summary)
+            self.save_answer(c, session_id, run_id, answer, summary)
         })
+    }
+
+    /// [`SqliteStore::record_answer`] in the caller's transaction.
+    pub(crate) fn save_answer(
+        &self,
+        c: &Connection,
+        session_id: &str,
+        run_id: &str,
+        answer: &str,
+        summary: &str,
+    ) -> Result<()> {
+        if !answer.is_empty() {
+            self.insert_turn(c, session_id, Some(run_id), Role::Assistant, answer)?;
+        }
+        self.set_summary(c, session_id, summary)
     }
 
     /// Inserts a turn within the caller's transaction (see [`SqliteStore::add_turn`]).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use capstan_store::{
     DecidedBy, Decision, EventRecord, EventWriter, NewApproval, Profile, Quota, QuotaKind, Role,
-    RunStatus, SCHEMA_VERSION, Store, StoreError, Usage,
+    RunAnswer, RunEnding, RunStatus, SCHEMA_VERSION, Store, StoreError, Usage,
 };
 use tempfile::TempDir;
 
@@ -874,6 +874,137 @@ fn a_run_ends_with_its_terminal_event_in_one_transaction(kind: Kind) {
     );
 }
 
+/// A run's end stores its answer, summary, last events and status together; an
+/// answer that cannot be stored does not keep the run from ending, and a run
+/// that cannot end still gets its answer.
+fn a_run_ends_with_its_answer_in_one_write(kind: Kind) {
+    let (_db, store) = fresh(kind);
+    let s = store.create_session("s", None).unwrap();
+    let (run, _) = store.start_run_with_turn(&s.id, "m", None, "Q?").unwrap();
+    let last = [ended(&run.id, 0)];
+    let ending = RunEnding {
+        id: &run.id,
+        status: RunStatus::Completed,
+        reason: None,
+        usage: Some(Usage {
+            input_tokens: 3,
+            output_tokens: 4,
+            ..Usage::default()
+        }),
+        last: &last,
+        answer: Some(RunAnswer {
+            session_id: &s.id,
+            answer: "A.",
+            summary: "q: a",
+        }),
+    };
+    let (finished, saved) = store.finish_run_with_answer(&ending);
+    finished.unwrap();
+    saved.unwrap();
+    let turns = store.recent_turns(&s.id, 10).unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(
+        (turns[1].role, turns[1].content.as_str()),
+        (Role::Assistant, "A.")
+    );
+    assert_eq!(turns[1].run_id.as_deref(), Some(run.id.as_str()));
+    let session = store.get_session(&s.id).unwrap().unwrap();
+    assert_eq!(
+        (session.summary.as_str(), session.usage.output_tokens),
+        ("q: a", 4)
+    );
+    let stored = store.get_run(&run.id).unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.usage.input_tokens),
+        (RunStatus::Completed, 3)
+    );
+    assert_eq!(store.events(&run.id).unwrap().len(), 1);
+
+    // One whose answer names another session (refused, the run ends all the
+    // same), the run above again (it cannot end twice: its answer is stored
+    // alone), and one without an answer.
+    let other = store.create_session("other", None).unwrap();
+    let (run2, _) = store.start_run_with_turn(&s.id, "m", None, "Q2?").unwrap();
+    let third = store.create_session("third", None).unwrap();
+    let (run3, _) = store
+        .start_run_with_turn(&third.id, "m", None, "Q3?")
+        .unwrap();
+    let (last2, last3) = ([ended(&run2.id, 0)], [ended(&run3.id, 0)]);
+    let (end2, saved2) = store.finish_run_with_answer(&RunEnding {
+        id: &run2.id,
+        status: RunStatus::Failed,
+        reason: Some("tool-error"),
+        usage: None,
+        last: &last2,
+        answer: Some(RunAnswer {
+            session_id: &other.id,
+            answer: "misplaced",
+            summary: "misplaced",
+        }),
+    });
+    let (end1, saved1) = store.finish_run_with_answer(&RunEnding {
+        id: &run.id,
+        status: RunStatus::Completed,
+        reason: None,
+        usage: None,
+        last: &[],
+        answer: Some(RunAnswer {
+            session_id: &s.id,
+            answer: "late",
+            summary: "late",
+        }),
+    });
+    let (end3, saved3) = store.finish_run_with_answer(&RunEnding {
+        id: &run3.id,
+        status: RunStatus::Completed,
+        reason: None,
+        usage: None,
+        last: &last3,
+        answer: None,
+    });
+    end2.unwrap();
+    assert!(
+        matches!(saved2, Err(StoreError::InvalidArgument(_))),
+        "{saved2:?}"
+    );
+    assert!(store.recent_turns(&other.id, 10).unwrap().is_empty());
+    assert_eq!(store.get_session(&other.id).unwrap().unwrap().summary, "");
+    let stored = store.get_run(&run2.id).unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.reason.as_deref()),
+        (RunStatus::Failed, Some("tool-error"))
+    );
+    assert_eq!(store.events(&run2.id).unwrap().len(), 1);
+
+    assert!(
+        matches!(end1, Err(StoreError::RunNotRunning { .. })),
+        "{end1:?}"
+    );
+    saved1.unwrap();
+    assert_eq!(
+        store
+            .recent_turns(&s.id, 10)
+            .unwrap()
+            .last()
+            .unwrap()
+            .content,
+        "late"
+    );
+    assert_eq!(
+        store.get_run(&run.id).unwrap().unwrap().status,
+        RunStatus::Completed
+    );
+
+    end3.unwrap();
+    saved3.unwrap();
+    assert_eq!(
+        store.get_run(&run3.id).unwrap().unwrap().status,
+        RunStatus::Completed
+    );
+    assert_eq!(store.recent_turns(&third.id, 10).unwrap().len(), 1);
+    assert_eq!(store.events(&run3.id).unwrap().len(), 1);
+}
+
 /// A run's start carries the user's turn and its end the answer and the
 /// summary; a busy session stores neither run nor turn; an empty answer adds
 /// no turn.
@@ -1703,6 +1834,7 @@ fn sessions_are_found_by_title_or_by_what_was_said(kind: Kind) {
 
 both!(
     a_run_starts_with_its_turn_and_ends_with_its_answer,
+    a_run_ends_with_its_answer_in_one_write,
     workspace_round_trip_and_canonical_root,
     workspace_root_must_be_an_existing_directory,
     session_round_trip_summary_and_workspace,

@@ -703,26 +703,34 @@ impl App {
         summary: &str,
         outcome: RunOutcome,
     ) -> Result<AskOutcome> {
-        let store = &self.store;
-        // The answer and summary are saved first, but their failure must not
-        // leave the run `running`: it still ends, and the error is returned.
-        let saved = store.record_answer(
-            &session_id,
-            &run_id,
-            &outcome.answer,
-            &roll_summary(summary, message, &outcome.answer),
-        );
         let status = match outcome.status {
             RunStatus::Completed => capstan_store::RunStatus::Completed,
             RunStatus::Failed => capstan_store::RunStatus::Failed,
             RunStatus::Cancelled => capstan_store::RunStatus::Cancelled,
         };
-        self.finish_run(
+        // The answer and summary are saved in the run's last commit, but their
+        // failure must not leave the run `running`: it still ends, and the
+        // error is returned.
+        let summary = roll_summary(summary, message, &outcome.answer);
+        let answer = capstan_store::RunAnswer {
+            session_id: &session_id,
+            answer: &outcome.answer,
+            summary: &summary,
+        };
+        let (finished, mut saved) = self.events.finish_with_answer(
             &run_id,
             status,
             outcome.reason.map(|r| r.as_str()),
             Some(outcome.usage),
-        )?;
+            &answer,
+        );
+        if let Err(capstan_store::StoreError::WriterStopped { .. }) = saved {
+            // The event writer is gone, and the answer with it: store it directly.
+            saved = self
+                .store
+                .record_answer(&session_id, &run_id, &outcome.answer, &summary);
+        }
+        finished?;
         saved?;
         Ok(AskOutcome {
             run_id,

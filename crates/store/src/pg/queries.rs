@@ -19,8 +19,9 @@ use crate::lease::{
 use crate::quota::{Usage as QuotaUsage, windows};
 use crate::workspaces::canonical_root;
 use crate::{
-    Approval, EventRecord, INTERRUPTED_REASON, NewApproval, Profile, Quota, Role, Run, RunStatus,
-    Session, SessionDeletion, Turn, Usage, Workspace, limit, new_id, now_rfc3339, to_i64, to_u64,
+    Approval, EventRecord, INTERRUPTED_REASON, NewApproval, Profile, Quota, Role, Run, RunEnding,
+    RunStatus, Session, SessionDeletion, Turn, Usage, Workspace, limit, new_id, now_rfc3339,
+    to_i64, to_u64,
 };
 use capstan_protocol::event::RUN_ENDING;
 
@@ -831,6 +832,18 @@ impl PgStore {
         usage: Option<Usage>,
     ) -> Result<()> {
         self.finish_run_with_events(id, status, reason, usage, &[])
+    }
+
+    /// Two transactions, the answer's first (as `record_answer`, then
+    /// `finish_run_with_events`).
+    pub(crate) fn finish_run_with_answer(&self, e: &RunEnding<'_>) -> (Result<()>, Result<()>) {
+        let saved = e.answer.map_or(Ok(()), |a| {
+            self.record_answer(a.session_id, e.id, a.answer, a.summary)
+        });
+        (
+            self.finish_run_with_events(e.id, e.status, e.reason, e.usage, e.last),
+            saved,
+        )
     }
 
     pub(crate) fn finish_run_with_events(

@@ -52,15 +52,16 @@ const LONG_LEAD: usize = 180;
 /// the process's random SipHash keys, so no input can be made to collide with
 /// another on purpose.
 pub fn find_recent(reading: &Reading, passages: &[Passage]) -> Arc<Finding> {
-    static RECENT: LazyLock<Mutex<(RandomState, VecDeque<(u64, Arc<Finding>)>)>> =
-        LazyLock::new(|| Mutex::new((RandomState::new(), VecDeque::new())));
-    let hasher = RECENT
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .0
-        .clone();
+    static RECENT: LazyLock<Mutex<RecentFindings>> = LazyLock::new(|| {
+        Mutex::new(RecentFindings {
+            keys: RandomState::new(),
+            kept: VecDeque::new(),
+        })
+    });
+    let recent = || RECENT.lock().unwrap_or_else(PoisonError::into_inner);
+    let keys = recent().keys.clone();
     let key = {
-        let mut h = hasher.build_hasher();
+        let mut h = keys.build_hasher();
         reading.hash(&mut h);
         for p in passages {
             (&p.path, &p.heading, p.line_start, p.line_end, &p.text).hash(&mut h);
@@ -69,23 +70,28 @@ pub fn find_recent(reading: &Reading, passages: &[Passage]) -> Arc<Finding> {
         passages.len().hash(&mut h);
         h.finish()
     };
-    let cached = RECENT
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .1
+    let kept = recent()
+        .kept
         .iter()
         .find(|(k, _)| *k == key)
         .map(|(_, f)| f.clone());
-    if let Some(finding) = cached {
+    if let Some(finding) = kept {
         return finding;
     }
     let finding = Arc::new(find(reading, passages));
-    let mut recent = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
-    if recent.1.len() >= RECENT_FINDINGS {
-        recent.1.pop_front();
+    let mut recent = recent();
+    if recent.kept.len() >= RECENT_FINDINGS {
+        recent.kept.pop_front();
     }
-    recent.1.push_back((key, finding.clone()));
+    recent.kept.push_back((key, finding.clone()));
     finding
+}
+
+/// [`find_recent`]'s memory: the hash keys, and the findings by input hash,
+/// oldest first.
+struct RecentFindings {
+    keys: RandomState,
+    kept: VecDeque<(u64, Arc<Finding>)>,
 }
 
 /// How many findings [`find_recent`] keeps: more than the runs a server has
