@@ -156,31 +156,13 @@ pub(crate) fn spawn(
 /// launcher's pidfd.
 fn receive_reply(sock: &OwnedFd) -> Result<Forked, String> {
     let mut reply = [0u8; 8];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
-    let mut iov = [IoSliceMut::new(&mut reply)];
-    let msg = recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| match e {
+    let (bytes, fds) = recv_with_fds::<1>(sock, &mut reply).map_err(|e| match e {
         nix::errno::Errno::EAGAIN => {
             format!("the launcher zygote did not answer in {REPLY_TIMEOUT:?}")
         }
         e => format!("cannot read the launcher zygote's answer: {e}"),
     })?;
-    let bytes = msg.bytes;
-    let mut pidfd = None;
-    for cmsg in msg.cmsgs().map_err(|e| e.to_string())? {
-        if let ControlMessageOwned::ScmRights(received) = cmsg {
-            for fd in received {
-                // SAFETY: the kernel just gave us this fd; nothing else owns it.
-                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                pidfd.get_or_insert(fd);
-            }
-        }
-    }
+    let pidfd = fds.into_iter().next();
     if bytes != reply.len() {
         return Err("the launcher zygote ended without answering".into());
     }
@@ -196,8 +178,8 @@ fn receive_reply(sock: &OwnedFd) -> Result<Forked, String> {
 }
 
 fn zygote_main(sock: OwnedFd, parent: Pid) -> ! {
-    // SAFETY: plain syscalls in a single-threaded process; clearenv is safe with
-    // no other thread reading the environment.
+    // SAFETY: plain syscalls in a single-threaded process, so nothing else reads
+    // the environment while it is wiped.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         if libc::getppid() != parent.as_raw() {
@@ -299,30 +281,39 @@ enum Request {
 }
 
 fn receive(sock: &OwnedFd) -> nix::Result<Request> {
-    let mut byte = [0u8; 1];
-    let mut space = nix::cmsg_space!([RawFd; 3]);
-    let mut iov = [IoSliceMut::new(&mut byte)];
+    let (bytes, received) = recv_with_fds::<3>(sock, &mut [0u8; 1])?;
+    if bytes == 0 && received.is_empty() {
+        return Ok(Request::Closed);
+    }
+    Ok(<[OwnedFd; 3]>::try_from(received).map_or(Request::Malformed, Request::Launch))
+}
+
+/// One message: its bytes into `buf`, and the fds it carried (up to `N`),
+/// owned and close-on-exec.
+fn recv_with_fds<const N: usize>(
+    sock: &OwnedFd,
+    buf: &mut [u8],
+) -> nix::Result<(usize, Vec<OwnedFd>)> {
+    let mut space = nix::cmsg_space!([RawFd; N]);
+    let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(
         sock.as_raw_fd(),
         &mut iov,
         Some(&mut space),
         MsgFlags::MSG_CMSG_CLOEXEC,
     )?;
-    let bytes = msg.bytes;
-    let mut received = Vec::new();
+    let mut fds = Vec::new();
     for cmsg in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(fds) = cmsg {
+        if let ControlMessageOwned::ScmRights(received) = cmsg {
             // SAFETY: the kernel just gave us these fds; nothing else owns them.
-            received.extend(
-                fds.into_iter()
+            fds.extend(
+                received
+                    .into_iter()
                     .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
             );
         }
     }
-    if bytes == 0 && received.is_empty() {
-        return Ok(Request::Closed);
-    }
-    Ok(<[OwnedFd; 3]>::try_from(received).map_or(Request::Malformed, Request::Launch))
+    Ok((msg.bytes, fds))
 }
 
 fn reply(sock: &OwnedFd, pid: i32, errno: i32, pidfd: Option<&OwnedFd>) {

@@ -30,8 +30,10 @@
 //!   event carries the whole text. Their seqs stay unused.
 //! - A run's terminal event (`run.completed`, `run.failed`, `run.cancelled`)
 //!   and its terminal status are committed together when the run ends
-//!   through [`EventWriter::finish`] ([`Store::finish_run_with_events`]): a
-//!   reader never sees the one without the other.
+//!   through [`EventWriter::finish`] ([`Store::finish_run_with_events`]),
+//!   with the run's answer and the session's summary when it ends through
+//!   [`EventWriter::finish_with_answer`] ([`Store::finish_run_with_answer`]):
+//!   a reader never sees the one without the other.
 //! - Turns of a session have seqs 1, 2, 3... in commit order, no gap.
 //! - Every write is one transaction: all of it or none of it.
 //! - A run's lease (`claim_run`, `renew_lease`) is held by at most one owner;

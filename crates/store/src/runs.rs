@@ -239,14 +239,15 @@ impl SqliteStore {
         usage: Option<Usage>,
         last: &[EventRecord],
     ) -> Result<()> {
-        check_terminal(id, status)?;
-        self.write(Durability::Durable, |c| {
-            self.finish_in(c, id, status, reason, usage, last)
-        })?;
-        if !last.is_empty() {
-            self.notifier.bump();
-        }
-        Ok(())
+        let ending = RunEnding {
+            id,
+            status,
+            reason,
+            usage,
+            last,
+            answer: None,
+        };
+        self.finish_run_with_answer(&ending).0
     }
 
     /// [`SqliteStore::finish_run_with_events`] and, when the ending has one,
