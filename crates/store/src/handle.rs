@@ -245,7 +245,9 @@ delegate! {
     fn start_run_exclusive(&self, session_id: &str, model: &str, quota: Option<&Quota>) -> Result<Run>;
     /// A new session (bound to an existing workspace, if given) and its first
     /// run, `running`: for a caller that makes a session to run one thing in
-    /// it. On SQLite one durable commit (one flush of the WAL instead of two).
+    /// it. On SQLite one commit, flushed by the next durable write (the
+    /// command's audited verdict, the run's end), not by itself: no flush
+    /// before a command starts that the audit does not need.
     fn start_run_in_new_session(&self, title: &str, workspace_id: Option<&str>, model: &str) -> Result<(Session, Run)>;
     /// [`Store::start_run_exclusive`] and the user's turn `message` of the new
     /// run: on SQLite one durable commit, so neither is stored without the

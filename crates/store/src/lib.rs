@@ -469,6 +469,35 @@ mod tests {
         assert!(!links.path().join("link.db-wal").exists());
     }
 
+    /// `capstan invoke`'s session and run are not flushed on their own: the
+    /// next durable write's flush (here the run's end) covers them, and both
+    /// are there after a reopen.
+    #[test]
+    fn a_new_session_s_run_is_flushed_with_the_next_durable_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
+        let before = store.wal_sync.flushes();
+        let (session, run) = store
+            .start_run_in_new_session("capstan invoke docx", None, "invoke")
+            .unwrap();
+        assert_eq!(
+            store.wal_sync.flushes(),
+            before,
+            "flushed before any command ran"
+        );
+        store
+            .finish_run(&run.id, RunStatus::Completed, None, None)
+            .unwrap();
+        assert_eq!(store.wal_sync.flushes(), before + 1);
+        drop(store);
+        let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
+        assert!(store.get_session(&session.id).unwrap().is_some());
+        assert_eq!(
+            store.get_run(&run.id).unwrap().map(|r| r.status),
+            Some(RunStatus::Completed)
+        );
+    }
+
     /// Durable writes flush after their commit, outside SQLite: the
     /// connection stays at NORMAL, or every token's append would fsync.
     #[test]

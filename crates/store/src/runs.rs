@@ -110,10 +110,12 @@ impl SqliteStore {
         Ok(run)
     }
 
-    /// A new session with its first run, `running`, in one durable commit
-    /// (one flush where [`SqliteStore::create_session`] then
-    /// [`SqliteStore::start_run`] take two): for a caller that makes a session
-    /// only to run one thing in it (`capstan invoke`).
+    /// A new session with its first run, `running`, in one commit that is not
+    /// flushed: for a caller that makes a session only to run one thing in it
+    /// (`capstan invoke`), whose next durable write (a command's audited
+    /// verdict, the run's end) flushes the WAL, and this commit with it, since
+    /// the WAL is written in order. A process crash keeps it; a power loss before
+    /// that write loses a run that had done nothing yet.
     pub fn start_run_in_new_session(
         &self,
         title: &str,
@@ -122,7 +124,7 @@ impl SqliteStore {
     ) -> Result<(Session, Run)> {
         let session = Session::new(title, workspace_id);
         let run = Run::starting(&session.id, model);
-        self.write(Durability::Durable, |c| {
+        self.write(Durability::Fast, |c| {
             self.insert_session(c, &session)?;
             self.insert_run_row(c, &run, false, None)
         })?;
