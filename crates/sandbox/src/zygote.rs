@@ -134,13 +134,19 @@ pub(crate) fn spawn(
     let mut slot = ZYGOTE.lock().unwrap_or_else(PoisonError::into_inner);
     let sock = slot.as_ref().ok_or(NotForked::Absent)?;
     let fds = [ctrl.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
-    if let Err(e) = sendmsg::<()>(
-        sock.as_raw_fd(),
-        &[IoSlice::new(b"L")],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    ) {
+    let sent = loop {
+        match sendmsg::<()>(
+            sock.as_raw_fd(),
+            &[IoSlice::new(b"L")],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other,
+        }
+    };
+    if let Err(e) = sent {
         tracing::debug!(target: "capstan_sandbox", "launcher zygote gone ({e}); executing the launcher");
         *slot = None;
         return Err(NotForked::Absent);
@@ -296,12 +302,20 @@ fn recv_with_fds<const N: usize>(
 ) -> nix::Result<(usize, Vec<OwnedFd>)> {
     let mut space = nix::cmsg_space!([RawFd; N]);
     let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )?;
+    // A signal handled on this thread interrupts a wait on a socket with a
+    // receive timeout even under SA_RESTART (signal(7)); the message is still
+    // queued, so wait again.
+    let msg = loop {
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other?,
+        }
+    };
     let mut fds = Vec::new();
     for cmsg in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(received) = cmsg {

@@ -282,12 +282,7 @@ impl EventWriter {
         usage: Option<Usage>,
         answer: &RunAnswer<'_>,
     ) -> (Result<()>, Result<()>) {
-        let answer = (
-            answer.session_id.to_owned(),
-            answer.answer.to_owned(),
-            answer.summary.to_owned(),
-        );
-        self.end(run_id, status, reason, usage, Some(answer))
+        self.end(run_id, status, reason, usage, Some(*answer))
     }
 
     fn end(
@@ -296,7 +291,7 @@ impl EventWriter {
         status: RunStatus,
         reason: Option<&str>,
         usage: Option<Usage>,
-        answer: Option<(String, String, String)>,
+        answer: Option<RunAnswer<'_>>,
     ) -> (Result<()>, Result<()>) {
         let (tx, rx) = mpsc::sync_channel(1);
         let last = match self.send(Msg::Finish(run_id.to_owned(), tx)) {
@@ -313,13 +308,7 @@ impl EventWriter {
             reason,
             usage,
             last: &last,
-            answer: answer
-                .as_ref()
-                .map(|(session_id, answer, summary)| RunAnswer {
-                    session_id,
-                    answer,
-                    summary,
-                }),
+            answer,
         };
         let (mut result, saved) = self.store.finish_run_with_answer(&ending);
         // The run did not end here (another replica interrupted it): its
