@@ -300,7 +300,15 @@ impl EventWriter {
         };
         let last = match last {
             Ok(last) => last,
-            Err(e) => return (Err(e), Err(self.stopped())),
+            // The writer is gone: the run cannot end through it, but its answer
+            // is still the session's.
+            Err(e) => {
+                let saved = answer.map_or(Ok(()), |a| {
+                    self.store
+                        .record_answer(a.session_id, run_id, a.answer, a.summary)
+                });
+                return (Err(e), saved);
+            }
         };
         let ending = RunEnding {
             id: run_id,

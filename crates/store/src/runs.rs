@@ -274,7 +274,7 @@ impl SqliteStore {
                     self.save_answer(c, a.session_id, e.id, a.answer, a.summary)
                 });
             }
-            self.finish_in(c, e.id, e.status, e.reason, e.usage, e.last)
+            self.finish_in(c, e)
         });
         match ended {
             Ok(()) => {
@@ -290,15 +290,15 @@ impl SqliteStore {
 
     /// Ends a `running` run in the caller's transaction: its last events, its
     /// status and usage, the session's usage.
-    fn finish_in(
-        &self,
-        c: &Connection,
-        id: &str,
-        status: RunStatus,
-        reason: Option<&str>,
-        usage: Option<Usage>,
-        last: &[EventRecord],
-    ) -> Result<()> {
+    fn finish_in(&self, c: &Connection, e: &RunEnding<'_>) -> Result<()> {
+        let &RunEnding {
+            id,
+            status,
+            reason,
+            usage,
+            last,
+            ..
+        } = e;
         let current = c
             .prepare_cached(
                 "SELECT session_id, status, input_tokens, output_tokens, cost_usd

@@ -717,19 +717,13 @@ impl App {
             answer: &outcome.answer,
             summary: &summary,
         };
-        let (finished, mut saved) = self.events.finish_with_answer(
+        let (finished, saved) = self.events.finish_with_answer(
             &run_id,
             status,
             outcome.reason.map(|r| r.as_str()),
             Some(outcome.usage),
             &answer,
         );
-        if let Err(capstan_store::StoreError::WriterStopped { .. }) = saved {
-            // The event writer is gone, and the answer with it: store it directly.
-            saved = self
-                .store
-                .record_answer(&session_id, &run_id, &outcome.answer, &summary);
-        }
         finished?;
         saved?;
         Ok(AskOutcome {
