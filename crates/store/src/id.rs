@@ -36,7 +36,11 @@ pub fn new_id(prefix: &str) -> String {
     let mut id = String::with_capacity(prefix.len() + 1 + (TIME_DIGITS + RANDOM_DIGITS) as usize);
     id.push_str(prefix);
     id.push('_');
-    push_base32(&mut id, u64::try_from(millis).unwrap_or(u64::MAX), TIME_DIGITS);
+    push_base32(
+        &mut id,
+        u64::try_from(millis).unwrap_or(u64::MAX),
+        TIME_DIGITS,
+    );
     push_base32(&mut id, fastrand::u64(..), RANDOM_DIGITS);
     id
 }

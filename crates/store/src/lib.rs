@@ -118,6 +118,7 @@ mod approvals;
 pub mod coalesce;
 mod envelope;
 mod error;
+mod event_writer;
 mod events;
 mod group_sync;
 mod handle;
@@ -143,7 +144,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use error::{Result, StoreError};
-pub use events::EventWriter;
+pub use event_writer::{EventWriter, LINGER};
 pub use handle::{Backend, Store};
 pub use id::new_id;
 pub use lease::{Ending, LEASE_EXPIRED_REASON, LeaseClaim, StoredEvent};

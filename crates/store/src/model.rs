@@ -310,7 +310,8 @@ pub struct RunEnding<'a> {
     pub reason: Option<&'a str>,
     /// Its final usage totals; `None` keeps the stored ones.
     pub usage: Option<Usage>,
-    /// Its last events (its terminal event), stored with the end.
+    /// Its events not stored yet (its terminal event last among them), stored
+    /// with the end.
     pub last: &'a [EventRecord],
     /// Its answer and the session's summary, if it leaves them.
     pub answer: Option<RunAnswer<'a>>,

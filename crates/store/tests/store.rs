@@ -874,6 +874,63 @@ fn a_run_ends_with_its_terminal_event_in_one_transaction(kind: Kind) {
     );
 }
 
+fn seqs(store: &Store, run: &str) -> Vec<u64> {
+    store
+        .events(run)
+        .unwrap()
+        .iter()
+        .map(|j| {
+            serde_json::from_str::<serde_json::Value>(j).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The writer lingers to batch events, and a run's events still waiting for
+/// its batch are stored by the run's end, in the end's transaction: each once,
+/// in order, while another run's events stay in the batch and are stored by
+/// it. A run whose early events the batch already stored ends as well.
+fn a_run_s_unstored_events_are_stored_by_its_end(kind: Kind) {
+    let (db, store) = fresh(kind);
+    let store = Arc::new(store);
+    let other = reopen(&db);
+    let sa = store.create_session("a", None).unwrap();
+    let sb = store.create_session("b", None).unwrap();
+    let a = store.start_run(&sa.id, "m").unwrap();
+    let b = store.start_run(&sb.id, "m").unwrap();
+    let writer = EventWriter::new(store.clone());
+    for seq in 0..20 {
+        writer.push(event(&a.id, seq)).unwrap();
+        writer.push(event(&b.id, seq)).unwrap();
+    }
+    writer.push(ended(&a.id, 20)).unwrap();
+    writer
+        .finish(&a.id, RunStatus::Completed, None, None)
+        .unwrap();
+    assert_eq!(seqs(&other, &a.id), (0..=20).collect::<Vec<_>>());
+    assert_eq!(kinds(&other, &a.id).last().unwrap(), "\"run.completed\"");
+    assert_eq!(
+        other.get_run(&a.id).unwrap().unwrap().status,
+        RunStatus::Completed
+    );
+
+    // The other run's events come from the batch, without a flush.
+    let seen = other
+        .wait_events(&b.id, None, std::time::Duration::from_secs(10))
+        .unwrap();
+    assert!(!seen.is_empty(), "the batch was never stored");
+    // Part of b stored by a batch, the rest by its end: nothing twice.
+    std::thread::sleep(capstan_store::LINGER * 4);
+    writer.push(event(&b.id, 20)).unwrap();
+    writer.push(ended(&b.id, 21)).unwrap();
+    writer
+        .finish(&b.id, RunStatus::Completed, None, None)
+        .unwrap();
+    assert_eq!(seqs(&other, &b.id), (0..=21).collect::<Vec<_>>());
+    writer.flush().unwrap();
+}
+
 /// A run's end stores its answer, summary, last events and status together; an
 /// answer that cannot be stored does not keep the run from ending, and a run
 /// that cannot end still gets its answer.
@@ -1849,6 +1906,7 @@ both!(
     completed_responses_coalesce_their_deltas,
     event_writer_batches_and_reports_errors_at_flush,
     a_run_ends_with_its_terminal_event_in_one_transaction,
+    a_run_s_unstored_events_are_stored_by_its_end,
     a_session_runs_one_exclusive_run_at_a_time,
     a_users_quota_holds_across_handles,
     a_running_run_is_found_by_the_approval_it_asked_for,

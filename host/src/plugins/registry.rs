@@ -173,8 +173,7 @@ impl Registry {
             }
         };
         if sources.bundled {
-            let (found, errors) =
-                manifest::parse(crate::plugins::bundled::MANIFEST, BUNDLED_ORIGIN, None);
+            let (found, errors) = bundled_specs().clone();
             add(found, errors, &mut problems);
         }
         for file in &sources.files {
@@ -409,6 +408,14 @@ impl Registry {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// The bundled manifest, parsed once per process: it is compiled in, and a
+/// server builds a registry for every run.
+fn bundled_specs() -> &'static (Vec<PluginSpec>, Vec<manifest::ManifestError>) {
+    static SPECS: std::sync::OnceLock<(Vec<PluginSpec>, Vec<manifest::ManifestError>)> =
+        std::sync::OnceLock::new();
+    SPECS.get_or_init(|| manifest::parse(crate::plugins::bundled::MANIFEST, BUNDLED_ORIGIN, None))
 }
 
 #[cfg(test)]

@@ -182,13 +182,14 @@ fn sse(
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
+/// The envelope as it is stored (same bytes as a replay from the store),
+/// serialized once, straight to text.
 fn sse_event(env: &Arc<Envelope>) -> SseEvent {
-    let value = serde_json::to_value(env.as_ref()).unwrap_or(Value::Null);
-    let kind = value["type"].as_str().unwrap_or("event").to_string();
+    let data = serde_json::to_string(env.as_ref()).unwrap_or_else(|_| "null".to_owned());
     SseEvent::default()
         .id(env.seq.to_string())
-        .event(kind)
-        .data(value.to_string())
+        .event(env.event.name())
+        .data(data)
 }
 
 pub async fn get_run(
