@@ -44,7 +44,9 @@ pub struct App {
 }
 
 /// Who receives a run's envelopes as they happen (a terminal, an SSE stream...).
-pub type Frontend = Arc<dyn Fn(&Envelope) + Send + Sync>;
+/// Shared, so a frontend that keeps them (a server's run history) need not
+/// copy them.
+pub type Frontend = Arc<dyn Fn(&Arc<Envelope>) + Send + Sync>;
 
 /// One message to run.
 #[derive(Debug, Clone, Default)]
@@ -72,6 +74,8 @@ pub struct PreparedRun {
     pub session_id: String,
     /// Canonical root of the workspace the run is bound to, if any.
     pub workspace: Option<PathBuf>,
+    /// The policy of its workspace, from the row `prepare` read.
+    policy: Option<capstan_policy::Policy>,
     message: String,
     summary: String,
     registry: Arc<Registry>,
@@ -111,7 +115,7 @@ impl EventSink for RunEvents {
                 ));
             }
         }
-        (self.frontend)(&envelope);
+        (self.frontend)(&Arc::new(envelope));
     }
 }
 
@@ -286,10 +290,18 @@ impl App {
     /// The start of every run's context: this workspace's policy and
     /// sandbox, this host's broker and indexes (see [`RunBuilder`]).
     pub fn run_builder(&self, workspace: Option<PathBuf>) -> RunBuilder {
-        let policy = workspace
-            .as_deref()
-            .map(|w| self.policy_for(w))
-            .unwrap_or_else(|| self.config.policy.clone());
+        let policy = workspace.as_deref().map(|w| self.policy_for(w));
+        self.run_builder_with(workspace, policy)
+    }
+
+    /// [`App::run_builder`] with the workspace's policy already known
+    /// (`None`: the configuration's).
+    fn run_builder_with(
+        &self,
+        workspace: Option<PathBuf>,
+        policy: Option<capstan_policy::Policy>,
+    ) -> RunBuilder {
+        let policy = policy.unwrap_or_else(|| self.config.policy.clone());
         let sandbox = self.sandbox_for(workspace.as_deref());
         let changes = workspace
             .as_deref()
@@ -312,18 +324,24 @@ impl App {
     /// The policy for a workspace: the config's `[policy]`, with the profile
     /// chosen for this workspace (if any) on top.
     pub fn policy_for(&self, workspace: &Path) -> capstan_policy::Policy {
+        match self.store.get_workspace_by_root(workspace) {
+            Ok(Some(ws)) => self.policy_of(&ws),
+            _ => self.config.policy.clone(),
+        }
+    }
+
+    /// [`App::policy_for`] a workspace whose row the caller has read.
+    fn policy_of(&self, ws: &capstan_store::Workspace) -> capstan_policy::Policy {
         let mut policy = self.config.policy.clone();
-        if let Ok(Some(ws)) = self.store.get_workspace_by_root(workspace) {
-            policy.profile = self.config.profile_for(&ws);
-            if let Some(extra) = ws
-                .policy_json
-                .as_deref()
-                .and_then(|j| serde_json::from_str::<capstan_policy::Policy>(j).ok())
-            {
-                policy.allow.extend(extra.allow);
-                policy.deny.extend(extra.deny);
-                policy.network |= extra.network;
-            }
+        policy.profile = self.config.profile_for(ws);
+        if let Some(extra) = ws
+            .policy_json
+            .as_deref()
+            .and_then(|j| serde_json::from_str::<capstan_policy::Policy>(j).ok())
+        {
+            policy.allow.extend(extra.allow);
+            policy.deny.extend(extra.deny);
+            policy.network |= extra.network;
         }
         policy
     }
@@ -403,25 +421,31 @@ impl App {
             }),
             None => None,
         };
-        let asked_id = asked_workspace.as_ref().map(|ws| ws.id.as_str());
+        let asked_id = asked_workspace.as_ref().map(|ws| ws.id.clone());
         if let Some(session) = &existing
             && asked_id.is_some()
-            && session.workspace_id.as_deref() != asked_id
+            && session.workspace_id != asked_id
         {
-            self.store.set_session_workspace(&session.id, asked_id)?;
+            self.store
+                .set_session_workspace(&session.id, asked_id.as_deref())?;
         }
         // A session's remembered folder passes the gate too.
         let remembered = existing.as_ref().and_then(|s| s.workspace_id.as_deref());
-        let workspace = match &asked_workspace {
-            Some(ws) => Some(ws.root_path.clone()),
+        let row = match asked_workspace {
+            Some(ws) => Some(ws),
             None => match remembered {
                 Some(id) => match self.store.get_workspace_by_id(id)? {
-                    Some(w) => Some(self.gate.check(&w.root_path)?),
+                    Some(mut w) => {
+                        w.root_path = self.gate.check(&w.root_path)?;
+                        Some(w)
+                    }
                     None => None,
                 },
                 None => None,
             },
         };
+        let workspace = row.as_ref().map(|w| w.root_path.clone());
+        let policy = row.as_ref().map(|w| self.policy_of(w));
 
         if let Some(ws) = &workspace {
             self.check_workspace(ws)?;
@@ -456,7 +480,7 @@ impl App {
             None => {
                 let (session, run, _) = self.store.start_run_with_turn_in_new_session(
                     &session_title(&req.message),
-                    asked_id,
+                    asked_id.as_deref(),
                     &self.model.id(),
                     req.quota.as_ref(),
                     &req.message,
@@ -467,6 +491,7 @@ impl App {
         Ok(PreparedRun {
             run_id: run.id,
             session_id,
+            policy,
             message: req.message.clone(),
             summary,
             workspace,
@@ -489,6 +514,7 @@ impl App {
             message,
             summary,
             workspace,
+            policy,
             registry,
             history,
         } = prepared;
@@ -496,6 +522,7 @@ impl App {
             &run_id,
             &session_id,
             workspace,
+            policy,
             registry,
             0,
             frontend,
@@ -574,6 +601,7 @@ impl App {
             &run_id,
             &session_id,
             workspace,
+            None,
             registry,
             point.next_seq(),
             frontend,
@@ -609,13 +637,15 @@ impl App {
     }
 
     /// The host and the run context a run executes with; its events are
-    /// numbered from `first_seq`.
+    /// numbered from `first_seq`. `policy` is the workspace's when the caller
+    /// has read its row (`None`: read here).
     #[allow(clippy::too_many_arguments)]
     fn run_parts(
         &self,
         run_id: &str,
         session_id: &str,
         workspace: Option<PathBuf>,
+        policy: Option<capstan_policy::Policy>,
         registry: Arc<Registry>,
         first_seq: u64,
         frontend: Frontend,
@@ -644,9 +674,10 @@ impl App {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        let policy = policy.or_else(|| workspace.as_deref().map(|w| self.policy_for(w)));
         // Sampling for external MCP servers is held to the same limit.
         let ctx = self
-            .run_builder(workspace)
+            .run_builder_with(workspace, policy)
             .sampler(Arc::new(crate::run::model::sampling::RunSampler::new(
                 self.model.clone(),
                 budget_usd,

@@ -99,7 +99,7 @@ impl Feed {
 
     pub fn frontend(self: &Arc<Self>) -> Frontend {
         let feed = self.clone();
-        Arc::new(move |env: &Envelope| feed.render(env))
+        Arc::new(move |env: &Arc<Envelope>| feed.render(env))
     }
 
     fn render(&self, env: &Envelope) {

@@ -862,7 +862,7 @@ impl ServerHandler for CapstanMcp {
         };
         let forwarding = tokio::spawn(forwarder.run(rx, done_rx));
 
-        let frontend: Frontend = Arc::new(move |e: &Envelope| {
+        let frontend: Frontend = Arc::new(move |e: &Arc<Envelope>| {
             let _ = tx.send(e.event.clone());
         });
         // The client's `notifications/cancelled` fires the context's token.

@@ -167,8 +167,8 @@ impl Drop for StreamSlot {
 }
 
 impl ActiveRun {
-    fn push(&self, envelope: &Envelope) {
-        let envelope = Arc::new(envelope.clone());
+    fn push(&self, envelope: &Arc<Envelope>) {
+        let envelope = envelope.clone();
         let mut feed = self.feed.lock();
         match &envelope.event {
             Event::ApprovalRequested { approval_id, .. } => {
@@ -415,7 +415,7 @@ impl RunManager {
             tracing::warn!("run {} runs without a lease: {e}", run.run_id);
         }
         let sink = run.clone();
-        let frontend: Frontend = Arc::new(move |env: &Envelope| sink.push(env));
+        let frontend: Frontend = Arc::new(move |env: &Arc<Envelope>| sink.push(env));
         let manager = self.clone();
         let running = run.clone();
         self.tasks.spawn(async move {
@@ -461,7 +461,7 @@ impl RunManager {
         });
         self.active.lock().insert(run.run_id.clone(), run.clone());
         let sink = run.clone();
-        let frontend: Frontend = Arc::new(move |env: &Envelope| sink.push(env));
+        let frontend: Frontend = Arc::new(move |env: &Arc<Envelope>| sink.push(env));
         let manager = self.clone();
         self.tasks.spawn_on(
             async move {
