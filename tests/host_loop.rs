@@ -95,8 +95,8 @@ impl Harness {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
         let c = cancel.clone();
-        let frontend: Frontend = Arc::new(move |e: &Envelope| {
-            sink.lock().unwrap().push(e.clone());
+        let frontend: Frontend = Arc::new(move |e: &Arc<Envelope>| {
+            sink.lock().unwrap().push(Envelope::clone(e));
             hook(e, &c);
         });
         let req = AskRequest {

@@ -957,9 +957,12 @@ async fn the_host_loop_plans_and_dispatches_an_external_mcp_tool() {
         .unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
-    let frontend: capstan::run::app::Frontend = Arc::new(move |e: &capstan_protocol::Envelope| {
-        sink.lock().unwrap().push(serde_json::to_value(e).unwrap());
-    });
+    let frontend: capstan::run::app::Frontend =
+        Arc::new(move |e: &Arc<capstan_protocol::Envelope>| {
+            sink.lock()
+                .unwrap()
+                .push(serde_json::to_value(&**e).unwrap());
+        });
     let req = capstan::run::app::AskRequest {
         message: "read keep.txt through the filesystem MCP server".into(),
         session_id: None,

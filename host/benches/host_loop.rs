@@ -44,7 +44,7 @@ fn main() {
         // 1. Host overhead per run: the offline model answers at once, so the
         // time is the host's (session, SQLite turns and events, orchestration).
         let (_h, a) = app("", ApproveMode::None).await;
-        let quiet: Frontend = Arc::new(|_: &Envelope| {});
+        let quiet: Frontend = Arc::new(|_: &Arc<Envelope>| {});
         let mut session = None;
         let n = 300;
         let mut samples = Vec::new();
@@ -77,7 +77,7 @@ fn main() {
             let first = Arc::new(Mutex::new(None::<Instant>));
             let last = Arc::new(Mutex::new(None::<Instant>));
             let (f, l) = (first.clone(), last.clone());
-            let fe: Frontend = Arc::new(move |e: &Envelope| {
+            let fe: Frontend = Arc::new(move |e: &Arc<Envelope>| {
                 if let Event::ResponseDelta { .. } = e.event {
                     let now = Instant::now();
                     f.lock().unwrap().get_or_insert(now);
@@ -103,7 +103,7 @@ fn main() {
             let ended_at = Arc::new(Mutex::new(None::<Instant>));
             let (ca, ea) = (cancelled_at.clone(), ended_at.clone());
             let trigger = cancel.clone();
-            let fe: Frontend = Arc::new(move |e: &Envelope| match &e.event {
+            let fe: Frontend = Arc::new(move |e: &Arc<Envelope>| match &e.event {
                 Event::Activity { kind, .. } if kind == "plan" => {
                     let (t, ca) = (trigger.clone(), ca.clone());
                     tokio::spawn(async move {

@@ -191,7 +191,7 @@ async fn ask(
 ) -> (String, String, Vec<Citation>) {
     let seen = Arc::new(Mutex::new(None));
     let sink = seen.clone();
-    let frontend: Frontend = Arc::new(move |e: &Envelope| {
+    let frontend: Frontend = Arc::new(move |e: &Arc<Envelope>| {
         if let Event::ResponseCompleted { text, citations } = &e.event {
             *sink.lock().expect("the answer slot") = Some((text.clone(), citations.clone()));
         }
