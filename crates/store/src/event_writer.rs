@@ -300,9 +300,7 @@ fn writer_loop(store: &Store, shared: &Shared) {
 
 /// Removes `run_id`'s events from `events`, keeping both in push order.
 fn take_run(events: &mut Vec<EventRecord>, run_id: &str) -> Vec<EventRecord> {
-    let (run, rest): (Vec<_>, Vec<_>) = events.drain(..).partition(|e| e.run_id == run_id);
-    *events = rest;
-    run
+    events.extract_if(.., |e| e.run_id == run_id).collect()
 }
 
 /// Stores `batch`; when the batch fails, retries event by event so every

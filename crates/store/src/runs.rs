@@ -329,14 +329,7 @@ impl SqliteStore {
                 status: old_status.to_string(),
             });
         }
-        let (new_in, new_out, new_cost) = match usage {
-            Some(u) => (
-                to_i64(u.input_tokens),
-                to_i64(u.output_tokens),
-                u.cost_usd.unwrap_or(0.0),
-            ),
-            None => (old_in, old_out, old_cost),
-        };
+        let (new_in, new_out, new_cost) = final_usage(usage, (old_in, old_out, old_cost));
         self.insert_batch(c, last)?;
         c.prepare_cached(
             "UPDATE runs SET status = ?2, reason = ?3, ended_at = ?4,
@@ -475,6 +468,19 @@ impl SqliteStore {
                 self.notifier.bump();
             }
         })
+    }
+}
+
+/// A run's usage columns `(input_tokens, output_tokens, cost_usd)` at its end:
+/// the totals it ended with, or `stored` when it gave none.
+pub(crate) fn final_usage(usage: Option<Usage>, stored: (i64, i64, f64)) -> (i64, i64, f64) {
+    match usage {
+        Some(u) => (
+            to_i64(u.input_tokens),
+            to_i64(u.output_tokens),
+            u.cost_usd.unwrap_or(0.0),
+        ),
+        None => stored,
     }
 }
 

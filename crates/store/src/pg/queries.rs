@@ -883,14 +883,8 @@ impl PgStore {
             }
             let (old_in, old_out, old_cost): (i64, i64, f64) =
                 (current.get(2), current.get(3), current.get(4));
-            let (new_in, new_out, new_cost) = match usage {
-                Some(u) => (
-                    to_i64(u.input_tokens),
-                    to_i64(u.output_tokens),
-                    u.cost_usd.unwrap_or(0.0),
-                ),
-                None => (old_in, old_out, old_cost),
-            };
+            let (new_in, new_out, new_cost) =
+                crate::runs::final_usage(usage, (old_in, old_out, old_cost));
             self.insert_batch(&tx, &insert, &coalesce, last).await?;
             tx.execute(
                 "UPDATE runs SET status = $2, reason = $3, ended_at = $4,
