@@ -161,6 +161,22 @@ impl App {
             config.store.url = store_url;
         }
         config.store.check()?;
+        let capacity = if config.run.max_parallel > ONE_RUN_PARALLEL_TASKS {
+            Capacity::Server
+        } else {
+            capacity
+        };
+        // The plugin engine (its code generator and its pool) is built on a
+        // thread of its own while this one opens the store: neither needs the
+        // other, and each is about a millisecond of every command's start.
+        let (cache, protected) = (
+            dirs.component_cache(),
+            vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
+        );
+        let building_runtime = std::thread::Builder::new()
+            .name("capstan-engine".into())
+            .spawn(move || Runtime::new(cache, protected, capacity))
+            .context("starting a thread to build the plugin engine")?;
         let store = Arc::new(crate::run::lease::open_store(&dirs, &config.store)?);
         // Housekeeping, not news: the command at hand is usually unrelated
         // (the runs list shows them as `interrupted`).
@@ -177,16 +193,11 @@ impl App {
                 ids.len()
             );
         }
-        let capacity = if config.run.max_parallel > ONE_RUN_PARALLEL_TASKS {
-            Capacity::Server
-        } else {
-            capacity
-        };
-        let runtime = Arc::new(Runtime::new(
-            dirs.component_cache(),
-            vec![dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
-            capacity,
-        )?);
+        let runtime = Arc::new(
+            building_runtime
+                .join()
+                .map_err(|_| anyhow::anyhow!("building the plugin engine panicked"))??,
+        );
         let indexes = Arc::new(Indexes::new(
             dirs.data.join("indexes"),
             config.index.options(),
