@@ -8,8 +8,7 @@
 # Needs wrk and perf (apt-get install -y wrk linux-perf), and root or
 # kernel.perf_event_paranoid <= 1 for the syscall tracepoints.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-command -v wrk >/dev/null || { echo "wrk is not installed: apt-get install -y wrk" >&2; exit 1; }
+source "$(dirname "$0")/server.sh"
 command -v perf >/dev/null || { echo "perf is not installed: apt-get install -y linux-perf" >&2; exit 1; }
 [ $# -ge 1 ] || { echo "usage: bash bench/serve/perf-stat.sh BIN [BIN...]" >&2; exit 2; }
 C="${CONC:-16}"
@@ -18,20 +17,7 @@ EVENTS="$EVENTS,syscalls:sys_enter_fdatasync,syscalls:sys_enter_pwrite64,syscall
 echo "bash bench/serve/perf-stat.sh $*  ($(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1 /proc/loadavg))"
 for BIN in "$@"; do
   H="$(mktemp -d)"
-  cp -r "$ROOT/examples/handbook" "$H/ws"
-  export CAPSTAN_HOME="$H/home" WS="$H/ws"
-  unset CAPSTAN_TOKEN CAPSTAN_CONFIG_DIR CAPSTAN_DATA_DIR CAPSTAN_CACHE_DIR
-  cat > "$H/post.lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"message":"How do I rotate the signing keys?","workspace":"' .. os.getenv("WS") .. '"}'
-LUA
-  "$BIN" serve --port 0 --no-token -w "$WS" > "$H/out.txt" 2>/dev/null &
-  SP=$!
-  for _ in $(seq 1 40); do [ -s "$H/out.txt" ] && break; sleep 0.25; done
-  URL="$(head -1 "$H/out.txt" | sed 's/listening on //')"
-  curl -sf -X POST -H 'Content-Type: application/json' \
-    -d "{\"message\":\"warm-up\",\"workspace\":\"$WS\"}" "$URL/v1/runs" > /dev/null
+  start_server "$BIN" "$H"
   wrk -t2 -c"$C" -d2s -s "$H/post.lua" "$URL/v1/runs" > /dev/null
   perf stat -e "$EVENTS" -p "$SP" -o "$H/stat.txt" -- sleep 6 &
   PS=$!
@@ -42,6 +28,6 @@ LUA
     "$(awk -v n="$N" '/context-switches|cpu-migrations|page-faults|task-clock|sys_enter/ {
         gsub(",", "", $1); name = $2; sub("syscalls:sys_enter_", "", name);
         if (name == "msec") name = "CPU ms"; printf "%s %.2f, ", name, $1 / n }' "$H/stat.txt" | sed 's/, $//')"
-  kill "$SP"; wait "$SP" 2>/dev/null || true
+  stop_server
   rm -rf "$H"
 done

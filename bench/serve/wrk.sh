@@ -9,32 +9,18 @@
 # Usage: bash bench/serve/wrk.sh BIN [BIN...]   (ROUNDS=2 CONC="4 16 64" SECONDS_EACH=6)
 # Needs wrk (apt-get install -y wrk).
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-command -v wrk >/dev/null || { echo "wrk is not installed: apt-get install -y wrk" >&2; exit 1; }
+source "$(dirname "$0")/server.sh"
 [ $# -ge 1 ] || { echo "usage: bash bench/serve/wrk.sh BIN [BIN...]" >&2; exit 2; }
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "$SCRATCH"' EXIT
-cat > "$SCRATCH/post.lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"message":"How do I rotate the signing keys?","workspace":"' .. os.getenv("WS") .. '"}'
-LUA
 echo "bash bench/serve/wrk.sh $*  ($(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1 /proc/loadavg))"
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for BIN in "$@"; do
     H="$(mktemp -d "$SCRATCH/run-XXXX")"
-    cp -r "$ROOT/examples/handbook" "$H/ws"
-    export CAPSTAN_HOME="$H/home" WS="$H/ws"
-    unset CAPSTAN_TOKEN CAPSTAN_CONFIG_DIR CAPSTAN_DATA_DIR CAPSTAN_CACHE_DIR
-    "$BIN" serve --port 0 --no-token -w "$WS" > "$H/out.txt" 2>/dev/null &
-    SP=$!
-    for _ in $(seq 1 40); do [ -s "$H/out.txt" ] && break; sleep 0.25; done
-    URL="$(head -1 "$H/out.txt" | sed 's/listening on //')"
-    curl -sf -X POST -H 'Content-Type: application/json' \
-      -d "{\"message\":\"warm-up\",\"workspace\":\"$WS\"}" "$URL/v1/runs" > /dev/null
+    start_server "$BIN" "$H"
     for c in ${CONC:-4 16 64}; do
       T0=$(awk '{print $14+$15}' "/proc/$SP/stat")
-      R="$(wrk -t2 -c"$c" -d"${SECONDS_EACH:-6}"s --latency -s "$SCRATCH/post.lua" "$URL/v1/runs" 2>&1)"
+      R="$(wrk -t2 -c"$c" -d"${SECONDS_EACH:-6}"s --latency -s "$H/post.lua" "$URL/v1/runs" 2>&1)"
       T1=$(awk '{print $14+$15}' "/proc/$SP/stat")
       N=$(echo "$R" | awk '/requests in/ {print $1}')
       TICK=$(getconf CLK_TCK)
@@ -43,6 +29,6 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
         "non-2xx $(echo "$R" | awk '/Non-2xx/ {print $5}' | grep . || echo 0)," \
         "CPU per run $(awk -v a="$T0" -v b="$T1" -v n="$N" -v t="$TICK" 'BEGIN {printf "%.2f", (b-a)*1000/t/n}') ms"
     done
-    kill "$SP"; wait "$SP" 2>/dev/null || true
+    stop_server
   done
 done
