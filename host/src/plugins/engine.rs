@@ -52,6 +52,10 @@ pub fn config(capacity: Capacity) -> wasmtime::Config {
     let instances = capacity.instances();
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
+    // No plugin interface uses the component model's concurrency (streams,
+    // futures, concurrent calls): without it a store sets up no concurrent
+    // state, and dropping one disposes of no idle fiber.
+    config.concurrency_support(false);
     // Deadlines and cancellation (a ticker bumps the epoch) and optional fuel
     // limits are compiled into the code as checks.
     config.epoch_interruption(true);
