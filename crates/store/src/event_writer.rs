@@ -95,6 +95,21 @@ impl Shared {
     fn storing(&self) -> MutexGuard<'_, ()> {
         self.storing.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Stores `events`, just taken from the queue `q` guards, after the batch
+    /// in flight, and keeps the next taker waiting until they are stored.
+    fn store_taken(
+        &self,
+        q: MutexGuard<'_, Queue>,
+        store: &Store,
+        events: &[EventRecord],
+    ) -> Result<()> {
+        let storing = self.storing();
+        drop(q);
+        let stored = append(store, events);
+        drop(storing);
+        stored
+    }
 }
 
 impl EventWriter {
@@ -153,11 +168,8 @@ impl EventWriter {
         let mut q = self.shared.queue();
         let mut events = std::mem::take(&mut q.events);
         events.extend(q.held.take_all());
-        let storing = self.shared.storing();
         let earlier = q.first_error.take();
-        drop(q);
-        let stored = append(&self.store, &events);
-        drop(storing);
+        let stored = self.shared.store_taken(q, &self.store, &events);
         earlier.map_or(stored, Err)
     }
 
@@ -282,20 +294,14 @@ fn writer_loop(store: &Store, shared: &Shared) {
         }
         let n = q.events.len().min(MAX_BATCH);
         let batch: Vec<EventRecord> = q.events.drain(..n).collect();
-        let storing = shared.storing();
-        drop(q);
-        let stored = append(store, &batch);
-        drop(storing);
+        let stored = shared.store_taken(q, store, &batch);
         q = shared.queue();
         if let Err(e) = stored {
             q.first_error.get_or_insert(e);
         }
     }
     let held = q.held.take_all();
-    let storing = shared.storing();
-    drop(q);
-    let _ = append(store, &held);
-    drop(storing);
+    let _ = shared.store_taken(q, store, &held);
 }
 
 /// Removes `run_id`'s events from `events`, keeping both in push order.
