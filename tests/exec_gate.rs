@@ -755,3 +755,164 @@ fn commands_run_with_no_new_privs_seccomp_and_the_default_rlimits() {
     );
     assert_eq!(row("Max core file size")[..2], ["0", "0"], "{limits}");
 }
+
+/// Issue #41: a fresh set of evasions, written for this test (not taken from
+/// the classifier's own tests), of the five kinds the attack studies found and
+/// more. Under `--approve none` each must ask (then be denied) or be refused:
+/// none may run unasked. Every one runs through the real binary, in a
+/// workspace under a home directory with siblings, holding the files and the
+/// repository configuration the evasion needs.
+#[test]
+fn fresh_evasions_of_every_kind_ask_or_are_refused_under_approve_none() {
+    let home = Home::new("");
+    let user = tempfile::tempdir().unwrap();
+    for sibling in ["notes", "other-project", ".ssh"] {
+        std::fs::create_dir_all(user.path().join(sibling)).unwrap();
+    }
+    let ws = user.path().join("projects/app");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("f.txt"), "b\na\n").unwrap();
+    std::fs::write(ws.join("list"), "f.txt\n").unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&ws, &["init", "-q"]);
+    git(&ws, &["config", "user.email", "dev@example.com"]);
+    git(&ws, &["config", "user.name", "Dev"]);
+    git(&ws, &["add", "f.txt"]);
+    git(&ws, &["commit", "-qm", "one"]);
+    // Repositories whose configuration runs a program, each in its own folder.
+    let planted = [
+        (
+            "archive",
+            "tar.tgz.command",
+            "sh -c 'touch /tmp/pwned-archive'",
+        ),
+        ("alias", "alias.st", "!touch pwned-alias"),
+        ("tool", "difftool.x.cmd", "touch pwned-tool"),
+        ("ssh", "core.sshCommand", "touch pwned-ssh"),
+        ("hook", "uploadpack.packObjectsHook", "touch pwned-hook"),
+    ];
+    for (dir, key, value) in planted {
+        let repo = ws.join(dir);
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        git(&repo, &["config", key, value]);
+    }
+    // A `.git` file that points out of the workspace, at a sibling's repository.
+    let outside = user.path().join("other-project");
+    git(&outside, &["init", "-q"]);
+    git(&outside, &["config", "core.pager", "touch pwned-outside"]);
+    std::fs::create_dir_all(ws.join("linked")).unwrap();
+    std::fs::write(
+        ws.join("linked/.git"),
+        format!("gitdir: {}\n", outside.join(".git").display()),
+    )
+    .unwrap();
+
+    let evasions: &[(&str, &str)] = &[
+        // 1. GNU long options abbreviated to a prefix (getopt_long, git's parse-options).
+        (".", "sort --compress-prog=sh f.txt"),
+        (".", "sort --compress-pro sh f.txt"),
+        (".", "sort --comp=sh -S 1 f.txt"),
+        (".", "sort --outp=out.txt f.txt"),
+        (".", "sort --ou out.txt f.txt"),
+        (".", "sed --in-pl s/a/b/ f.txt"),
+        (".", "sed --in-place=.bak s/a/b/ f.txt"),
+        (".", "git log --outp=out.txt"),
+        (".", "git diff --outpu out.txt HEAD"),
+        (".", "tar --checkpoint-act=exec=sh -cf /dev/null f.txt"),
+        // 2. Flags inside short-option clusters and attached values.
+        (".", "hash -rp /usr/bin/rm ls; ls f.txt"),
+        (".", "hash -p/usr/bin/rm ls; ls f.txt"),
+        (".", "sort -uo out.txt f.txt"),
+        (".", "sort -ruoout.txt f.txt"),
+        (".", "sed -ni s/a/b/ f.txt"),
+        (".", "sed -Ei s/a/b/ f.txt"),
+        (".", "git -ccore.pager=sh log"),
+        (".", "less -oout.txt f.txt"),
+        // 3. Indirect assignments to guarded variables.
+        (".", "declare -n r=PATH; r=.; ls"),
+        (".", "typeset -n r=PATH; r=.; ls"),
+        (".", "declare -gn r=PATH; r=.; ls"),
+        (".", "declare -rn r=PATH; ls"),
+        (".", "f() { local -n r=PATH; r=.; ls; }; f"),
+        (".", "printf -v PATH %s .; ls"),
+        (".", "printf -vPATH %s .; ls"),
+        (".", "getopts a PATH -a; ls"),
+        (".", "mapfile -t PATH < list; ls"),
+        (".", "read -r PATH < list; ls"),
+        (".", "printf -v LD_PRELOAD %s ./x.so; export LD_PRELOAD; ls"),
+        (
+            ".",
+            "declare -n r=GIT_PAGER; r=sh; export GIT_PAGER; git log",
+        ),
+        // 4. Options the table does not model, on commands that run commands.
+        (".", "xargs --process-slot-var=PATH ls < list"),
+        (".", "xargs --process-slot=PATH ls < list"),
+        (".", "env -S'rm f.txt'"),
+        (".", "env --split-string='rm f.txt'"),
+        (".", "flock list -c 'rm f.txt'"),
+        (".", "timeout --foreground 5 rm f.txt"),
+        (".", "nice --adjustment=1 rm f.txt"),
+        (".", "stdbuf --output=0 rm f.txt"),
+        // 5. Repository configuration and indirections that run programs or
+        // leave the workspace.
+        ("archive", "git archive --format=tgz HEAD"),
+        ("alias", "git st"),
+        ("tool", "git difftool -y -t x"),
+        ("ssh", "git status"),
+        ("hook", "git log"),
+        ("linked", "git log"),
+        // And more: output files, interpreters, dynamic names.
+        (".", "find . -fprint out.txt"),
+        (".", "cat f.txt > /dev/tcp/127.0.0.1/9"),
+        (".", "$(printf rm) f.txt"),
+        (".", "awk 'BEGIN{system(\"rm f.txt\")}'"),
+    ];
+    let mut ran = Vec::new();
+    for (dir, command) in evasions {
+        let run = invoke(&home, &ws, "none", json!({"command": command, "cwd": dir}));
+        if !run.of_type("terminal.step").is_empty() {
+            ran.push(format!("{command} (in {dir})"));
+            continue;
+        }
+        // Not run because it asked (and --approve none said no) or the policy
+        // refused it: never because the invocation itself failed.
+        let asked = !run.of_type("approval.requested").is_empty();
+        assert!(
+            asked || run.result()["reason"] == "denied",
+            "{command} (in {dir}) neither ran, asked nor was denied: {:?}",
+            run.events
+        );
+    }
+    assert!(ran.is_empty(), "ran unasked under --approve none: {ran:#?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("f.txt")).unwrap(),
+        "b\na\n",
+        "a workspace file changed"
+    );
+    let planted_files: Vec<_> = walk(&ws)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("pwned"))
+        .collect();
+    assert!(planted_files.is_empty(), "{planted_files:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}

@@ -837,3 +837,52 @@ async fn runs_spread_over_replicas_with_kills_each_end_in_one_terminal_state() {
     // Which states the runs ended in, for the log.
     eprintln!("{RUNS} runs ended: {statuses:?}");
 }
+
+/// Issue #41: no process a command can see shows what the caller typed. A
+/// replica started with its token and a password-bearing store URL on the
+/// command line (which it warns about) runs a command that reads every
+/// `/proc/*/cmdline` and `/proc/*/environ` it can see; neither secret is
+/// there, while the task's own processes are (so the command did read them).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_processes_show_nothing_of_the_callers_command_line() {
+    let base = pg::Cluster::shared().fresh_database();
+    // The throw-away cluster trusts loopback, so any password is accepted.
+    let url = base.replacen("postgres@", "postgres:pw-marker-4711@", 1);
+    assert_ne!(url, base);
+    let ws = handbook();
+    let home = Home::new("");
+    let server = Server::start(
+        &home,
+        &[
+            "-w",
+            ws.path().to_str().unwrap(),
+            "--token",
+            "token-marker-0815",
+            "--store",
+            &url,
+            "--approve",
+            "all",
+        ],
+    );
+    let command = "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do \
+                   printf '%s: ' \"$f\"; tr '\\0' ' ' < \"$f\"; echo; done";
+    let (_, _, mut sse) = start_run(
+        &server,
+        json!({"message": format!("run `{command}`"), "workspace": ws.path()}),
+    )
+    .await;
+    let mut events = Vec::new();
+    let step = sse.until("terminal.step", &mut events).await;
+    let out = step["output_tail"].as_str().unwrap();
+    assert_eq!(step["exit_code"], 0, "{step}");
+    assert!(
+        out.contains("/proc/1/cmdline: capstan-launch"),
+        "the task's init is the launcher, renamed: {out}"
+    );
+    for secret in ["token-marker-0815", "pw-marker-4711"] {
+        assert!(
+            !out.contains(secret),
+            "{secret} is visible in the task: {out}"
+        );
+    }
+}

@@ -1,12 +1,24 @@
 //! Facts about the git repository a command runs in: which keys of its
-//! configuration make git run a program.
+//! configuration are not known to be harmless.
 //!
 //! git runs programs named in the repository's own configuration
 //! (`core.fsmonitor` on `git status`, `diff.external` and
 //! `diff.<driver>.textconv` on `git diff`/`git log -p`, `filter.<driver>.clean`
-//! on `git status`, ...). Any earlier write or extracted archive can plant
+//! on `git status`, `tar.<format>.command` on `git archive`, ...) and reads
+//! files and repositories it names (`core.worktree`, `include.path`,
+//! `core.attributesFile`). Any earlier write or extracted archive can plant
 //! such a key, so a repository whose configuration holds one makes every
 //! `git` command `unknown` (see [`crate::Context`]).
+//!
+//! The rule fails closed: every key is a hazard unless it is on the
+//! allowlist of [`inert`] keys (what `git init`, `git clone`, `git remote
+//! add`, `git branch -u` and `git config user.name` write, and settings that
+//! only hold data), compared as git compares keys (section and name
+//! case-insensitive, subsection as written). The same allowlist decides
+//! which `git -c` settings a command may carry. Beyond keys, a git
+//! directory, `commondir` or `objects/info/alternates` outside the
+//! workspace is a hazard, and so is a configuration file that cannot be
+//! read or parsed like git would.
 //!
 //! Reading the files is the host's job ([`RepoFacts::scan`]); the classifier
 //! only sees the resulting value and stays a pure function.
@@ -24,7 +36,8 @@ const MAX_FILES: usize = 32;
 /// Largest configuration file read; a bigger one is a hazard by itself.
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// One configuration key that makes git run a program.
+/// One configuration key not known to be harmless, or an indirection that
+/// leaves the workspace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigHazard {
     /// The key as git names it (`core.fsmonitor`, `diff.x.textconv`), or a
@@ -38,7 +51,8 @@ pub struct ConfigHazard {
 /// runs in. Empty when there is no repository or nothing in it runs code.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepoFacts {
-    /// Every key found that makes git run a program, in file order.
+    /// Every key found that is not known to be harmless (and every
+    /// indirection out of the workspace), in file order.
     pub hazards: Vec<ConfigHazard>,
 }
 
@@ -48,7 +62,8 @@ impl RepoFacts {
     /// and reads its configuration: `config` and `config.worktree` of the
     /// git directory (following a `.git` file's `gitdir:` and a worktree's
     /// `commondir`), the configuration of its submodules under `modules/`,
-    /// and every file they include.
+    /// and every file they include. A git directory, `commondir` or object
+    /// alternate outside the workspace is a hazard of its own.
     ///
     /// Never fails: a file that exists but cannot be read or parsed is
     /// itself a hazard, since git may read it differently.
@@ -57,12 +72,45 @@ impl RepoFacts {
         let Some(git_dir) = discover(workspace, cwd, &mut facts) else {
             return facts;
         };
+        if !inside(workspace, &git_dir) {
+            facts.push(
+                "a git directory outside the workspace (a `.git` file's `gitdir:` or a symbolic link)",
+                &git_dir,
+                workspace,
+            );
+        }
         let mut files = vec![git_dir.join("config"), git_dir.join("config.worktree")];
+        let mut object_dirs = vec![git_dir.join("objects")];
         if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
             let common = resolve(&git_dir, common.trim());
+            if !inside(workspace, &common) {
+                facts.push(
+                    "a `commondir` pointing outside the workspace",
+                    &git_dir.join("commondir"),
+                    workspace,
+                );
+            }
             files.push(common.join("config"));
             files.push(common.join("config.worktree"));
+            object_dirs.push(common.join("objects"));
             collect_modules(&common.join("modules"), &mut files, 0);
+        }
+        for objects in object_dirs {
+            let list = objects.join("info/alternates");
+            if let Ok(text) = std::fs::read_to_string(&list) {
+                let outside = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .any(|l| !inside(workspace, &resolve(&objects, l.trim_matches('"'))));
+                if outside {
+                    facts.push(
+                        "`objects/info/alternates` pointing outside the workspace",
+                        &list,
+                        workspace,
+                    );
+                }
+            }
         }
         collect_modules(&git_dir.join("modules"), &mut files, 0);
         let mut seen: Vec<PathBuf> = Vec::new();
@@ -132,6 +180,26 @@ fn discover(workspace: &Path, cwd: &Path, facts: &mut RepoFacts) -> Option<PathB
             return None;
         }
     }
+}
+
+/// Whether `path` is inside `workspace`, after resolving symbolic links
+/// where the path exists (and `..` lexically where it does not).
+fn inside(workspace: &Path, path: &Path) -> bool {
+    fn lexical(p: &Path) -> PathBuf {
+        let mut out = PathBuf::new();
+        for c in p.components() {
+            match c {
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                std::path::Component::CurDir => {}
+                c => out.push(c),
+            }
+        }
+        out
+    }
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| lexical(p));
+    real(path).starts_with(real(workspace))
 }
 
 fn resolve(base: &Path, target: &str) -> PathBuf {
@@ -208,94 +276,226 @@ fn is_include(key: &str) -> bool {
     key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"))
 }
 
-/// Whether a configuration key (section and name lowercased, subsection as
-/// written) makes git run a program, or pulls in another file. `value` is
-/// `None` for a key written without `=` (boolean true).
+/// Whether git may run a program, or read or write outside the repository,
+/// because of this configuration key (section and name lowercased,
+/// subsection as written; see [`canonical_key`]). `value` is `None` for a
+/// key written without `=` (boolean true).
+///
+/// Fails closed: every key is a hazard unless [`inert`] knows it to be
+/// harmless. A key git adds in a later version, or one this list does not
+/// know, makes `git` `unknown` rather than running unasked.
 pub fn runs_code(key: &str, value: Option<&str>) -> bool {
-    const EXACT: &[&str] = &[
-        "core.fsmonitor",
-        "core.pager",
-        "core.editor",
-        "core.sshcommand",
-        "core.hookspath",
-        "core.askpass",
-        "core.gitproxy",
-        "core.alternaterefscommand",
-        "diff.external",
-        "sequence.editor",
-        "credential.helper",
-        "gpg.program",
-        "include.path",
-        "uploadpack.packobjectshook",
-        "interactive.difffilter",
-        "web.browser",
-        "help.browser",
-        "man.viewer",
-        "imap.tunnel",
-        "sendemail.smtpserver",
-        "sendemail.sendmailcmd",
-        "ssh.variant",
-        "protocol.allow",
-    ];
-    // `section.<anything>.name`: the subsection names a driver, tool, URL
-    // or condition, which the attacker chooses.
-    const PER_SUBSECTION: &[(&str, &str)] = &[
-        ("diff", "textconv"),
-        ("diff", "command"),
-        ("filter", "clean"),
-        ("filter", "smudge"),
-        ("filter", "process"),
-        ("merge", "driver"),
-        ("credential", "helper"),
-        ("gpg", "program"),
-        ("gpg", "defaultkeycommand"),
-        ("includeif", "path"),
-        ("remote", "uploadpack"),
-        ("remote", "receivepack"),
-        ("remote", "vcs"),
-        ("difftool", "cmd"),
-        ("mergetool", "cmd"),
-        ("man", "cmd"),
-        ("man", "path"),
-        ("browser", "cmd"),
-        ("browser", "path"),
-        ("trailer", "command"),
-        ("trailer", "cmd"),
-        ("protocol", "allow"),
-        ("url", "insteadof"),
-        ("url", "pushinsteadof"),
-    ];
+    !inert(key, value)
+}
+
+/// The key as git compares it: section and name lowercased, the
+/// subsection (between them) as written.
+pub fn canonical_key(key: &str) -> String {
+    match (key.find('.'), key.rfind('.')) {
+        (Some(a), Some(b)) if a < b => format!(
+            "{}{}{}",
+            key[..a].to_ascii_lowercase(),
+            &key[a..b],
+            key[b..].to_ascii_lowercase()
+        ),
+        _ => key.to_ascii_lowercase(),
+    }
+}
+
+/// Keys without a subsection that only hold data for git's own logic: they
+/// name no program, no file outside the repository, no other repository.
+/// What `git init`, `git clone`, `git remote add`, `git branch -u`,
+/// `git config user.name`, `git sparse-checkout` and `git maintenance`
+/// write into a repository, and the common presentation settings.
+const INERT: &[&str] = &[
+    // `git init` (and `clone`) on every platform.
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+    // Line endings and paths.
+    "core.autocrlf",
+    "core.safecrlf",
+    "core.eol",
+    "core.quotepath",
+    "core.abbrev",
+    "core.longpaths",
+    "core.checkstat",
+    "core.trustctime",
+    "core.whitespace",
+    "core.warnambiguousrefs",
+    "core.protecthfs",
+    "core.protectntfs",
+    // Index and object storage tuning (`git sparse-checkout`, `git maintenance`).
+    "core.sparsecheckout",
+    "core.sparsecheckoutcone",
+    "core.untrackedcache",
+    "core.splitindex",
+    "core.preloadindex",
+    "core.commitgraph",
+    "core.multipackindex",
+    "core.compression",
+    "core.loosecompression",
+    "core.bigfilethreshold",
+    "index.sparse",
+    "index.version",
+    "gc.auto",
+    "maintenance.auto",
+    "maintenance.strategy",
+    "fetch.prune",
+    "fetch.writecommitgraph",
+    // Repository format extensions that only describe the data.
+    "extensions.objectformat",
+    "extensions.worktreeconfig",
+    "extensions.refstorage",
+    "extensions.preciousobjects",
+    "extensions.noop",
+    // Identity and defaults people set per repository.
+    "user.name",
+    "user.email",
+    "user.useconfigonly",
+    "init.defaultbranch",
+    "pull.rebase",
+    "pull.ff",
+    "push.default",
+    "push.autosetupremote",
+    "merge.conflictstyle",
+    "merge.ff",
+    "rebase.autosquash",
+    "rebase.autostash",
+    "rerere.enabled",
+    // Signing with the system's gpg (the program itself, `gpg.program`,
+    // is not inert).
+    "commit.gpgsign",
+    "tag.gpgsign",
+    // Presentation.
+    "diff.algorithm",
+    "diff.renames",
+    "diff.noprefix",
+    "diff.mnemonicprefix",
+    "diff.relative",
+    "diff.context",
+    "diff.interhunkcontext",
+    "diff.colormoved",
+    "diff.indentheuristic",
+    "diff.statgraphwidth",
+    "format.pretty",
+    "i18n.commitencoding",
+    "i18n.logoutputencoding",
+    "status.short",
+    "status.branch",
+    "status.showuntrackedfiles",
+    "grep.linenumber",
+    "grep.patterntype",
+    "grep.extendedregexp",
+    "blame.date",
+    "branch.sort",
+    "tag.sort",
+    "log.date",
+    "log.decorate",
+    "log.follow",
+    "log.abbrevcommit",
+    "log.showroot",
+];
+
+/// `remote.<name>.<key>` keys that only hold data. The URL is used by
+/// network commands only, which ask anyway; a transport that runs a
+/// program (`ext::`, `fd::`) is a hazard all the same.
+const INERT_REMOTE: &[&str] = &[
+    "url", "pushurl", "fetch", "push", "tagopt", "prune", "mirror",
+];
+
+/// `branch.<name>.<key>` keys that only hold data (`vscode-merge-base` is
+/// written by VS Code into every repository it switches branches in).
+const INERT_BRANCH: &[&str] = &[
+    "remote",
+    "pushremote",
+    "merge",
+    "rebase",
+    "description",
+    "vscode-merge-base",
+];
+
+/// `submodule.<name>.<key>` keys that only hold data (`update` only with
+/// the values that run no command, checked below).
+const INERT_SUBMODULE: &[&str] = &[
+    "url",
+    "active",
+    "branch",
+    "ignore",
+    "fetchrecursesubmodules",
+];
+
+fn boolean(value: Option<&str>) -> bool {
+    match value {
+        None => true,
+        Some(v) => matches!(
+            v.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""
+        ),
+    }
+}
+
+/// A URL git fetches over a transport that runs a program.
+fn runs_transport(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        let v = v.trim_start().to_ascii_lowercase();
+        v.starts_with("ext::") || v.starts_with("fd::")
+    })
+}
+
+/// A path value that stays inside the repository: relative, without `..`,
+/// not from the home directory.
+fn path_inside(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        !v.is_empty()
+            && !v.starts_with(['/', '~', '\\'])
+            && !v.contains(':')
+            && !v.split(['/', '\\']).any(|c| c == "..")
+    })
+}
+
+/// Whether a key (see [`canonical_key`]) with this value is known to be
+/// harmless: it names no program and no file or repository outside the
+/// one the command runs in. The allowlist behind [`runs_code`] and behind
+/// which `git -c` settings a command may carry.
+pub fn inert(key: &str, value: Option<&str>) -> bool {
     let (section, rest) = key.split_once('.').unwrap_or((key, ""));
-    let name = rest.rsplit('.').next().unwrap_or(rest);
-    let has_sub = rest.contains('.');
-    if EXACT.contains(&key) {
-        return match key {
-            // Values that run nothing.
-            "core.fsmonitor" => !matches!(
+    let (sub, name) = match rest.rsplit_once('.') {
+        Some((sub, name)) => (Some(sub), name),
+        None => (None, rest),
+    };
+    match (section, sub) {
+        ("color" | "advice" | "column", _) => true,
+        // `pager.<cmd> = true` only turns the pager on; a value names one.
+        ("pager", None) => boolean(value),
+        // An alias only runs a shell with `!`; otherwise it runs a git
+        // subcommand, and `git <alias>` is unknown to the classifier.
+        ("alias", None) => !value.is_some_and(|v| v.trim_start().starts_with('!')),
+        ("remote", Some(_)) => INERT_REMOTE.contains(&name) && !runs_transport(value),
+        ("branch", Some(_)) => INERT_BRANCH.contains(&name),
+        ("submodule", Some(_)) => {
+            (INERT_SUBMODULE.contains(&name) && !runs_transport(value))
+                || (name == "update"
+                    && matches!(value, Some("checkout" | "rebase" | "merge" | "none")))
+        }
+        ("core", None) => match name {
+            "fsmonitor" => matches!(
                 value.map(str::to_ascii_lowercase).as_deref(),
                 Some("false" | "no" | "off" | "0" | "")
             ),
-            "core.pager" => !matches!(value, Some("cat" | "less" | "more" | "")),
-            _ => true,
-        };
-    }
-    if has_sub
-        && PER_SUBSECTION
-            .iter()
-            .any(|(s, n)| *s == section && *n == name)
-    {
-        return true;
-    }
-    match section {
-        // `alias.x = !cmd` and `submodule.x.update = !cmd` run a shell.
-        "alias" | "submodule" => value.is_some_and(|v| v.trim_start().starts_with('!')),
-        // `pager.<cmd> = <program>`; a boolean only turns the pager on.
-        "pager" => value.is_some_and(|v| {
-            !matches!(
-                v.to_ascii_lowercase().as_str(),
-                "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""
-            )
-        }),
+            "pager" => matches!(value, Some("cat" | "less" | "more" | "")),
+            "attributesfile" | "excludesfile" => path_inside(value),
+            _ => INERT.contains(&key),
+        },
+        // `help.autocorrect` with a command name would run it.
+        ("help", None) if name == "autocorrect" => {
+            value.is_some_and(|v| v.parse::<i64>().is_ok() || v == "never" || v == "0")
+        }
+        (_, None) => INERT.contains(&key),
         _ => false,
     }
 }

@@ -23,10 +23,36 @@
 //! - **Dynamic words are assumed hostile.** An argument whose value is only
 //!   known at run time (`$X`, `$(...)`) is treated as possibly being any
 //!   option, so `git $SUB` is unknown and `sed "$OPTS" f` may be `-i`.
+//! - **Options are read in every spelling.** Every option of a table entry
+//!   that makes it write, delete, reach the network or run code is a row of
+//!   one table, matched by one rule as `getopt_long`, git's parse-options
+//!   and bash's builtins read options: a long option abbreviated to any
+//!   prefix (a prefix of several counts as each, so the most dangerous
+//!   wins), with its value after `=` or in the next word; a short option
+//!   anywhere in a cluster (`-rp`), its value attached (`-p/bin/rm`); after
+//!   operands; past a `--` that may be an option's value. A flag that lowers
+//!   the risk (`git clean -n`) counts only spelled exactly, and not when a
+//!   negation (`--no-dry-run`) or a run-time word could undo it.
+//! - **Wrappers refuse what they do not know.** A command that runs another
+//!   (`env`, `xargs`, `timeout`, `nice`, `stdbuf`, `exec`, `watch`, `find`,
+//!   `fd`, `cargo`'s global options, `jobs -x`, ...) is unknown when given
+//!   an option it does not know exactly (abbreviations included), since a
+//!   wrong guess shifts where the wrapped command starts or misses what the
+//!   option does (`xargs --process-slot-var=PATH`).
 //! - **Configuration that runs code is code.** `git -c core.pager=...`,
 //!   `GIT_PAGER=... git log`, `LD_PRELOAD=...`, `PATH=...`, and anything that
-//!   changes or unsets such a variable (`unset`, `env -i`, `exec -c`, `read`,
-//!   `declare`, ...) are unknown.
+//!   changes or unsets such a variable are unknown. Every way bash assigns a
+//!   variable named by a word counts as an assignment: `unset`, `env -i`/`-u`
+//!   (in any cluster), `exec -c`, `read` and `mapfile` names and arrays,
+//!   `printf -v`, `wait -p`, `getopts`, `declare`/`typeset`/`local`/`export`/
+//!   `readonly` in every option form, `${VAR:=...}` and `${VAR=...}`
+//!   (indirect `${!v:=...}` is unknown), `{VAR}>file` redirections, `for`
+//!   loops. A name reference (`declare -n`, `typeset -n`, `local -n`, in any
+//!   cluster) is unknown unless its target is a plain, static, unguarded
+//!   name, and a `for` loop over a name reference must loop over such names.
+//!   Guarded variables include `PATH`, `IFS`, `ENV`, every `BASH_*` (such as
+//!   `BASH_ENV` and `BASH_CMDS`), `LD_*`, `GIT_*`, pagers, editors, prompts
+//!   (`PS0`-`PS4`, `PROMPT_COMMAND`) and tool configuration variables.
 //! - **Protected files are their own class.** A write naming `.git/`,
 //!   `.envrc`, `.capstan/`, a `capstan.toml`, shell start-up files,
 //!   `.cargo/config*`, ... (see [`protected_path`]), every `git config`
@@ -43,10 +69,15 @@
 //!   parameters, `REPLY`, `BASH_REMATCH`, ...), or contains a command
 //!   substitution, is unknown. Values the command line computes itself
 //!   (literals, arithmetic) are fine.
-//! - **The repository's configuration is part of the command.** The host
-//!   passes the keys of the git configuration that run programs
-//!   ([`RepoFacts`], read by [`RepoFacts::scan`]) in a [`Context`]; with any
-//!   present, every `git` command is unknown and the reason names the key.
+//! - **The repository's configuration is part of the command, and fails
+//!   closed.** The host passes the keys of the git configuration that are
+//!   not on an allowlist of inert keys ([`RepoFacts`], read by
+//!   [`RepoFacts::scan`]; see [`gitconfig::inert`]) in a [`Context`], with a
+//!   git directory, `commondir` or object alternates outside the workspace;
+//!   with any present, every `git` command is unknown and the reason names
+//!   the key. A repository as `git init`, `git clone`, `git remote add` and
+//!   `git config user.name` leave it has none. `git -c` settings use the
+//!   same allowlist.
 //!
 //! # Policy
 //!
@@ -101,6 +132,10 @@ pub use gitconfig::{ConfigHazard, RepoFacts};
 pub use policy::{Evaluation, Policy, PolicyError, Profile, SandboxMode, Verdict};
 pub use protect::protected_path;
 pub use risk::{Risk, effective_risk};
+/// The table's risk-raising options, for tests that generate their
+/// spellings; not a stable interface.
+#[doc(hidden)]
+pub use table::options::{RISKY_OPTIONS, RiskyOption, Syntax, Value as OptionValue, syntax};
 
 /// What the host knows about where a command will run, beyond its text.
 /// The classifier stays a pure function of the command and this value.

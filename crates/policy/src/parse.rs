@@ -69,6 +69,12 @@ struct Analyzer {
     context: Context,
     /// Variables whose value may be data (see `vars`), with how they got it.
     tainted: Vec<(String, String)>,
+    /// Name references declared (`declare -n r=x`), whose later
+    /// re-pointing by a `for` loop is checked in `finish`.
+    namerefs: Vec<String>,
+    /// `for` loops: the variable, and whether every word is a plain name
+    /// that is not guarded (a `for` over a name reference re-points it).
+    for_loops: Vec<(String, bool)>,
     /// Variables given the integer attribute (`declare -i`), with where.
     integers: Vec<(String, String)>,
     /// Variables named in arithmetic, with the arithmetic text.
@@ -152,6 +158,8 @@ impl Analyzer {
             texts: Vec::new(),
             context: context.clone(),
             tainted: Vec::new(),
+            namerefs: Vec::new(),
+            for_loops: Vec::new(),
             integers: Vec::new(),
             arith_refs: Vec::new(),
             cd_protected: None,
@@ -178,6 +186,7 @@ impl Analyzer {
             }
         }
         self.resolve_arithmetic();
+        self.resolve_namerefs();
         self.resolve_protected();
         self.out
     }
@@ -214,6 +223,24 @@ impl Analyzer {
             if !self.out.findings.iter().any(|f| f.reason == reason) {
                 self.finding(Risk::Unknown, reason);
             }
+        }
+    }
+
+    /// A `for` loop whose variable is a name reference makes it refer to
+    /// each word in turn, so assigning it assigns those variables.
+    fn resolve_namerefs(&mut self) {
+        let found: Vec<String> = self
+            .for_loops
+            .iter()
+            .filter(|(var, plain)| !plain && self.namerefs.contains(var))
+            .map(|(var, _)| {
+                format!(
+                    "`for {var} in ...` loops a name reference over words that are not plain, harmless variable names: assigning `{var}` in the loop assigns them"
+                )
+            })
+            .collect();
+        for reason in found {
+            self.finding(Risk::Unknown, reason);
         }
     }
 
@@ -431,10 +458,17 @@ impl Analyzer {
             CompoundCommand::Subshell(s) => self.compound_list(&s.list, via),
             CompoundCommand::ForClause(f) => {
                 let mut data = f.values.is_none();
+                let mut plain = f.values.is_some();
                 for w in f.values.iter().flatten() {
                     let args = self.word(&w.value, via);
                     data |= args.iter().any(|a| a.dynamic || a.glob);
+                    plain &= args.iter().all(|a| {
+                        a.is_static()
+                            && vars::is_name(&a.text)
+                            && !table::dangerous_env_var(&a.text)
+                    });
                 }
+                self.for_loops.push((f.variable_name.clone(), plain));
                 if data {
                     self.taint(
                         &f.variable_name,
@@ -556,7 +590,12 @@ impl Analyzer {
     /// Scans one source word: classifies its command substitutions and
     /// records its hazards, returning the arguments it expands to.
     fn word(&mut self, raw: &str, via: &Option<String>) -> Vec<Arg> {
-        let scan = scan_word(raw);
+        self.absorb(scan_word(raw), via)
+    }
+
+    /// Records what scanning a word (or an expanded here-document) found,
+    /// returning its arguments.
+    fn absorb(&mut self, scan: crate::word::WordScan, via: &Option<String>) -> Vec<Arg> {
         for h in scan.hazards {
             self.finding(Risk::Unknown, format!("{h}{}", via_suffix(via)));
         }
@@ -566,11 +605,13 @@ impl Analyzer {
         for text in &scan.arith {
             self.arith_use(text);
         }
-        for name in &scan.assigned {
-            self.taint(
-                name,
-                format!("`${{{name}:=...}}` assigns it a run-time value"),
-            );
+        for (name, dynamic) in &scan.assigned {
+            if *dynamic {
+                self.taint(
+                    name,
+                    format!("`${{{name}:=...}}` assigns it a run-time value"),
+                );
+            }
             self.assigns_name(name, "a `${...:=...}` expansion");
         }
         scan.args
@@ -593,6 +634,26 @@ impl Analyzer {
         }
         for (name, value) in &assignments {
             self.assignment(name, value, via);
+        }
+        // `{NAME}>file` opens a descriptor and stores its number in NAME;
+        // the parser reads `{NAME}` as a word. Any such word in a command
+        // with a redirection is taken as that assignment.
+        let redirects = sc
+            .prefix
+            .iter()
+            .flat_map(|p| p.0.iter())
+            .chain(sc.suffix.iter().flat_map(|s| s.0.iter()))
+            .any(|i| matches!(i, CommandPrefixOrSuffixItem::IoRedirect(_)));
+        if redirects {
+            let named: Vec<String> = argv
+                .iter()
+                .filter_map(|a| a.text.strip_prefix('{')?.strip_suffix('}'))
+                .filter(|n| vars::is_name(n))
+                .map(str::to_owned)
+                .collect();
+            for name in named {
+                self.assigns_name(&name, &format!("the redirection `{{{name}}}>`"));
+            }
         }
         if argv.is_empty() {
             return;
@@ -738,17 +799,11 @@ impl Analyzer {
                 let mut dynamic = false;
                 if doc.requires_expansion && (body.contains('$') || body.contains('`')) {
                     dynamic = true;
-                    match word::parse_heredoc(body, &options()) {
-                        Ok(pieces) => {
-                            for p in pieces {
-                                if let word::WordPiece::CommandSubstitution(s)
-                                | word::WordPiece::BackquotedCommandSubstitution(s) = p.piece
-                                {
-                                    self.script(&s, Some("$(...)".into()));
-                                }
-                            }
+                    match crate::word::scan_heredoc(body) {
+                        Some(scan) => {
+                            self.absorb(scan, via);
                         }
-                        Err(_) => self.finding(
+                        None => self.finding(
                             Risk::Unknown,
                             format!("could not analyse a here-document{suffix}"),
                         ),
@@ -897,7 +952,7 @@ impl Analyzer {
             self.finding(
                 Risk::Unknown,
                 format!(
-                    "`{}` reads the repository's git configuration, which sets {}{more}: git may run the program it names{suffix}",
+                    "`{}` reads the repository's git configuration, which has {}{more}, not known to be harmless: git may run a program it names or use files outside the workspace{suffix}",
                     display::argv(&texts_of(&argv)),
                     keys.join(", ")
                 ),
@@ -963,103 +1018,60 @@ impl Analyzer {
     }
 
     /// Shell builtins that give variables values, name them, or evaluate
-    /// them as arithmetic (see `vars`).
+    /// them as arithmetic (see `vars`). Every variable a builtin assigns,
+    /// whether named as an operand or as an option's value (`read -a`,
+    /// `printf -v`, `wait -p`, in a cluster or attached), goes through
+    /// [`Self::name_operand`], which refuses guarded names and names only
+    /// known at run time.
     fn variables(&mut self, name: &str, args: &[Arg]) {
-        let operands = |with_value: &str| -> Vec<&Arg> {
-            let mut out = Vec::new();
-            let mut i = 0;
-            while i < args.len() {
-                let t = args[i].text.as_str();
-                if out.is_empty() && t.len() > 1 && (t.starts_with('-') || t.starts_with('+')) {
-                    if t == "--" {
-                        out.extend(args[i + 1..].iter());
-                        break;
-                    }
-                    // A value-taking option consumes the next word unless
-                    // its value is attached (`-d,` vs `-d ,`).
-                    if let Some(last) = t.chars().last()
-                        && with_value.contains(last)
-                    {
-                        i += 1;
-                    }
-                    i += 1;
-                    continue;
+        let Some(spec) = vars::builtin_options(name) else {
+            if let "let" = name {
+                for a in args {
+                    self.arith_use(&a.text);
                 }
-                out.push(&args[i]);
-                i += 1;
             }
-            out
+            return;
         };
-        let option_value = |flag: char| -> Option<&Arg> {
-            let pos = args.iter().position(|a| {
-                a.text.starts_with('-') && !a.text.starts_with("--") && a.text.ends_with(flag)
-            })?;
-            args.get(pos + 1)
-        };
+        let parsed = vars::parse_builtin(args, spec);
         match name {
             "read" => {
                 let how = "`read` reads it from input".to_owned();
-                if let Some(a) = option_value('a') {
-                    self.name_operand(a, "read", Some(&how));
+                for a in parsed.values('a') {
+                    self.name_operand(&a, "read", Some(&how));
                 }
-                for a in operands("adinNptu") {
+                for a in &parsed.operands {
                     self.name_operand(a, "read", Some(&how));
                 }
             }
             "mapfile" | "readarray" => {
                 let how = format!("`{name}` reads it from input");
-                for a in operands("dnOsuCc") {
+                for a in &parsed.operands {
                     self.name_operand(a, name, Some(&how));
                 }
             }
             "printf" => {
-                if let Some(a) = option_value('v') {
-                    let data = args.iter().any(|x| x.dynamic);
-                    let how = "`printf -v` formats run-time words into it".to_owned();
-                    self.name_operand(a, "printf -v", data.then_some(&how));
+                let data = args.iter().any(|x| x.dynamic);
+                let how = "`printf -v` formats run-time words into it".to_owned();
+                for a in parsed.values('v') {
+                    self.name_operand(&a, "printf -v", data.then_some(&how));
+                }
+            }
+            "wait" => {
+                for a in parsed.values('p') {
+                    self.name_operand(&a, "wait -p", None);
                 }
             }
             "getopts" => {
-                if let Some(a) = operands("").get(1) {
+                if let Some(a) = parsed.operands.get(1) {
                     let how = "`getopts` stores an argument in it".to_owned();
                     self.name_operand(a, "getopts", Some(&how));
                 }
             }
             "declare" | "typeset" | "local" | "export" | "readonly" => {
-                let flags: String = args
-                    .iter()
-                    .take_while(|a| a.text.starts_with('-') || a.text.starts_with('+'))
-                    .filter(|a| a.text.starts_with('-'))
-                    .map(|a| a.text.as_str())
-                    .collect();
-                let integer = flags.contains('i');
-                let nameref = flags.contains('n');
-                for a in operands("") {
-                    let (var, _) = vars::name_and_subscript(&a.text);
-                    let var = var.to_owned();
-                    if integer {
-                        self.integers
-                            .push((var.clone(), format!("{name} -i {var}")));
-                    }
-                    let how = format!("`{name} -n` makes it refer to another variable");
-                    self.name_operand(a, name, nameref.then_some(&how));
-                    if nameref && a.dynamic {
-                        self.finding(
-                            Risk::Unknown,
-                            format!(
-                                "`{name} -n` makes `{var}` refer to a variable named at run time: bash evaluates a name like `a[$(cmd)]` as a subscript, running the command"
-                            ),
-                        );
-                    }
-                }
-            }
-            "let" => {
-                for a in args {
-                    self.arith_use(&a.text);
-                }
+                self.declaration(name, &parsed);
             }
             "unset" => {
-                for a in operands("") {
+                for a in &parsed.operands {
                     self.name_operand(a, "unset", None);
                 }
             }
@@ -1076,13 +1088,75 @@ impl Analyzer {
                 }
             }
             "cd" | "pushd" => {
-                if let Some(a) = operands("").first()
+                if let Some(a) = parsed.operands.first()
                     && (a.dynamic || protect::protected_path(&format!("{}/", a.text)))
                 {
                     self.cd_protected = Some(display::clip(&a.text));
                 }
             }
             _ => {}
+        }
+    }
+
+    /// `declare`, `typeset`, `local`, `export`, `readonly`: every operand
+    /// names a variable they set (or change the attributes of). A name
+    /// reference (`-n`, in any cluster, or a flag word only known at run
+    /// time) makes later assignments to it assignments to its target, so
+    /// the target must be a plain, static name that is not guarded; a
+    /// reference without a target gets it from its current value or the
+    /// next assignment, which is not followed: it is unknown.
+    fn declaration(&mut self, name: &str, parsed: &vars::Builtin) {
+        let integer = parsed.has('-', 'i');
+        let nameref = matches!(name, "declare" | "typeset" | "local")
+            && (parsed.has('-', 'n') || parsed.dynamic_options);
+        // `declare -p`, `-f` and `-F` without assignments only print.
+        if (parsed.has('-', 'p') || parsed.has('-', 'f') || parsed.has('-', 'F'))
+            && parsed
+                .operands
+                .iter()
+                .all(|a| a.is_static() && !a.text.contains('='))
+        {
+            return;
+        }
+        for a in &parsed.operands {
+            let (var, _) = vars::name_and_subscript(&a.text);
+            let var = var.to_owned();
+            if integer {
+                self.integers
+                    .push((var.clone(), format!("{name} -i {var}")));
+            }
+            let how = format!("`{name} -n` makes it refer to another variable");
+            self.name_operand(a, name, nameref.then_some(&how));
+            if !nameref {
+                continue;
+            }
+            if a.dynamic {
+                self.finding(
+                    Risk::Unknown,
+                    format!(
+                        "`{name} -n` makes `{var}` refer to a variable named at run time: bash evaluates a name like `a[$(cmd)]` as a subscript, running the command, and assignments through it may set any variable"
+                    ),
+                );
+                continue;
+            }
+            match a.text.split_once('=').map(|(_, t)| t) {
+                Some(target) if vars::is_name(target) && !table::dangerous_env_var(target) => {
+                    self.namerefs.push(var);
+                }
+                Some(target) => self.finding(
+                    Risk::Unknown,
+                    format!(
+                        "`{name} -n` makes `{var}` refer to `{}`, so assigning `{var}` assigns that variable, which can make programs run other code",
+                        display::clip(target)
+                    ),
+                ),
+                None => self.finding(
+                    Risk::Unknown,
+                    format!(
+                        "`{name} -n {var}` makes `{var}` a name reference whose target (its current value, or the next value given to it) is not followed: assigning it may set any variable"
+                    ),
+                ),
+            }
         }
     }
 

@@ -8,6 +8,13 @@
 //! $(...)`, `getopts`, ...) must never reach arithmetic; the walker records
 //! where each variable gets its value ("tainted" when the value may be data)
 //! and where arithmetic names it, and the two meet in `finish`.
+//!
+//! It also reads the arguments of the builtins that assign variables named
+//! by an argument or an option (`read`, `mapfile`, `printf -v`, `wait -p`,
+//! `getopts`, `declare` and friends), so that every such assignment is
+//! checked like a plain `NAME=value` (see `parse.rs`).
+
+use crate::word::Arg;
 
 /// Variables bash itself (or the sandbox environment) fills with data: file
 /// contents, paths, matches, the last argument of the previous command.
@@ -37,6 +44,98 @@ const DATA: &[&str] = &[
     "COMP_LINE",
     "COMP_WORDS",
 ];
+
+/// A variable name as bash accepts it in an assignment.
+pub(crate) fn is_name(s: &str) -> bool {
+    s.chars().next().is_some_and(is_name_start) && s.chars().all(is_name_char)
+}
+
+/// The value-taking options of a builtin that names variables it assigns,
+/// or `None` for commands that do not. Read as bash's `internal_getopt`
+/// does: clusters, values attached or in the next word, `--` ends them.
+pub(crate) fn builtin_options(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "read" => "adinNptu",
+        "mapfile" | "readarray" => "dnOsuCc",
+        "printf" => "v",
+        "wait" => "p",
+        "declare" | "typeset" | "local" | "export" | "readonly" | "unset" | "getopts" | "test"
+        | "[" | "cd" | "pushd" => "",
+        _ => return None,
+    })
+}
+
+/// A builtin's arguments, parsed (see [`parse_builtin`]).
+#[derive(Debug, Default)]
+pub(crate) struct Builtin {
+    /// Every option letter with its sign (`-` or `+`) and value.
+    pub opts: Vec<(char, char, Option<Arg>)>,
+    /// The operands (variable names, for the builtins that assign).
+    pub operands: Vec<Arg>,
+    /// A word in option position is only known at run time, so it may be
+    /// any option (it is also the first operand).
+    pub dynamic_options: bool,
+}
+
+impl Builtin {
+    pub(crate) fn has(&self, sign: char, letter: char) -> bool {
+        self.opts.iter().any(|(s, l, _)| *s == sign && *l == letter)
+    }
+
+    /// The values given to the option `-letter`.
+    pub(crate) fn values(&self, letter: char) -> Vec<Arg> {
+        self.opts
+            .iter()
+            .filter(|(s, l, _)| *s == '-' && *l == letter)
+            .filter_map(|(_, _, v)| v.clone())
+            .collect()
+    }
+}
+
+/// Parses a builtin's arguments the way bash's `internal_getopt` does:
+/// every letter of a cluster is an option, a value-taking letter (in
+/// `with_value`) takes the rest of its cluster or the next word, `--` or
+/// the first word that is not an option ends the options.
+pub(crate) fn parse_builtin(args: &[Arg], with_value: &str) -> Builtin {
+    let mut out = Builtin::default();
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        let t = a.text.as_str();
+        if a.dynamic {
+            // `"$f"` may expand to `-n`; `x=$v` cannot be an option.
+            out.dynamic_options = !t.starts_with(|c: char| is_name_char(c));
+            break;
+        }
+        if t == "--" {
+            i += 1;
+            break;
+        }
+        let Some(sign) = t.chars().next().filter(|c| *c == '-' || *c == '+') else {
+            break;
+        };
+        if t.len() < 2 {
+            break;
+        }
+        let letters: Vec<char> = t[1..].chars().collect();
+        for (j, &letter) in letters.iter().enumerate() {
+            if with_value.contains(letter) {
+                let rest: String = letters[j + 1..].iter().collect();
+                let value = if rest.is_empty() {
+                    i += 1;
+                    args.get(i).cloned()
+                } else {
+                    Some(Arg::literal(rest))
+                };
+                out.opts.push((sign, letter, value));
+                break;
+            }
+            out.opts.push((sign, letter, None));
+        }
+        i += 1;
+    }
+    out.operands = args.get(i..).unwrap_or(&[]).to_vec();
+    out
+}
 
 /// Whether a variable referenced by name in arithmetic may hold data that
 /// bash would evaluate: a positional parameter (`1`, `@`, a function's

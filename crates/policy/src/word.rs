@@ -10,8 +10,8 @@
 
 use brush_parser::ParserOptions;
 use brush_parser::word::{
-    self, BraceExpressionMember, BraceExpressionOrText, ParameterExpr, ParameterTransformOp,
-    WordPiece, WordPieceWithSource,
+    self, BraceExpressionMember, BraceExpressionOrText, Parameter, ParameterExpr,
+    ParameterTransformOp, WordPiece, WordPieceWithSource,
 };
 
 /// Most words a single source word may brace-expand into before we give up
@@ -67,9 +67,9 @@ pub(crate) struct WordScan {
     /// Texts bash evaluates as arithmetic: `$((...))` bodies, subscripts
     /// and substring offsets of `${...}` expansions.
     pub arith: Vec<String>,
-    /// Variables assigned by `${x:=word}` or `${x=word}` with a dynamic
-    /// word, so their value may be data.
-    pub assigned: Vec<String>,
+    /// Variables assigned by `${x:=word}` or `${x=word}`, with whether the
+    /// word is dynamic (so the value may be data).
+    pub assigned: Vec<(String, bool)>,
 }
 
 /// Whether unquoted text is a glob pattern: `*`, `?`, or a `[...]` class
@@ -128,6 +128,18 @@ pub(crate) fn scan_word(raw: &str) -> WordScan {
         });
     }
     scan
+}
+
+/// Scans the body of a here-document that bash expands (its delimiter was
+/// not quoted) like a double-quoted word: command substitutions,
+/// arithmetic, `${x:=...}` assignments and prompt expansions in it count
+/// as they would anywhere else. `None` if it cannot be parsed.
+pub(crate) fn scan_heredoc(body: &str) -> Option<WordScan> {
+    let pieces = word::parse_heredoc(body, &options()).ok()?;
+    let mut scan = WordScan::default();
+    let mut b = Builder::default();
+    walk(body, &pieces, true, &mut b, &mut scan);
+    Some(scan)
 }
 
 #[derive(Default)]
@@ -201,17 +213,27 @@ fn walk(
                 }
                 scan.arith.extend(crate::vars::expansion_arith(src));
                 if let ParameterExpr::AssignDefaultValues {
-                    default_value: Some(word),
+                    parameter,
+                    indirect,
+                    default_value,
                     ..
                 } = expr
-                    && (word.contains('$') || word.contains('`'))
                 {
-                    let name: String = src
-                        .trim_start_matches("${")
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect();
-                    scan.assigned.push(name);
+                    let dynamic = default_value
+                        .as_deref()
+                        .is_some_and(|w| w.contains('$') || w.contains('`'));
+                    match parameter {
+                        _ if *indirect => scan.hazards.push(format!(
+                            "`{src}` assigns the variable named by the value of another, which is only known at run time"
+                        )),
+                        Parameter::Named(name)
+                        | Parameter::NamedWithIndex { name, .. }
+                        | Parameter::NamedWithAllIndices { name, .. } => {
+                            scan.assigned.push((name.clone(), dynamic));
+                        }
+                        // Positional and special parameters cannot be assigned.
+                        _ => {}
+                    }
                 }
                 scan_nested_text(
                     src.strip_prefix("${").and_then(|s| s.strip_suffix('}')),

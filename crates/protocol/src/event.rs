@@ -202,6 +202,8 @@ pub enum Event {
         cwd: String,
         /// Its classified risk, in the wire spelling of [`Risk`].
         risk: String,
+        /// What it was granted, which the sandbox enforced.
+        grant: crate::Grant,
         /// Exit status; absent when it was killed by a signal or never exited.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,

@@ -10,6 +10,7 @@
 //!
 //! - [`risk`]: how much harm an action could do ([`Risk`]);
 //! - [`policy`]: what a workspace lets run ([`Profile`], [`SandboxMode`]);
+//! - [`grant`]: what one command may do and who said so ([`Grant`]);
 //! - [`usage`]: tokens and cost ([`Usage`], [`estimate_tokens`]);
 //! - [`task`]: one unit of work and how it ended ([`TaskRequest`],
 //!   [`FailureReason`], [`SkipReason`], [`TaskStatus`]...);
@@ -19,6 +20,7 @@
 
 pub mod changes;
 pub mod event;
+pub mod grant;
 pub mod network;
 pub mod policy;
 pub mod risk;
@@ -29,6 +31,7 @@ mod names;
 
 pub use changes::{ChangeKind, ChangeSetState, ChangedFile, EntryType};
 pub use event::{Citation, Envelope, Event, EventSink, NullSink, PROTOCOL_VERSION, StepDecision};
+pub use grant::{Grant, GrantSource};
 pub use names::UnknownName;
 pub use network::{ConnectProtocol, ConnectVerdict, DecidedBy};
 pub use policy::{Profile, SandboxMode};

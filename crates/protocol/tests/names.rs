@@ -33,6 +33,7 @@ fn serde_and_as_str_agree_for_every_closed_set() {
         DecidedBy,
         EntryType,
         FailureReason,
+        GrantSource,
         Profile,
         Risk,
         SandboxMode,

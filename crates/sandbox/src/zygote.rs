@@ -14,8 +14,11 @@
 //!   executed one is. It wipes its environment (the strings, not only the
 //!   pointers) and points its standard streams at `/dev/null`: it keeps none of
 //!   the caller's environment (keys, tokens) and none of its pipes (a reader
-//!   waiting for the caller's EOF is not kept waiting by it). In `ps` it is
-//!   `capstan-zygote`, its launchers `capstan-launch`.
+//!   waiting for the caller's EOF is not kept waiting by it). It overwrites its
+//!   argument block too, so no process of a task shows the caller's command
+//!   line (`--token`, a `--store` URL): in `ps` and `/proc/PID/cmdline` it is
+//!   `capstan-zygote`, its launchers `capstan-launch`; a zygote that cannot do
+//!   so exits, and commands execute the launcher instead.
 //! * It dies with its parent (`PR_SET_PDEATHSIG`, and a check for a parent that
 //!   died before that was set), and it leaves the parent's process group, so a
 //!   terminal's Ctrl-C reaches the caller (which cancels its commands), not it.
@@ -194,6 +197,11 @@ fn zygote_main(sock: OwnedFd, parent: Pid) -> ! {
         libc::setpgid(0, 0);
         libc::prctl(libc::PR_SET_NAME, c"capstan-zygote".as_ptr());
         wipe_environment();
+        // A zygote that cannot hide the caller's command line does not serve:
+        // the caller then executes the launcher, whose arguments are its own.
+        if !overwrite_command_line(b"capstan-zygote") {
+            libc::_exit(0);
+        }
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
         if null >= 0 {
             for fd in 0..3 {
@@ -266,6 +274,45 @@ unsafe fn wipe_environment() {
         }
         libc::clearenv();
     }
+}
+
+/// Overwrites the process's argument block (what `/proc/PID/cmdline` and `ps`
+/// show) with `name` and NULs. The zygote is a fork of the caller, so its block
+/// holds the caller's command line (`serve --token T`, a `--store` URL with a
+/// password); every launcher and the init of every task are forks of the zygote
+/// and would show it to the command inside. The block's bounds come from
+/// `/proc/self/stat` (fields 48 and 49); returns false when they cannot be
+/// read, and the block is then untouched.
+///
+/// # Safety
+/// Single-threaded: nothing else may read the arguments meanwhile.
+unsafe fn overwrite_command_line(name: &[u8]) -> bool {
+    let Some((start, end)) = argument_block() else {
+        return false;
+    };
+    let len = end - start;
+    // SAFETY: [start, end) is this process's own argument block, writable stack
+    // memory the kernel set up at exec; the caller guarantees no concurrent use.
+    unsafe {
+        let block = start as *mut u8;
+        std::ptr::write_bytes(block, 0, len);
+        // Keep the final NUL: the kernel then reads the block as is.
+        let keep = name.len().min(len - 1);
+        std::ptr::copy_nonoverlapping(name.as_ptr(), block, keep);
+    }
+    true
+}
+
+/// The bounds of this process's argument block (`arg_start`, `arg_end`).
+fn argument_block() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // `rest` starts at field 3 (state); arg_start is field 48, arg_end 49.
+    let start = fields.get(45)?.parse().ok()?;
+    let end = fields.get(46)?.parse().ok()?;
+    (start > 0 && end > start).then_some((start, end))
 }
 
 fn reap_exited() {
@@ -358,6 +405,8 @@ fn fork_launcher(sock: &OwnedFd, sigfd: &SignalFd, fds: [OwnedFd; 3]) {
                 libc::close(sigfd.as_raw_fd());
                 libc::setpgid(0, 0);
                 libc::prctl(libc::PR_SET_NAME, c"capstan-launch".as_ptr());
+                // Already blank (the zygote's); this only renames it.
+                overwrite_command_line(b"capstan-launch");
                 for (target, fd) in fds.iter().enumerate() {
                     libc::dup2(fd.as_raw_fd(), target as i32);
                 }

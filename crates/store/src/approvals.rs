@@ -6,7 +6,7 @@ use crate::error::{Result, StoreError};
 use crate::{Approval, Durability, NewApproval, SqliteStore, constraint_code, now_rfc3339};
 
 const COLUMNS: &str = "id, run_id, task_id, action, command, cwd, risk, reasons, decision, \
-                       decided_by, created_at, decided_at";
+                       decided_by, created_at, decided_at, grant_json";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     let reasons: String = r.get(7)?;
@@ -26,7 +26,22 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         decided_by: r.get(9)?,
         created_at: r.get(10)?,
         decided_at: r.get(11)?,
+        grant: r
+            .get::<_, Option<String>>(12)?
+            .map(|g| serde_json::from_str(&g))
+            .transpose()
+            .map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(12, rusqlite::types::Type::Text, e.into())
+            })?,
     })
+}
+
+/// The grant as stored: JSON text, or NULL.
+pub(crate) fn grant_json(a: &NewApproval<'_>) -> Result<Option<String>> {
+    a.grant
+        .map(|g| serde_json::to_string(&g))
+        .transpose()
+        .map_err(|e| StoreError::InvalidArgument(format!("approval grant: {e}")))
 }
 
 impl SqliteStore {
@@ -37,12 +52,13 @@ impl SqliteStore {
         let reasons = serde_json::to_string(a.reasons)
             .map_err(|e| StoreError::InvalidArgument(format!("approval reasons: {e}")))?;
         let decided_at = now_rfc3339();
+        let grant = grant_json(a)?;
         self.write(Durability::Durable, |c| {
             self.require(c, "runs", "run", a.run_id)?;
             c.prepare_cached(
                 "INSERT INTO approvals (id, run_id, task_id, action, command, cwd, risk, reasons,
-                     decision, decided_by, created_at, decided_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                     decision, decided_by, created_at, decided_at, grant_json)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -57,7 +73,8 @@ impl SqliteStore {
                     a.decision,
                     a.decided_by,
                     a.requested_at,
-                    decided_at
+                    decided_at,
+                    grant
                 ])
             })
             .map_err(|e| match constraint_code(&e) {
@@ -80,6 +97,7 @@ impl SqliteStore {
             reasons: a.reasons.to_vec(),
             decision: a.decision,
             decided_by: a.decided_by,
+            grant: a.grant,
             created_at: a.requested_at.to_owned(),
             decided_at,
         })

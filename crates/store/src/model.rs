@@ -342,6 +342,9 @@ pub struct NewApproval<'a> {
     pub decision: Decision,
     /// Who decided it.
     pub decided_by: DecidedBy,
+    /// What the action was granted when it was let run (`None` when it was
+    /// not, or the action is not a command).
+    pub grant: Option<capstan_protocol::Grant>,
     /// When the request was made (the decision time is the time of recording).
     pub requested_at: &'a str,
 }
@@ -369,6 +372,10 @@ pub struct Approval {
     pub decision: Decision,
     /// Who decided it.
     pub decided_by: DecidedBy,
+    /// What the action was granted when it was let run: the sandbox gave a
+    /// command exactly this (`None` when it did not run, or for older rows).
+    #[serde(default)]
+    pub grant: Option<capstan_protocol::Grant>,
     /// When the request was made.
     pub created_at: String,
     /// When the decision was recorded (RFC 3339, milliseconds, UTC).

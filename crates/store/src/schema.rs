@@ -200,6 +200,12 @@ CREATE INDEX runs_by_user ON runs(user_name, started_at) WHERE user_name IS NOT 
     r#"
 ALTER TABLE runs ADD COLUMN checkpoint TEXT;
 "#,
+    // v9: the grant an approved command ran under (what the sandbox let it
+    // do, and who said so), as JSON; NULL when nothing ran and in older rows.
+    r#"
+ALTER TABLE approvals ADD COLUMN grant_json TEXT
+    CHECK (grant_json IS NULL OR json_valid(grant_json));
+"#,
 ];
 
 /// Reads the header and refuses files this build must not touch. Writes

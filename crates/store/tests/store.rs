@@ -1438,10 +1438,15 @@ fn approvals_round_trip(kind: Kind) {
             reasons: &reasons,
             decision: Decision::ApprovedForSession,
             decided_by: DecidedBy::User,
+            grant: Some(capstan_protocol::Grant::for_risk(
+                capstan_protocol::GrantSource::Approval,
+                capstan_protocol::Risk::Delete,
+            )),
             requested_at: &requested,
         })
         .unwrap();
     assert_eq!(a.created_at, requested);
+    assert_eq!(a.grant.map(|g| (g.write, g.network)), Some((true, false)));
     for (i, (decision, by)) in [
         (Decision::Denied, DecidedBy::Policy),
         (Decision::Expired, DecidedBy::Flag),
@@ -1462,6 +1467,7 @@ fn approvals_round_trip(kind: Kind) {
                 reasons: &[],
                 decision,
                 decided_by: by,
+                grant: None,
                 requested_at: &capstan_store::now_rfc3339(),
             })
             .unwrap();
@@ -1480,6 +1486,7 @@ fn approvals_round_trip(kind: Kind) {
     assert_eq!(all[1].decision, Decision::Denied);
     assert_eq!(all[2].decided_by, DecidedBy::Flag);
     assert!(all[1].reasons.is_empty());
+    assert_eq!(all[1].grant, None, "a denial ran nothing");
     // Bounded to the most recent, still oldest first.
     let last = store.list_approvals(None, 1).unwrap();
     assert_eq!(last.len(), 1);
@@ -1496,6 +1503,7 @@ fn approvals_round_trip(kind: Kind) {
         reasons: &[],
         decision: Decision::Denied,
         decided_by: DecidedBy::User,
+        grant: None,
         requested_at: &requested,
     };
     assert!(matches!(
@@ -1620,6 +1628,7 @@ fn a_version_5_file_keeps_its_approvals_and_accepts_approved_always() {
         reasons: &[],
         decision,
         decided_by: DecidedBy::User,
+        grant: None,
         requested_at: "2026-01-01T00:00:00Z",
     };
     store
@@ -1772,6 +1781,7 @@ fn approve(store: &Store, run_id: &str) {
             reasons: &[],
             decision: Decision::Approved,
             decided_by: DecidedBy::User,
+            grant: None,
             requested_at: &capstan_store::now_rfc3339(),
         })
         .unwrap();

@@ -632,6 +632,7 @@ impl App {
                 reasons: &a.reasons,
                 decision: capstan_store::Decision::Aborted,
                 decided_by: capstan_store::DecidedBy::Policy,
+                grant: None,
                 requested_at: &a.requested_at,
             });
             if let Err(e) = recorded {

@@ -1,7 +1,7 @@
 //! Copying tools (`dd`, `tar`, `rsync`).
 
 use super::Cmd;
-use super::args::{has_flag, has_short, operands, surely_flag};
+use super::args::{operands, surely_flag};
 use super::dispatch::{is_net_device, is_null_device};
 use crate::risk::Risk;
 pub(super) fn dd(c: &mut Cmd<'_>) {
@@ -34,21 +34,39 @@ pub(super) fn dd(c: &mut Cmd<'_>) {
 
 pub(super) fn tar(c: &mut Cmd<'_>) {
     let args = c.args;
-    if has_flag(
-        args,
-        &[
-            "--to-command",
-            "--use-compress-program",
-            "-I",
-            "--checkpoint-action",
-            "--rsh-command",
-            "--info-script",
-            "--new-volume-script",
-            "-F",
-        ],
-    ) {
-        c.unknown("runs a helper program");
+    // Its helper-program options are rows of `options::RISKY_OPTIONS`;
+    // the old style (`tar xfI a.tar prog`, a first word without a dash)
+    // is a cluster too, each letter taking the next word as its value.
+    if args
+        .first()
+        .is_some_and(|a| !a.text.starts_with('-') && (a.text.contains('I') || a.text.contains('F')))
+    {
+        c.unknown("runs a helper program (`I` or `F` in its bundled options)");
         return;
+    }
+    // `-f host:file` (without `--force-local`) runs a remote shell.
+    let archives = args.iter().enumerate().filter_map(|(i, a)| {
+        let t = a.text.as_str();
+        if let Some(v) = t.strip_prefix("--file=") {
+            return Some(v);
+        }
+        let cluster = t.strip_prefix('-').filter(|r| !r.starts_with('-'));
+        let bundled = i == 0 && !t.starts_with('-');
+        match cluster.or(bundled.then_some(t)) {
+            Some(opts) => match opts.split_once('f') {
+                Some((_, "")) => args.get(i + 1).map(|v| v.text.as_str()),
+                Some((_, v)) if !bundled => Some(v),
+                Some(_) => args.get(i + 1).map(|v| v.text.as_str()),
+                None => None,
+            },
+            None => None,
+        }
+    });
+    let remote = archives
+        .into_iter()
+        .any(|f| f.split('/').next().is_some_and(|h| h.contains(':')));
+    if remote && !surely_flag(args, &["--force-local"]) {
+        c.network();
     }
     // The first argument may be a bundled mode without a dash (`tar xzf`).
     let mode: String = args
@@ -80,10 +98,6 @@ pub(super) fn tar(c: &mut Cmd<'_>) {
 
 pub(super) fn rsync(c: &mut Cmd<'_>) {
     let args = c.args;
-    if has_flag(args, &["--rsh", "--rsync-path"]) || has_short(args, 'e') {
-        c.unknown("runs a remote shell command");
-        return;
-    }
     let remote = operands(args).iter().any(|a| {
         a.dynamic || a.text.starts_with("rsync://") || {
             let before_slash = a.text.split('/').next().unwrap_or("");

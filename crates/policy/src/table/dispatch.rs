@@ -1,13 +1,13 @@
 //! Dispatch: the one match from a program name to its rule.
 
-use super::args::{OptSpec, any_dynamic, has_flag, has_short, operands, surely_flag};
+use super::args::{OptSpec, any_dynamic, operands, surely_flag};
 use super::copying::{dd, rsync, tar};
 use super::find::{fd, find, parallel, watch};
 use super::git::git;
 use super::text::{awk, sed};
 use super::toolchains::{cargo, docker, go, npm, package_manager, pip, rustup, uv, yarn};
 use super::wrappers::{
-    dangerous_env_var, shell, trap, wrap_command, wrap_env, wrap_nice, wrap_privileged,
+    dangerous_env_var, shell, trap, wrap_command, wrap_env, wrap_exec, wrap_nice, wrap_privileged,
     wrap_simple, wrap_time, wrap_timeout, wrap_xargs,
 };
 use super::{Cmd, DELETE, Effect, INTERPRETERS, NETWORK, POSIX_SHELLS, READ_ONLY, WRITE};
@@ -54,22 +54,7 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
         ),
         "command" => wrap_command(c),
         "builtin" => c.run(args.to_vec(), "builtin"),
-        "exec" if args.first().is_some_and(|a| {
-            a.dynamic || (a.text.starts_with('-') && a.text.len() > 1 && a.text[1..].contains('c'))
-        }) =>
-        {
-            c.unknown("runs a command with an empty environment, dropping the host's safety settings for git")
-        }
-        "exec" => wrap_simple(
-            c,
-            name,
-            &OptSpec {
-                short_val: "a",
-                short_flag: "cl",
-                long_val: &[],
-                long_flag: &[],
-            },
-        ),
+        "exec" => wrap_exec(c),
         "busybox" => c.run(args.to_vec(), "busybox"),
         "xargs" => wrap_xargs(c),
         "find" => find(c),
@@ -98,12 +83,7 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
         "enable" | "complete" | "compgen" | "bind" | "fc" | "coproc" => {
             c.unknown("is a shell builtin that can run or load arbitrary code")
         }
-        "mapfile" | "readarray" if has_flag(args, &["-C"]) => {
-            c.unknown("runs a callback for each line")
-        }
-        "hash" if has_flag(args, &["-p"]) => {
-            c.unknown("re-points a command name at another program")
-        }
+        "jobs" => jobs(c),
         "export" | "declare" | "typeset" | "local" | "readonly"
             if args.iter().any(|a| {
                 a.text
@@ -119,8 +99,6 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
             // expression or array subscript, where bash runs `$(...)`.
             if args.iter().any(|a| a.literal_code) {
                 c.unknown("evaluates text containing a command substitution as an arithmetic expression or subscript, which runs it");
-            } else if name == "printf" && (has_flag(args, &["-v"])) {
-                c.risk(Risk::ReadOnly, "only sets a shell variable");
             } else {
                 c.read_only();
             }
@@ -144,7 +122,7 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
         "git" => git(c),
         "cargo" => cargo(c),
         "rustc" | "rustdoc" => {
-            if surely_flag(args, &["--version", "-V", "--print", "-vV"]) {
+            if rustc_only_prints(args) {
                 c.read_only();
             } else {
                 c.write();
@@ -190,17 +168,11 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
         }
         "sed" => sed(c),
         "awk" | "gawk" | "mawk" | "nawk" => awk(c),
-        "sort" => {
-            if has_flag(args, &["--compress-program"]) {
-                c.unknown("runs a compression program");
-            } else if has_flag(args, &["-o", "--output"]) || has_short(args, 'o') {
-                c.write();
-            } else {
-                c.read_only();
-            }
-        }
+        // Their risky options are rows of `options::RISKY_OPTIONS`.
+        "sort" | "tree" | "file" | "iconv" | "history" | "cloc" | "ag" | "rg" | "bat"
+        | "batcat" => c.read_only(),
         "uniq" | "xxd" => {
-            if operands(args).len() >= 2 || (name == "xxd" && has_short(args, 'r')) {
+            if operands(args).len() >= 2 {
                 c.write();
             } else {
                 c.read_only();
@@ -222,26 +194,12 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
                 c.write();
             }
         }
-        "tree" => {
-            if has_flag(args, &["-o"]) {
-                c.write()
-            } else {
-                c.read_only()
-            }
-        }
-        "file" => {
-            if has_flag(args, &["-C", "--compile"]) {
-                c.write()
-            } else {
-                c.read_only()
-            }
-        }
         "date" => {
             // `date MMDDhhmm[[CC]YY][.ss]` and `date -s` set the clock.
             let sets_clock = operands(args).iter().any(|a| {
                 !a.text.is_empty() && a.text.chars().all(|ch| ch.is_ascii_digit() || ch == '.')
             });
-            if has_flag(args, &["-s", "--set"]) || sets_clock {
+            if sets_clock {
                 c.unknown("sets the system clock");
             } else {
                 c.read_only();
@@ -257,28 +215,6 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
         "less" | "more" | "most" => {
             if args.iter().any(|a| a.dynamic || a.text.starts_with('+')) {
                 c.unknown("is given start-up commands, which can run a shell");
-            } else if name == "less"
-                && (has_flag(args, &["--log-file", "--LOG-FILE"])
-                    || has_short(args, 'o')
-                    || has_short(args, 'O'))
-            {
-                c.risk(Risk::Write, "copies its input to a log file (`-o`)");
-            } else {
-                c.read_only();
-            }
-        }
-        "iconv" => {
-            if has_flag(args, &["-o", "--output"]) || has_short(args, 'o') {
-                c.risk(Risk::Write, "writes its output to a file (`-o`)");
-            } else {
-                c.read_only();
-            }
-        }
-        "history" => {
-            // `-w`/`-a` write the history file named by the operand; `-r`
-            // and `-n` only read, `-c`/`-d`/`-s` change the in-memory list.
-            if has_short(args, 'w') || has_short(args, 'a') {
-                c.risk(Risk::Write, "writes the history to a file");
             } else {
                 c.read_only();
             }
@@ -292,43 +228,19 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
                 c.read_only();
             }
         }
-        "cloc" => {
-            if has_flag(args, &["--extract-with", "--script-lang", "--force-lang-def", "--read-lang-def"]) {
-                c.unknown("runs an extraction command or loads language definitions from a file");
-            } else if has_flag(
-                args,
-                &[
-                    "--out",
-                    "--report-file",
-                    "--sql",
-                    "--sql-append",
-                    "--write-lang-def",
-                    "--write-lang-def-incl-dup",
-                    "--categorized",
-                    "--counted",
-                    "--ignored",
-                    "--found",
-                    "--unique",
-                    "--sum-reports",
-                ],
-            ) {
-                c.risk(Risk::Write, "writes a report file");
-            } else {
-                c.read_only();
-            }
-        }
-        "ag" | "ack" => {
-            if has_flag(args, &["--pager"]) {
-                c.unknown("runs a pager program");
-            } else if name == "ack" && !surely_flag(args, &["--noenv"]) {
-                c.unknown("reads a project `.ackrc`, which can name a pager program (pass `--noenv`)");
+        "ack" => {
+            if !surely_flag(args, &["--noenv"]) {
+                c.unknown(
+                    "reads a project `.ackrc`, which can name a pager program (pass `--noenv`)",
+                );
             } else {
                 c.read_only();
             }
         }
         "fzf" => {
-            if has_flag(args, &["--preview", "--bind", "--with-shell", "--listen", "--listen-unsafe", "--history"])
-                || args.iter().any(|a| a.text.contains("execute") || a.text.contains("become"))
+            if args
+                .iter()
+                .any(|a| a.text.contains("execute") || a.text.contains("become"))
             {
                 c.unknown("runs commands (`--preview`, `--bind`) or listens on a port");
             } else {
@@ -339,20 +251,6 @@ pub(super) fn dispatch(c: &mut Cmd<'_>, name: &str) {
             Risk::Network,
             "looks names up through NSS, which may query DNS or directory servers",
         ),
-        "rg" => {
-            if has_flag(args, &["--pre"]) {
-                c.unknown("runs a preprocessor command on every file");
-            } else {
-                c.read_only();
-            }
-        }
-        "bat" | "batcat" => {
-            if has_flag(args, &["--pager"]) {
-                c.unknown("runs a pager command")
-            } else {
-                c.read_only()
-            }
-        }
         "dd" => dd(c),
         "tar" | "bsdtar" => tar(c),
         "unzip" => {
@@ -397,4 +295,79 @@ pub(super) fn is_null_device(path: &str) -> bool {
 
 pub(super) fn is_net_device(path: &str) -> bool {
     path.starts_with("/dev/tcp/") || path.starts_with("/dev/udp/")
+}
+
+/// `jobs -x command [args]` runs the command (with job specs replaced by
+/// process ids); any other `jobs` only lists jobs.
+fn jobs(c: &mut Cmd<'_>) {
+    let args = c.args;
+    let mut i = 0;
+    let mut execute = false;
+    while let Some(a) = args.get(i) {
+        if a.dynamic {
+            c.unknown("has options that come from a variable, which could be `-x`");
+            return;
+        }
+        if a.text == "--" {
+            i += 1;
+            break;
+        }
+        if a.text.len() < 2 || !a.text.starts_with('-') {
+            break;
+        }
+        execute |= a.text.contains('x');
+        i += 1;
+    }
+    if execute {
+        c.run(args[i..].to_vec(), "jobs -x");
+    } else {
+        c.read_only();
+    }
+}
+
+/// `rustc -V`, `rustc --version --verbose` and `rustc --print <info>` only
+/// print; anything else (an input file, `--print` of what a compilation
+/// produces, ...) compiles.
+fn rustc_only_prints(args: &[Arg]) -> bool {
+    const INFO: &[&str] = &[
+        "sysroot",
+        "cfg",
+        "target-list",
+        "target-cpus",
+        "target-features",
+        "host-tuple",
+        "target-libdir",
+        "split-debuginfo",
+        "code-models",
+        "relocation-models",
+        "tls-models",
+        "stack-protector-strategies",
+        "calling-conventions",
+        "all-target-specs-json",
+        "target-spec-json",
+        "deployment-target",
+        "supported-crate-types",
+    ];
+    if args.is_empty() {
+        return false;
+    }
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        if !a.is_static() {
+            return false;
+        }
+        match a.text.as_str() {
+            "--version" | "-V" | "-vV" | "-Vv" | "--verbose" | "-v" => {}
+            "--print" => match args.get(i + 1) {
+                Some(v) if v.is_static() && INFO.contains(&v.text.as_str()) => i += 1,
+                _ => return false,
+            },
+            t => match t.strip_prefix("--print=") {
+                Some(v) if INFO.contains(&v) => {}
+                _ => return false,
+            },
+        }
+        i += 1;
+    }
+    true
 }

@@ -1,9 +1,131 @@
 //! `find` and friends: commands whose options run other commands.
 
-use super::args::{OptSpec, any_dynamic, has_flag, has_short, skip_opts};
+use super::args::{OptSpec, any_dynamic, parse_opts};
 use super::{Cmd, Effect};
+use crate::display;
 use crate::risk::Risk;
 use crate::word::Arg;
+/// Every primary, operator and option of GNU and BSD `find` that neither
+/// runs nor writes anything, with whether it takes a value. Anything else
+/// in the expression is refused (a wrapper's rule: what is not known may
+/// run something).
+const FIND_KNOWN: &[(&str, bool)] = &[
+    // Options.
+    ("-H", false),
+    ("-L", false),
+    ("-P", false),
+    ("-E", false),
+    ("-X", false),
+    ("-s", false),
+    ("-x", false),
+    ("-d", false),
+    ("-f", true),
+    ("-D", true),
+    ("-O0", false),
+    ("-O1", false),
+    ("-O2", false),
+    ("-O3", false),
+    ("-depth", false),
+    ("-maxdepth", true),
+    ("-mindepth", true),
+    ("-mount", false),
+    ("-xdev", false),
+    ("-noleaf", false),
+    ("-ignore_readdir_race", false),
+    ("-noignore_readdir_race", false),
+    ("-daystart", false),
+    ("-follow", false),
+    ("-regextype", true),
+    ("-warn", false),
+    ("-nowarn", false),
+    ("-files0-from", true),
+    ("-help", false),
+    ("--help", false),
+    ("-version", false),
+    ("--version", false),
+    // Tests.
+    ("-amin", true),
+    ("-anewer", true),
+    ("-atime", true),
+    ("-cmin", true),
+    ("-cnewer", true),
+    ("-ctime", true),
+    ("-empty", false),
+    ("-executable", false),
+    ("-false", false),
+    ("-fstype", true),
+    ("-gid", true),
+    ("-group", true),
+    ("-ilname", true),
+    ("-iname", true),
+    ("-inum", true),
+    ("-ipath", true),
+    ("-iregex", true),
+    ("-iwholename", true),
+    ("-links", true),
+    ("-lname", true),
+    ("-mmin", true),
+    ("-mtime", true),
+    ("-name", true),
+    ("-newer", true),
+    ("-nogroup", false),
+    ("-nouser", false),
+    ("-path", true),
+    ("-perm", true),
+    ("-readable", false),
+    ("-regex", true),
+    ("-samefile", true),
+    ("-size", true),
+    ("-true", false),
+    ("-type", true),
+    ("-uid", true),
+    ("-used", true),
+    ("-user", true),
+    ("-wholename", true),
+    ("-writable", false),
+    ("-xtype", true),
+    ("-context", true),
+    ("-neweraa", true),
+    ("-newerac", true),
+    ("-neweram", true),
+    ("-newerat", true),
+    ("-newerca", true),
+    ("-newercc", true),
+    ("-newercm", true),
+    ("-newerct", true),
+    ("-newerma", true),
+    ("-newermc", true),
+    ("-newermm", true),
+    ("-newermt", true),
+    ("-newerBt", true),
+    ("-newerBm", true),
+    ("-Bmin", true),
+    ("-Btime", true),
+    ("-Bnewer", true),
+    ("-flags", true),
+    ("-acl", false),
+    ("-nofollow", false),
+    ("-sparse", false),
+    ("-xattr", false),
+    ("-xattrname", true),
+    // Actions that only print, and operators.
+    ("-print", false),
+    ("-print0", false),
+    ("-printf", true),
+    ("-ls", false),
+    ("-prune", false),
+    ("-quit", false),
+    ("-not", false),
+    ("-and", false),
+    ("-or", false),
+    ("-a", false),
+    ("-o", false),
+    ("!", false),
+    ("(", false),
+    (")", false),
+    (",", false),
+];
+
 pub(super) fn find(c: &mut Cmd<'_>) {
     let args = c.args;
     if any_dynamic(args) {
@@ -18,10 +140,11 @@ pub(super) fn find(c: &mut Cmd<'_>) {
         match t {
             "-exec" | "-execdir" | "-ok" | "-okdir" => {
                 let start = i + 1;
-                let Some(end) = args[start..]
-                    .iter()
-                    .position(|a| a.text == ";" || a.text == "+")
-                else {
+                // `+` ends the command only right after `{}`; anywhere
+                // else it is an argument of the command.
+                let Some(end) = args[start..].iter().enumerate().position(|(k, a)| {
+                    a.text == ";" || (a.text == "+" && k > 0 && args[start + k - 1].text == "{}")
+                }) else {
                     c.unknown("has an `-exec` without a terminating `;` or `+`");
                     return;
                 };
@@ -42,8 +165,34 @@ pub(super) fn find(c: &mut Cmd<'_>) {
             "-delete" => {
                 risk = risk.max(Risk::Delete);
             }
-            "-fprint" | "-fprint0" | "-fprintf" | "-fls" => {
+            "-fprint" | "-fprint0" | "-fls" => {
                 risk = risk.max(Risk::Write);
+                i += 1;
+            }
+            "-fprintf" => {
+                risk = risk.max(Risk::Write);
+                i += 2;
+            }
+            _ if t.starts_with('-') || matches!(t, "!" | "(" | ")" | ",") => {
+                // `-newerXY` for any two of `a`, `B`, `c`, `m` (and `t`).
+                let newer = t
+                    .strip_prefix("-newer")
+                    .is_some_and(|xy| xy.len() == 2 && xy.chars().all(|ch| "aBcmt".contains(ch)));
+                let known = FIND_KNOWN
+                    .iter()
+                    .find(|(n, _)| *n == t)
+                    .or(newer.then_some(&("-newerXY", true)));
+                match known {
+                    Some((_, true)) => i += 1,
+                    Some((_, false)) => {}
+                    None => {
+                        c.unknown(&format!(
+                            "has `{}`, which is not a `find` expression it knows",
+                            display::clip(t)
+                        ));
+                        return;
+                    }
+                }
             }
             _ => {}
         }
@@ -61,11 +210,19 @@ pub(super) fn find(c: &mut Cmd<'_>) {
 
 pub(super) fn fd(c: &mut Cmd<'_>) {
     let args = c.args;
+    let exec = ["-x", "--exec", "-X", "--exec-batch"];
     if let Some(pos) = args.iter().position(|a| {
-        a.dynamic || matches!(a.text.as_str(), "-x" | "--exec" | "-X" | "--exec-batch")
+        super::options::any_spells(std::slice::from_ref(a), &exec, &Default::default())
     }) {
         if args[pos].dynamic {
             c.unknown("has arguments from a variable, which could be `--exec`");
+            return;
+        }
+        if !exec.contains(&args[pos].text.as_str()) {
+            c.unknown(&format!(
+                "`{}` may run a command (`--exec` in another spelling), which is not analysed",
+                display::clip(&args[pos].text)
+            ));
             return;
         }
         c.read_only();
@@ -109,9 +266,10 @@ pub(super) fn watch(c: &mut Cmd<'_>) {
             "no-rerun",
         ],
     };
-    match skip_opts(c.args, &spec, "watch") {
-        Ok(i) if i < c.args.len() => {
-            if has_flag(&c.args[..i], &["-x", "--exec"]) || has_short(&c.args[..i], 'x') {
+    match parse_opts(c.args, &spec, "watch") {
+        Ok(p) if p.end < c.args.len() => {
+            let i = p.end;
+            if p.has(&["x", "exec"]) {
                 let inner = c.args[i..].to_vec();
                 c.run(inner, "watch");
             } else if any_dynamic(&c.args[i..]) {

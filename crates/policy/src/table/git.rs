@@ -1,86 +1,31 @@
 //! git: subcommands, and the config keys that make git run programs.
 
-use super::args::{any_dynamic, has_flag, has_short, operands, surely_flag};
-use super::{Cmd, Effect};
+use super::args::{any_dynamic, has_flag, operands, surely_flag};
+use super::{Cmd, Effect, options};
 use crate::display;
+use crate::gitconfig::{canonical_key, inert};
 use crate::risk::Risk;
 use crate::word::Arg;
-/// `git -c` keys that cannot make git run another program. Everything else
-/// (pagers, editors, aliases, hooks, fsmonitor, ssh commands, filters,
-/// credential helpers, includes, ...) is treated as arbitrary code.
+
+/// Whether a `git -c key=value` setting is inert (see
+/// [`crate::gitconfig::inert`]): the same allowlist as the repository's own
+/// configuration. Everything else (pagers, editors, aliases, hooks,
+/// fsmonitor, ssh commands, filters, credential helpers, includes, keys
+/// this list does not know) is treated as arbitrary code.
 pub(super) fn git_config_safe(kv: &str) -> bool {
-    let (key, value) = kv.split_once('=').unwrap_or((kv, "true"));
-    let key = key.to_ascii_lowercase();
-    const EXACT: &[&str] = &[
-        "user.name",
-        "user.email",
-        "core.quotepath",
-        "core.autocrlf",
-        "core.safecrlf",
-        "core.eol",
-        "core.filemode",
-        "core.ignorecase",
-        "core.abbrev",
-        "core.precomposeunicode",
-        "init.defaultbranch",
-        "diff.algorithm",
-        "diff.renames",
-        "diff.noprefix",
-        "diff.mnemonicprefix",
-        "diff.relative",
-        "diff.context",
-        "diff.interhunkcontext",
-        "diff.colormoved",
-        "diff.indentheuristic",
-        "diff.statgraphwidth",
-        "merge.conflictstyle",
-        "merge.ff",
-        "pull.rebase",
-        "pull.ff",
-        "rebase.autosquash",
-        "rebase.autostash",
-        "commit.gpgsign",
-        "tag.gpgsign",
-        "format.pretty",
-        "i18n.commitencoding",
-        "i18n.logoutputencoding",
-        "status.short",
-        "status.branch",
-        "status.showuntrackedfiles",
-        "grep.linenumber",
-        "grep.patterntype",
-        "grep.extendedregexp",
-        "blame.date",
-        "branch.sort",
-        "tag.sort",
-        "push.default",
-        "push.autosetupremote",
-        "log.date",
-        "log.decorate",
-        "log.follow",
-        "log.abbrevcommit",
-        "log.showroot",
-        "gc.auto",
-        "maintenance.auto",
-        "fetch.prune",
-        "help.autocorrect",
-        "core.longpaths",
-    ];
-    if EXACT.contains(&key.as_str()) {
-        // `help.autocorrect` with a command name would run it.
-        return key != "help.autocorrect" || value.parse::<i64>().is_ok() || value == "never";
+    match kv.split_once('=') {
+        Some((key, value)) => inert(&canonical_key(key), Some(value)),
+        None => inert(&canonical_key(kv), None),
     }
-    if key.starts_with("color.") || key.starts_with("advice.") || key.starts_with("column.") {
-        return true;
-    }
-    let boolean = matches!(
-        value.to_ascii_lowercase().as_str(),
-        "true" | "false" | "yes" | "no" | "on" | "off" | "0" | "1" | ""
-    );
-    if key.starts_with("pager.") && boolean {
-        return true;
-    }
-    key == "core.pager" && matches!(value, "cat" | "less" | "more" | "")
+}
+
+/// `--config-env=key=ENVVAR` takes the value from a variable whose value
+/// is not known: only keys inert whatever their value are safe.
+fn git_config_env_safe(kv: &str) -> bool {
+    let key = canonical_key(kv.split_once('=').map_or(kv, |(k, _)| k));
+    ["sh -c x", "!sh", "/tmp/x", "ext::sh"]
+        .iter()
+        .all(|v| inert(&key, Some(v)))
 }
 
 pub(super) fn git(c: &mut Cmd<'_>) {
@@ -109,7 +54,12 @@ pub(super) fn git(c: &mut Cmd<'_>) {
                     c.unknown("has a `-c` without a value");
                     return;
                 };
-                if kv.dynamic || !git_config_safe(&kv.text) {
+                let safe = if t == "-c" {
+                    git_config_safe(&kv.text)
+                } else {
+                    git_config_env_safe(&kv.text)
+                };
+                if kv.dynamic || !safe {
                     c.unknown(&format!(
                         "sets git config `{}`, which can make git run arbitrary programs",
                         display::clip(&kv.text)
@@ -142,7 +92,7 @@ pub(super) fn git(c: &mut Cmd<'_>) {
             }
             _ if t.starts_with("--config-env=") => {
                 let kv = &t["--config-env=".len()..];
-                if !git_config_safe(kv) {
+                if !git_config_env_safe(kv) {
                     c.unknown(&format!(
                         "sets git config `{}`, which can make git run arbitrary programs",
                         display::clip(kv)
@@ -181,33 +131,25 @@ pub(super) fn git(c: &mut Cmd<'_>) {
         return;
     };
     let rest = &args[i + 1..];
-    // Transport options that name a program to run locally.
-    let transfer = matches!(
-        sub.text.as_str(),
-        "clone" | "fetch" | "pull" | "push" | "ls-remote" | "archive" | "submodule"
-    );
-    let runs_program = |a: &Arg| {
-        a.text.contains("ext::")
-            || (transfer
-                && (a.dynamic
-                    || [
-                        "--upload-pack",
-                        "--receive-pack",
-                        "--exec",
-                        "--config",
-                        "-u",
-                    ]
-                    .iter()
-                    .any(|o| a.text == *o || a.text.starts_with(&format!("{o}=")))))
-    };
-    if rest.iter().any(runs_program) {
-        c.unknown("names a program for git to run for the transfer");
+    // A URL whose transport runs a program.
+    if rest
+        .iter()
+        .any(|a| a.text.to_ascii_lowercase().contains("ext::"))
+    {
+        c.unknown("names a program for git to run for the transfer (`ext::`)");
         return;
     }
-    git_subcommand(c, sub.text.as_str(), rest);
+    // The subcommand's options that raise risk (program-naming transfer
+    // options, `--output`, `--hard`, ...), in every spelling git's
+    // parse-options accepts.
+    let raised = options::apply(c, &format!("git {}", sub.text), rest);
+    git_subcommand(c, sub.text.as_str(), rest, raised);
 }
 
-fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
+/// The rule for one subcommand. `raised` is the risk its options added
+/// already (see `options.rs`); the rule adds what the subcommand itself
+/// does.
+fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg], raised: Risk) {
     let first = rest
         .iter()
         .find(|a| a.dynamic || !a.text.starts_with('-'))
@@ -223,67 +165,14 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
         | "cherry" | "var" | "version" | "help" | "show-branch" | "fsck" | "blame" | "annotate"
         | "get-tar-commit-id" | "stripspace" | "column" | "check-mailmap" | "verify-pack"
         | "show-index" | "patch-id" => c.read_only(),
+        // Their risky options (`--output`, `-O`, `-w`) are rows of
+        // `options::RISKY_OPTIONS`.
         "log" | "show" | "diff" | "whatchanged" | "shortlog" | "diff-tree" | "diff-files"
-        | "diff-index" | "range-diff" => {
-            if surely_flag(rest, &["--output"])
-                || rest.iter().any(|a| a.text.starts_with("--output="))
-            {
-                c.risk(Risk::Write, "writes its output to a file");
-            } else if any_dynamic(rest) {
-                c.risk(
-                    Risk::Write,
-                    "may write a file (an argument from a variable could be `--output`)",
-                );
-            } else {
-                c.read_only();
-            }
-        }
-        "grep" => {
-            if has_flag(rest, &["--open-files-in-pager"])
-                || rest.iter().any(|a| a.dynamic || a.text.starts_with("-O"))
-            {
-                c.unknown("opens results with a pager program");
-            } else {
-                c.read_only();
-            }
-        }
-        "hash-object" => {
-            if has_flag(rest, &["-w"]) {
-                c.write()
-            } else {
-                c.read_only()
-            }
-        }
+        | "diff-index" | "range-diff" | "grep" | "hash-object" | "archive" => c.read_only(),
         "config" => git_config(c, rest),
         "branch" => {
-            if has_flag(rest, &["-d", "-D", "--delete"])
-                || has_short(rest, 'd')
-                || has_short(rest, 'D')
-            {
-                c.risk(Risk::Delete, "deletes branches");
-            } else if has_flag(rest, &["--edit-description"]) {
-                c.unknown("opens an editor");
-            } else if has_flag(
-                rest,
-                &[
-                    "-m",
-                    "-M",
-                    "-c",
-                    "-C",
-                    "--move",
-                    "--copy",
-                    "-u",
-                    "--set-upstream-to",
-                    "--unset-upstream",
-                    "-f",
-                    "--force",
-                    "--track",
-                    "--no-track",
-                    "--create-reflog",
-                ],
-            ) {
-                c.risk(Risk::Write, "modifies branches");
-            } else if surely_flag(
+            // Deleting, renaming, copying, upstream changes: rows.
+            let lists = surely_flag(
                 rest,
                 &[
                     "-l",
@@ -301,21 +190,17 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
                     "-v",
                     "-vv",
                 ],
-            ) || operands(rest).is_empty()
-            {
+            );
+            if lists || operands(rest).is_empty() {
                 c.read_only();
-            } else {
+            } else if raised == Risk::ReadOnly {
                 c.risk(Risk::Write, "creates a branch");
             }
         }
         "tag" => {
-            if has_flag(rest, &["-d", "--delete"]) {
-                c.risk(Risk::Delete, "deletes tags");
-            } else if surely_flag(rest, &["-l", "--list", "-v", "--verify"])
-                || operands(rest).is_empty() && !has_flag(rest, &["-a", "-s", "-f", "-m", "-F"])
-            {
+            if surely_flag(rest, &["-l", "--list", "-v", "--verify"]) || operands(rest).is_empty() {
                 c.read_only();
-            } else {
+            } else if raised == Risk::ReadOnly {
                 c.risk(Risk::Write, "creates a tag");
             }
         }
@@ -348,6 +233,7 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
         "reflog" => match first {
             None | Some("show" | "exists") => c.read_only(),
             Some("expire" | "delete" | "drop") => c.risk(Risk::Delete, "deletes reflog entries"),
+            Some("write") => c.risk(Risk::Write, "writes a reflog entry"),
             _ => c.read_only(),
         },
         "submodule" => match first {
@@ -364,13 +250,7 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
             Some("log") => c.read_only(),
             _ => c.write(),
         },
-        "reset" => {
-            if has_flag(rest, &["--hard", "--merge", "--keep"]) {
-                c.risk(Risk::Delete, "discards uncommitted changes");
-            } else {
-                c.risk(Risk::Write, "modifies the index or branch");
-            }
-        }
+        "reset" => c.risk(Risk::Write, "modifies the index or branch"),
         "checkout" | "switch" | "restore" => {
             let discards_paths = match sub {
                 // `git checkout -- path` and `git checkout .` overwrite
@@ -380,12 +260,10 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
                     .any(|a| a.dynamic || a.text == "--" || a.text == "."),
                 // `git restore path` restores the working tree unless only
                 // `--staged` is given.
-                "restore" => {
-                    !surely_flag(rest, &["--staged", "-S"]) || has_flag(rest, &["--worktree", "-W"])
-                }
+                "restore" => !surely_flag(rest, &["--staged", "-S"]),
                 _ => false,
             };
-            if discards_paths || has_flag(rest, &["-f", "--force", "--discard-changes"]) {
+            if discards_paths {
                 c.risk(Risk::Delete, "discards uncommitted changes");
             } else {
                 c.risk(Risk::Write, "modifies the working tree");
@@ -407,26 +285,16 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
                 c.risk(Risk::Delete, "deletes tracked files");
             }
         }
-        "rebase" => {
-            if has_flag(rest, &["-x", "--exec"]) || has_flag(rest, &["-i", "--interactive"]) {
-                c.unknown("runs commands or an editor during the rebase");
-            } else {
-                c.risk(Risk::Write, "rewrites history");
-            }
-        }
+        "rebase" => c.risk(Risk::Write, "rewrites history"),
         "apply" => {
-            if surely_flag(rest, &["--check", "--stat", "--numstat", "--summary"])
-                && !has_flag(rest, &["--apply", "--index", "--cached"])
-            {
+            if surely_flag(rest, &["--check", "--stat", "--numstat", "--summary"]) {
                 c.read_only();
             } else {
                 c.write();
             }
         }
         "update-ref" | "symbolic-ref" => {
-            if has_flag(rest, &["-d", "--delete"]) {
-                c.delete()
-            } else {
+            if raised == Risk::ReadOnly {
                 c.write()
             }
         }
@@ -434,15 +302,6 @@ fn git_subcommand(c: &mut Cmd<'_>, sub: &str, rest: &[Arg]) {
             Some("verify" | "list-heads") => c.read_only(),
             _ => c.write(),
         },
-        "archive" => {
-            if has_flag(rest, &["--remote", "--exec"]) {
-                c.network();
-            } else if has_flag(rest, &["-o", "--output"]) {
-                c.write();
-            } else {
-                c.read_only();
-            }
-        }
         "add" | "commit" | "merge" | "cherry-pick" | "revert" | "mv" | "am" | "init"
         | "commit-tree" | "update-index" | "gc" | "repack" | "replace" | "rerere"
         | "sparse-checkout" | "format-patch" | "maintenance" | "commit-graph"
@@ -497,7 +356,7 @@ fn git_config(c: &mut Cmd<'_>, rest: &[Arg]) {
         c.read_only();
         return;
     }
-    if surely_flag(rest, &["-e", "--edit"]) || rest.first().is_some_and(|a| a.text == "edit") {
+    if has_flag(rest, &["-e", "--edit"]) || rest.first().is_some_and(|a| a.text == "edit") {
         c.unknown("opens an editor");
         return;
     }

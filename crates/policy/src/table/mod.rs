@@ -15,6 +15,14 @@
 //! - GNU tools accept options after operands, so flags are searched across
 //!   all arguments up to `--`, not just at the front.
 //!
+//! - Options that raise risk are data: every one is a row of
+//!   [`options::RISKY_OPTIONS`], matched in every spelling the program
+//!   accepts (abbreviated long options, letters inside short clusters,
+//!   attached values) by the one rule in [`options::spells`].
+//! - A wrapper (a command that runs another command) refuses any option it
+//!   does not know, exactly spelled: guessing wrong would shift where the
+//!   wrapped command starts, or miss what the option does.
+//!
 //! `dispatch.rs` maps a program name to its rule; the rules for a family of
 //! programs live in one file each: [`wrappers`] (commands that run commands),
 //! [`find`], [`text`] (`sed`, `awk`), [`git`], [`toolchains`], [`copying`];
@@ -25,6 +33,7 @@ mod copying;
 mod dispatch;
 mod find;
 mod git;
+pub(crate) mod options;
 mod text;
 mod toolchains;
 mod wrappers;
@@ -381,6 +390,8 @@ pub(crate) fn classify(argv: &[Arg]) -> Vec<Effect> {
             return c.out;
         }
     };
+    // The options that raise this command's risk, in every spelling.
+    options::apply(&mut c, &name, argv.get(1..).unwrap_or(&[]));
     dispatch(&mut c, &name);
     // Unknown too: `sed -i` with a run-time argument is unknown, and an
     // allow rule for `sed` must still not cover a write to `.git/config`.
@@ -501,8 +512,12 @@ impl<'a> Cmd<'a> {
             .push(Effect::Risk(risk, format!("`{}` {what}", self.shown)));
     }
 
+    /// The command only reads, unless something already found says more
+    /// (an option of [`options::RISKY_OPTIONS`]).
     fn read_only(&mut self) {
-        self.risk(Risk::ReadOnly, "only reads");
+        if !self.out.iter().any(|e| matches!(e, Effect::Risk(..))) {
+            self.risk(Risk::ReadOnly, "only reads");
+        }
     }
 
     fn write(&mut self) {

@@ -299,6 +299,9 @@ fn sed_script_risk(script: &str) -> Result<Risk, String> {
 pub(super) fn awk(c: &mut Cmd<'_>) {
     let args = c.args;
     let mut i = 0;
+    // Every `-e`/`--source` program counts, and the first operand is the
+    // program only when there is none.
+    let mut sources: Vec<&Arg> = Vec::new();
     let mut program: Option<&Arg> = None;
     while i < args.len() {
         let a = &args[i];
@@ -310,7 +313,9 @@ pub(super) fn awk(c: &mut Cmd<'_>) {
         match t {
             "-F" | "-v" => i += 2,
             "--" => {
-                program = args.get(i + 1);
+                if sources.is_empty() {
+                    program = args.get(i + 1);
+                }
                 break;
             }
             _ if t.starts_with("-F") || t.starts_with("-v") => i += 1,
@@ -319,29 +324,44 @@ pub(super) fn awk(c: &mut Cmd<'_>) {
                 return;
             }
             "-e" | "--source" => {
-                program = args.get(i + 1);
-                break;
+                match args.get(i + 1) {
+                    Some(p) => sources.push(p),
+                    None => {
+                        c.unknown("has `-e` without a program");
+                        return;
+                    }
+                }
+                i += 2;
             }
             _ if t.starts_with('-') && t.len() > 1 => {
                 c.unknown(&format!("option `{}` is not understood", display::clip(t)));
                 return;
             }
             _ => {
-                program = Some(a);
+                if sources.is_empty() {
+                    program = Some(a);
+                }
                 break;
             }
         }
+    }
+    if !sources.is_empty() {
+        for p in &sources {
+            if p.dynamic || awk_program_runs(&p.text) {
+                c.unknown(
+                    "has a program that may run commands or write files (`system`, `|` or `>`), or that comes from a variable",
+                );
+                return;
+            }
+        }
+        c.read_only();
+        return;
     }
     match program {
         None => c.unknown("has no program"),
         Some(p) if p.dynamic => c.unknown("runs a program that comes from a variable"),
         Some(p) => {
-            let text = &p.text;
-            if text.contains("system")
-                || text.contains('>')
-                || text.contains('|')
-                || text.contains('@')
-            {
+            if awk_program_runs(&p.text) {
                 c.unknown(
                     "has a program that may run commands or write files (`system`, `|` or `>`)",
                 );
@@ -350,6 +370,11 @@ pub(super) fn awk(c: &mut Cmd<'_>) {
             }
         }
     }
+}
+
+/// Whether an awk program may run commands or write files.
+fn awk_program_runs(text: &str) -> bool {
+    text.contains("system") || text.contains('>') || text.contains('|') || text.contains('@')
 }
 
 #[cfg(test)]

@@ -1,15 +1,12 @@
 //! Language toolchains and package managers.
 
-use super::Cmd;
-use super::args::{any_dynamic, has_flag, surely_flag};
+use super::args::{any_dynamic, surely_flag};
+use super::{Cmd, options};
 use crate::risk::Risk;
 use crate::word::Arg;
 pub(super) fn cargo(c: &mut Cmd<'_>) {
     let args = c.args;
-    if has_flag(args, &["--config"]) || args.iter().any(|a| a.text.starts_with("--config=")) {
-        c.unknown("overrides cargo configuration, which can set runners, wrappers or linkers");
-        return;
-    }
+    // `--config` anywhere is a row of `options::RISKY_OPTIONS`.
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
@@ -33,11 +30,29 @@ pub(super) fn cargo(c: &mut Cmd<'_>) {
             i += 1;
         } else if matches!(t, "--color" | "-Z" | "-C") {
             i += 2;
-        } else if matches!(t, "--version" | "-V" | "--list" | "--help" | "-h") {
+        } else if t.starts_with("--color=")
+            || t.starts_with("-Z")
+            || t.starts_with("-C")
+            || t == "-vvv"
+        {
+            i += 1;
+        } else if matches!(
+            t,
+            "--version" | "-V" | "--list" | "--help" | "-h" | "--explain"
+        ) {
             c.read_only();
             return;
+        } else if t.starts_with("--config") {
+            // A row of `options.rs` has made it unknown; skip its value.
+            i += if t.contains('=') { 1 } else { 2 };
         } else if t.starts_with('-') {
-            i += 1;
+            // An option before the subcommand that is not known may take
+            // a value and shift where the subcommand is.
+            c.unknown(&format!(
+                "has the option `{}` before its subcommand, which is not understood",
+                crate::display::clip(t)
+            ));
+            return;
         } else {
             break;
         }
@@ -111,7 +126,14 @@ pub(super) fn npm(c: &mut Cmd<'_>) {
             c.risk(Risk::Network, "asks the package registry about a package")
         }
         "config" | "c" => {
-            if surely_flag(args, &["get", "list", "ls"]) {
+            let action = args
+                .iter()
+                .skip_while(|a| !std::ptr::eq(*a, sub))
+                .skip(1)
+                .find(|a| a.dynamic || !a.text.starts_with('-'));
+            if action
+                .is_some_and(|a| a.is_static() && matches!(a.text.as_str(), "get" | "list" | "ls"))
+            {
                 c.read_only()
             } else {
                 c.unknown("changes npm configuration")
@@ -154,7 +176,23 @@ pub(super) fn yarn(c: &mut Cmd<'_>, name: &str) {
         return;
     }
     match sub.text.as_str() {
-        "list" | "ls" | "why" | "help" | "bin" | "root" | "licenses" | "config" => c.read_only(),
+        "list" | "ls" | "why" | "help" | "bin" | "root" | "licenses" => c.read_only(),
+        "config" => {
+            let action = args
+                .iter()
+                .skip_while(|a| !std::ptr::eq(*a, sub))
+                .skip(1)
+                .find(|a| a.dynamic || !a.text.starts_with('-'));
+            match action {
+                None => c.read_only(),
+                Some(a)
+                    if a.is_static() && matches!(a.text.as_str(), "get" | "list" | "current") =>
+                {
+                    c.read_only()
+                }
+                Some(_) => c.unknown("changes yarn configuration"),
+            }
+        }
         "info" | "view" => c.risk(Risk::Network, "asks the package registry about a package"),
         "install" | "i" | "add" | "upgrade" | "up" | "update" | "publish" | "login"
         | "outdated" | "audit" | "fetch" | "import" => c.network(),
@@ -179,9 +217,7 @@ pub(super) fn pip(c: &mut Cmd<'_>) {
     };
     match sub.text.as_str() {
         _ if sub.dynamic => c.unknown("has a subcommand that comes from a variable"),
-        "list" if has_flag(c.args, &["-o", "--outdated", "-u", "--uptodate"]) => {
-            c.risk(Risk::Network, "asks the package index for newer versions")
-        }
+        "list" if options::apply(c, "pip list", c.args) > Risk::ReadOnly => {}
         "list" | "show" | "freeze" | "check" | "help" | "debug" | "inspect" | "hash" => {
             c.read_only()
         }
@@ -217,11 +253,8 @@ pub(super) fn go(c: &mut Cmd<'_>) {
         "version" | "help" => c.read_only(),
         "doc" | "list" => c.risk(Risk::Network, "may download modules to resolve packages"),
         "env" => {
-            if has_flag(c.args, &["-w", "-u"]) {
-                c.risk(Risk::Write, "changes go configuration")
-            } else {
-                c.read_only()
-            }
+            options::apply(c, "go env", c.args);
+            c.read_only()
         }
         "build" | "test" | "vet" | "run" | "fmt" | "fix" => {
             c.risk(Risk::Write, "builds and runs project code")

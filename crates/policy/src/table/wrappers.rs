@@ -1,6 +1,6 @@
 //! Wrappers: commands that run another command (`sudo`, `env`, `xargs`, shells...).
 
-use super::args::{OptSpec, has_flag, has_short, operands, skip_opts};
+use super::args::{OptSpec, operands, parse_opts, skip_opts};
 use super::{Cmd, Effect};
 use crate::display;
 use crate::risk::Risk;
@@ -72,8 +72,25 @@ pub(crate) fn dangerous_env_var(name: &str) -> bool {
         "IFS",
         "SHELLOPTS",
         "BASHOPTS",
+        "PS0",
+        "PS1",
+        "PS2",
+        "PS3",
         "PS4",
         "PROMPT_COMMAND",
+        "HISTFILE",
+        "INPUTRC",
+        "FPATH",
+        "GLIBC_TUNABLES",
+        "TERMINFO_DIRS",
+        "TERMCAP",
+        "XDG_CONFIG_DIRS",
+        "LESSKEYIN",
+        "LESSKEY_CONTENT",
+        "GOFLAGS",
+        "GOTOOLCHAIN",
+        "GOROOT",
+        "GOENV",
         "HOME",
         "XDG_CONFIG_HOME",
         "ZDOTDIR",
@@ -128,14 +145,21 @@ pub(crate) fn dangerous_env_var(name: &str) -> bool {
         "npm_config_script_shell",
         "PYTHONWARNINGS",
         "GIT_DIR",
-        "BASH_FUNC",
     ];
     const PREFIXES: &[&str] = &[
         "LD_",
         "DYLD_",
         "PYTHON",
         "GIT_",
-        "BASH_FUNC_",
+        "RUSTUP_",
+        "PIP_",
+        "YARN_",
+        "DOCKER_",
+        "CONTAINER_",
+        "FZF_",
+        // `BASH_ENV`, `BASH_CMDS` (the command hash table: `BASH_CMDS[ls]=/bin/rm`),
+        // `BASH_ALIASES`, `BASH_FUNC_*`, `BASH_XTRACEFD`, `BASH_LOADABLES_PATH`, ...
+        "BASH_",
         "NPM_CONFIG_",
         "npm_config_",
         "CARGO_TARGET_",
@@ -145,8 +169,20 @@ pub(crate) fn dangerous_env_var(name: &str) -> bool {
         "CARGO_NET_",
     ];
     const SUFFIXES: &[&str] = &[
-        "_PAGER", "_EDITOR", "_COMMAND", "_ASKPASS", "_PROXY", "_proxy", "_RUNNER", "_WRAPPER",
-        "_LINKER", "_OPTIONS",
+        "_PAGER",
+        "_EDITOR",
+        "_COMMAND",
+        "_ASKPASS",
+        "_PROXY",
+        "_proxy",
+        "_RUNNER",
+        "_WRAPPER",
+        "_LINKER",
+        "_OPTIONS",
+        // Tool configuration files (`RIPGREP_CONFIG_PATH` can set `--pre`).
+        "_CONFIG_PATH",
+        "_CONFIG_DIR",
+        "_CONFIG_FILE",
     ];
     /// Benign variables under the prefixes above that agents commonly set.
     const BENIGN: &[&str] = &[
@@ -192,27 +228,30 @@ pub(super) fn wrap_env(c: &mut Cmd<'_>) {
             "list-signal-handling",
         ],
     };
-    let mut i = match skip_opts(c.args, &spec, "env") {
-        Ok(i) => i,
+    let parsed = match parse_opts(c.args, &spec, "env") {
+        Ok(p) => p,
         Err(reason) => {
             c.unknown(&format!("cannot be analysed: {reason}"));
             return;
         }
     };
-    let own = &c.args[..i];
-    let unsets_dangerous = own
-        .windows(2)
-        .any(|w| (w[0].text == "-u" || w[0].text == "--unset") && dangerous_env_var(&w[1].text))
-        || own.iter().any(|a| {
-            a.text
-                .strip_prefix("--unset=")
-                .or_else(|| a.text.strip_prefix("-u").filter(|v| !v.is_empty()))
-                .is_some_and(dangerous_env_var)
-        });
-    if has_flag(own, &["-i", "--ignore-environment"]) || has_short(own, 'i') || unsets_dangerous {
+    let mut i = parsed.end;
+    // Every value of `-u` (in a cluster, attached or not, or `--unset`).
+    let unsets_dangerous = parsed
+        .values(&["u", "unset"])
+        .any(|v| v.dynamic || dangerous_env_var(&v.text));
+    // A lone `-` is the old spelling of `-i`.
+    let clears = parsed.has(&["i", "ignore-environment"])
+        || c.args
+            .get(i)
+            .is_some_and(|a| a.is_static() && a.text == "-");
+    if clears || unsets_dangerous {
         c.unknown(
             "clears or unsets environment variables, dropping the host's safety settings for git",
         );
+    }
+    if clears && c.args.get(i).is_some_and(|a| a.text == "-") {
+        i += 1;
     }
     while i < c.args.len() {
         let a = &c.args[i];
@@ -288,12 +327,34 @@ pub(super) fn wrap_time(c: &mut Cmd<'_>) {
         long_flag: &["portability", "append", "verbose", "quiet"],
     };
     // Only `time`'s own options count: `time grep -o x` is not `-o`.
-    if let Ok(i) = skip_opts(c.args, &spec, "time")
-        && has_flag(&c.args[..i], &["-o", "--output"])
+    if let Ok(p) = parse_opts(c.args, &spec, "time")
+        && p.has(&["o", "output"])
     {
         c.risk(Risk::Write, "writes its timings to a file");
     }
     wrap_simple(c, "time", &spec);
+}
+
+/// `exec [-cl] [-a name] command`: `-c` (in any cluster) empties the
+/// environment.
+pub(super) fn wrap_exec(c: &mut Cmd<'_>) {
+    let spec = OptSpec {
+        short_val: "a",
+        short_flag: "cl",
+        long_val: &[],
+        long_flag: &[],
+    };
+    match parse_opts(c.args, &spec, "exec") {
+        Ok(p) if p.has(&["c"]) => c.unknown(
+            "runs a command with an empty environment, dropping the host's safety settings for git",
+        ),
+        Ok(p) if p.end >= c.args.len() => c.read_only(),
+        Ok(p) => {
+            let inner = c.args[p.end..].to_vec();
+            c.run(inner, "exec");
+        }
+        Err(reason) => c.unknown(&format!("cannot be analysed: {reason}")),
+    }
 }
 
 pub(super) fn wrap_command(c: &mut Cmd<'_>) {
@@ -346,10 +407,29 @@ pub(super) fn wrap_xargs(c: &mut Cmd<'_>) {
                 // Optional values, attached with `=` only.
                 "replace" => replace = Some(value.unwrap_or("{}").to_owned()),
                 "eof" | "max-lines" => {}
-                "arg-file" | "delimiter" | "max-args" | "max-procs" | "max-chars"
-                | "process-slot-var" => {
+                "arg-file" | "delimiter" | "max-args" | "max-procs" | "max-chars" => {
                     if value.is_none() {
                         i += 1;
+                    }
+                }
+                // Sets a variable in the command's environment.
+                "process-slot-var" => {
+                    let var = match value {
+                        Some(v) => Some(Arg::literal(v)),
+                        None => {
+                            i += 1;
+                            args.get(i).cloned()
+                        }
+                    };
+                    match var {
+                        Some(v) if v.is_static() && !dangerous_env_var(&v.text) => {}
+                        _ => {
+                            c.unknown(&format!(
+                                "sets `{}` for the command it runs (`--process-slot-var`), which can make it run other code",
+                                var.map_or_else(String::new, |v| display::clip(&v.text))
+                            ));
+                            return;
+                        }
                     }
                 }
                 "null" | "no-run-if-empty" | "verbose" | "interactive" | "exit" | "open-tty"
@@ -482,7 +562,9 @@ pub(super) fn shell(c: &mut Cmd<'_>, name: &str) {
             if t.contains('s') {
                 reads_stdin = true;
             }
-            i += 1;
+            // `-o name` and `-O name` take the next word, in a cluster too
+            // (`bash -eo pipefail -c ...`).
+            i += 1 + t[1..].chars().filter(|ch| matches!(ch, 'o' | 'O')).count();
             continue;
         }
         break;

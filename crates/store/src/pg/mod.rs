@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0004_run_user.sql"),
     include_str!("../../migrations/postgres/0005_run_start_order.sql"),
     include_str!("../../migrations/postgres/0006_run_checkpoint.sql"),
+    include_str!("../../migrations/postgres/0007_approval_grant.sql"),
 ];
 
 /// The PostgreSQL schema version this build reads and writes.

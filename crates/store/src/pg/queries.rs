@@ -33,7 +33,7 @@ const TURN_COLUMNS: &str = "id, session_id, run_id, seq, role, content, created_
 const RUN_COLUMNS: &str = "id, session_id, status, reason, model, input_tokens, output_tokens, \
                            cost_usd, started_at, ended_at";
 const APPROVAL_COLUMNS: &str = "id, run_id, task_id, action, command, cwd, risk, reasons::text, \
-                                decision, decided_by, created_at, decided_at";
+                                decision, decided_by, created_at, decided_at, grant_json";
 const INSERT_EVENT: &str = "INSERT INTO events (run_id, seq, ts, type, json)
                             VALUES ($1, $2, $3, $4, $5::text::json)";
 /// Coalescing (see [`crate::coalesce`]): the deltas a completed response replaces.
@@ -153,6 +153,14 @@ impl PgStore {
             decided_by: self.parse(r.get(9))?,
             created_at: r.get(10),
             decided_at: r.get(11),
+            grant: r
+                .get::<_, Option<String>>(12)
+                .map(|g| serde_json::from_str(&g))
+                .transpose()
+                .map_err(|e| StoreError::Postgres {
+                    url: self.url.clone(),
+                    detail: format!("unreadable approval grant: {e}"),
+                })?,
         })
     }
 
@@ -1441,14 +1449,15 @@ impl PgStore {
         let reasons = serde_json::to_string(a.reasons)
             .map_err(|e| StoreError::InvalidArgument(format!("approval reasons: {e}")))?;
         let decided_at = now_rfc3339();
+        let grant = crate::approvals::grant_json(a)?;
         let mut c = self.conn()?;
         wait(async {
             let tx = c.transaction().await.map_err(|e| self.err(e))?;
             self.require(&tx, "runs", "run", a.run_id, false).await?;
             tx.execute(
                 "INSERT INTO approvals (id, run_id, task_id, action, command, cwd, risk, reasons,
-                     decision, decided_by, created_at, decided_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::json, $9, $10, $11, $12)",
+                     decision, decided_by, created_at, decided_at, grant_json)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::json, $9, $10, $11, $12, $13)",
                 &[
                     &a.id,
                     &a.run_id,
@@ -1462,6 +1471,7 @@ impl PgStore {
                     &a.decided_by.as_str(),
                     &a.requested_at,
                     &decided_at,
+                    &grant,
                 ],
             )
             .await
@@ -1487,6 +1497,7 @@ impl PgStore {
             reasons: a.reasons.to_vec(),
             decision: a.decision,
             decided_by: a.decided_by,
+            grant: a.grant,
             created_at: a.requested_at.to_owned(),
             decided_at,
         })

@@ -235,6 +235,7 @@ impl Feed {
                 duration_ms,
                 timed_out,
                 output_tail,
+                grant,
                 ..
             } => {
                 let status = match (exit_code, signal, timed_out) {
@@ -244,6 +245,7 @@ impl Feed {
                     (None, None, false) => "no exit status".into(),
                 };
                 errln!("  $ {command}   ({status}, {duration_ms} ms)");
+                errln!("    ran with: {}", grant.describe());
                 let lines: Vec<&str> = output_tail.lines().collect();
                 for line in &lines[lines.len().saturating_sub(5)..] {
                     errln!("    │ {line}");

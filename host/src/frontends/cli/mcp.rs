@@ -51,9 +51,13 @@ pub struct McpArgs {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    /// Read the token from the first line of FILE (keep it 0600); a token
+    /// on the command line is visible to every process of the machine.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Serve HTTP without a token (loopback only; Host and Origin are still
     /// checked). Any program on this machine can then call the tools.
-    #[arg(long, conflicts_with = "token")]
+    #[arg(long, conflicts_with_all = ["token", "token_file"])]
     pub no_token: bool,
     /// Another name the server answers to in `Host`. Repeatable; adds to
     /// `[server] allowed_hosts`.
@@ -77,7 +81,13 @@ pub struct McpArgs {
 pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
     let token = match args.listen {
         Some(addr) => {
-            let token = TokenChoice::pick(args.token.clone(), args.no_token)?;
+            let given = super::secrets::token(
+                args.token.clone(),
+                args.token_file.as_deref(),
+                "token",
+                "CAPSTAN_MCP_TOKEN",
+            )?;
+            let token = TokenChoice::pick(given, args.no_token)?;
             token.check_bind(addr, "capstan mcp")?;
             Some(token)
         }

@@ -13,6 +13,7 @@ mod mcp;
 mod plugins;
 mod plugins_manage;
 mod plugins_oci;
+mod secrets;
 mod serve;
 mod setup;
 mod workspace;

@@ -35,7 +35,7 @@ POST /mcp                       MCP (streamable HTTP): the capabilities as tools
 GET  /openapi.json              the whole API\n\n\
 Security: every request must name this server in `Host` (its address, localhost, or --allow-host),\n\
 come from no page or this server's own (`Origin`, or --allow-origin), and carry the token (made at\n\
-start-up and printed in the web chat URL; --token or CAPSTAN_TOKEN to choose it): API clients send\n\
+start-up and printed in the web chat URL; CAPSTAN_TOKEN or --token-file to choose it): API clients send\n\
 `Authorization: Bearer <token>`. Runs may only use workspaces registered with\n\
 `capstan workspace add DIR` or given with -w.\n\n\
 With --stdio: JSON-RPC 2.0, one message per line (methods: server.info, run.start, run.cancel,\n\
@@ -57,11 +57,16 @@ pub struct ServeArgs {
     pub port: u16,
     /// Token every API request must carry (`Authorization: Bearer ...`, or
     /// the web chat's cookie). Default: a random one, printed in the web chat URL.
+    /// Prefer CAPSTAN_TOKEN or --token-file: every process of the machine can
+    /// read a command line.
     #[arg(long, env = "CAPSTAN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Read the token from the first line of FILE (keep it 0600).
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
     /// Serve without a token (Host and Origin are still checked). Any
     /// program on this machine can then drive Capstan; loopback only.
-    #[arg(long, conflicts_with = "token")]
+    #[arg(long, conflicts_with_all = ["token", "token_file"])]
     pub no_token: bool,
     /// Another name this server answers to in `Host` (`name` or `name:port`),
     /// e.g. behind a reverse proxy. Repeatable; adds to `[server] allowed_hosts`.
@@ -108,7 +113,14 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> Result<ExitCode> {
         .map(|d| workspace_root(global, d))
         .transpose()?;
     // Checked before anything opens: a bad flag combination fails fast.
-    let token = TokenChoice::pick(args.token, args.no_token)?;
+    let given = super::secrets::token(
+        args.token,
+        args.token_file.as_deref(),
+        "token",
+        "CAPSTAN_TOKEN",
+    )?;
+    super::secrets::check_store_url(args.store.as_deref(), "store", "CAPSTAN_STORE_URL");
+    let token = TokenChoice::pick(given, args.no_token)?;
     let app = Arc::new(
         App::open_with(
             global.dirs()?,

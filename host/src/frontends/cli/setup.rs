@@ -315,7 +315,7 @@ pub async fn doctor(global: &GlobalArgs, args: DoctorArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|d| workspace_root(global, d))
         .transpose()?;
-    let mut findings = vec![toolchain(), sandbox()];
+    let mut findings = vec![toolchain(), sandbox(), command_lines()];
     let config_ok = config_findings(&dirs, workspace.as_deref(), &mut findings);
     if config_ok {
         findings.push(model(&dirs).await);
@@ -388,6 +388,47 @@ fn toolchain() -> Finding {
             "rustup target add wasm32-wasip2",
         )
     }
+}
+
+/// Running Capstan processes whose command line shows a secret (a token, a
+/// store password): every process of the machine can read it, and so could a
+/// command if a sandbox ever showed it one.
+fn command_lines() -> Finding {
+    let area = "secrets";
+    let me = std::process::id().to_string();
+    let mut shown = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if pid == me || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != "capstan" {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if let Some(what) = super::secrets::shows_secret(&cmdline) {
+            shown.push(format!("pid {pid} shows {what}"));
+        }
+    }
+    if shown.is_empty() {
+        return Finding::new(
+            area,
+            Status::Ok,
+            "no running capstan shows a token or password on its command line".into(),
+            "",
+        );
+    }
+    Finding::new(
+        area,
+        Status::Warn,
+        format!(
+            "{} on its command line, where every process of this machine can read it",
+            shown.join("; ")
+        ),
+        "restart it with the secret in the environment (CAPSTAN_TOKEN, CAPSTAN_STORE_URL) \
+         or a file (--token-file)",
+    )
 }
 
 fn sandbox() -> Finding {

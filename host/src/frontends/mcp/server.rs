@@ -318,13 +318,26 @@ impl Forwarder {
                 command,
                 exit_code,
                 timed_out,
+                grant,
                 ..
-            } => match (exit_code, timed_out) {
-                (_, true) => (LoggingLevel::Warning, format!("$ {command} (timed out)")),
-                (Some(0), _) => (LoggingLevel::Info, format!("$ {command} (exit 0)")),
-                (Some(code), _) => (LoggingLevel::Warning, format!("$ {command} (exit {code})")),
-                (None, _) => (LoggingLevel::Warning, format!("$ {command} (killed)")),
-            },
+            } => {
+                let grant = grant.describe();
+                match (exit_code, timed_out) {
+                    (_, true) => (
+                        LoggingLevel::Warning,
+                        format!("$ {command} (timed out; {grant})"),
+                    ),
+                    (Some(0), _) => (LoggingLevel::Info, format!("$ {command} (exit 0; {grant})")),
+                    (Some(code), _) => (
+                        LoggingLevel::Warning,
+                        format!("$ {command} (exit {code}; {grant})"),
+                    ),
+                    (None, _) => (
+                        LoggingLevel::Warning,
+                        format!("$ {command} (killed; {grant})"),
+                    ),
+                }
+            }
             Event::TaskFailed {
                 reason, message, ..
             } => (LoggingLevel::Error, format!("failed ({reason}): {message}")),

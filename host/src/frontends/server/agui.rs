@@ -619,12 +619,14 @@ impl Mapper {
                 output_tail,
                 duration_ms,
                 timed_out,
+                grant,
                 ..
             } => {
                 if let Some(p) = self.plan.iter_mut().find(|p| &p.task.id == task_id) {
                     p.steps
                         .push(json!({"command": command, "exitCode": exit_code,
-                        "durationMs": duration_ms, "timedOut": timed_out, "output": output_tail}));
+                        "durationMs": duration_ms, "timedOut": timed_out, "output": output_tail,
+                        "grant": grant}));
                 }
                 out.push(self.plan_snapshot());
                 out.push(raw());

@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::plugins::bindings::approval as wit;
 use crate::plugins::context::{Approver, TaskScope};
-use capstan_protocol::Event;
+use capstan_protocol::{Event, Grant, GrantSource};
 
 /// No request with this id waits for a decision: it was never asked, it was
 /// already decided or expired, or its run ended.
@@ -178,7 +178,17 @@ impl ApprovalBroker {
     }
 
     /// Ask, wait, record. `Aborted` also cancels the run.
-    pub async fn ask(&self, scope: &TaskScope, mut ask: ApprovalAsk) -> Decision {
+    pub async fn ask(&self, scope: &TaskScope, ask: ApprovalAsk) -> Decision {
+        self.ask_granting(scope, ask).await.0
+    }
+
+    /// [`Self::ask`], also saying who granted an approval: a session grant made
+    /// earlier, a person now, or the `--approve all` flag.
+    pub async fn ask_granting(
+        &self,
+        scope: &TaskScope,
+        mut ask: ApprovalAsk,
+    ) -> (Decision, GrantSource) {
         // The classifier and the policy can give the same reason; say it once.
         let mut seen = HashSet::new();
         ask.reasons.retain(|r| seen.insert(r.clone()));
@@ -262,23 +272,40 @@ impl ApprovalBroker {
             ),
             data: serde_json::Value::Null,
         });
-        self.audit(scope, &id, &ask, decision, by, &requested_at);
-        decision
+        let source = match (granted, by) {
+            (true, _) => GrantSource::Session,
+            (false, DecidedBy::Flag) => GrantSource::Flag,
+            (false, _) => GrantSource::Approval,
+        };
+        let approved = matches!(
+            decision,
+            Decision::Approved | Decision::ApprovedForSession | Decision::ApprovedAlways
+        );
+        let grant = approved.then(|| Grant::for_risk(source, ask.risk));
+        self.audit(scope, &id, &ask, decision, by, grant, &requested_at);
+        (decision, source)
     }
 
     /// Record a decision the policy made without asking (a deny rule).
     pub fn record_policy_denial(&self, scope: &TaskScope, ask: &ApprovalAsk) {
-        self.record_policy_verdict(scope, ask, Decision::Denied);
+        self.record_policy_verdict(scope, ask, Decision::Denied, None);
     }
 
     /// Record that the policy let an action run without asking (the
     /// profile auto-runs its risk, or an allow rule matched): every decision
     /// on an action is in the audit trail, not only the ones a person made.
-    pub fn record_policy_allow(&self, scope: &TaskScope, ask: &ApprovalAsk) {
-        self.record_policy_verdict(scope, ask, Decision::Approved);
+    /// `grant` is what the action runs with.
+    pub fn record_policy_allow(&self, scope: &TaskScope, ask: &ApprovalAsk, grant: Grant) {
+        self.record_policy_verdict(scope, ask, Decision::Approved, Some(grant));
     }
 
-    fn record_policy_verdict(&self, scope: &TaskScope, ask: &ApprovalAsk, decision: Decision) {
+    fn record_policy_verdict(
+        &self,
+        scope: &TaskScope,
+        ask: &ApprovalAsk,
+        decision: Decision,
+        grant: Option<Grant>,
+    ) {
         let id = capstan_store::new_id("apr");
         self.audit(
             scope,
@@ -286,10 +313,12 @@ impl ApprovalBroker {
             ask,
             decision,
             DecidedBy::Policy,
+            grant,
             &capstan_store::now_rfc3339(),
         );
     }
 
+    #[allow(clippy::too_many_arguments)] // one audit row's fields
     fn audit(
         &self,
         scope: &TaskScope,
@@ -297,6 +326,7 @@ impl ApprovalBroker {
         ask: &ApprovalAsk,
         decision: Decision,
         by: DecidedBy,
+        grant: Option<Grant>,
         requested_at: &str,
     ) {
         let (Some(store), false) = (&self.store, scope.run.run_id.is_empty()) else {
@@ -313,6 +343,7 @@ impl ApprovalBroker {
             reasons: &ask.reasons,
             decision,
             decided_by: by,
+            grant,
             requested_at,
         };
         if let Err(e) = store.record_approval(&record) {

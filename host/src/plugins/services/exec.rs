@@ -5,9 +5,17 @@
 //! repository's configuration, the cwd) -> classify the command
 //! (capstan-policy, authoritative; a plugin may only ask for a stricter risk)
 //! -> workspace policy verdict (deny rules, protected files, profile) ->
-//! approval gate if the verdict asks -> run in the OS sandbox
-//! (capstan-sandbox) with git's code-running settings neutralised -> one
-//! `terminal.step` event with what happened.
+//! approval gate if the verdict asks -> the grant (what the command may do:
+//! write the workspace, reach the network; who said so) -> run in the OS
+//! sandbox (capstan-sandbox) with exactly that grant and git's code-running
+//! settings neutralised -> one `terminal.step` event with what happened and
+//! the grant it ran under.
+//!
+//! The classifier only decides whether to ask. A command judged read-only
+//! runs unasked with nothing granted: a read-only workspace, no network (not
+//! even the hosts `[network]` allows), no credentials. So a classifier
+//! mistake costs a failed command or a question, never a write or a
+//! connection nobody granted.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +28,7 @@ use capstan_store::Decision;
 use super::approval::{ApprovalAsk, ApprovalBroker};
 use crate::plugins::bindings::exec as wit;
 use crate::plugins::context::{ExecService, TaskScope};
-use capstan_protocol::Event;
+use capstan_protocol::{Event, Grant, GrantSource};
 
 /// Longest per-command timeout a plugin may ask for.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -166,6 +174,23 @@ fn apply_plugin_floor(
     (verdict, None)
 }
 
+/// Who let a command run that the policy allowed without asking: nobody for
+/// a read-only one (it gets nothing), the profile's standing rule when its
+/// risk is one the profile runs unasked (with the egress proxy a network
+/// finding weighs as a write, as in [`Policy`]), else an allow rule.
+fn standing_source(risk: PolicyRisk, policy: &Policy) -> GrantSource {
+    let weighed = if policy.network_proxy && risk == PolicyRisk::Network {
+        PolicyRisk::Write
+    } else {
+        risk
+    };
+    match policy.profile.auto_run_up_to() {
+        _ if risk == PolicyRisk::ReadOnly => GrantSource::None,
+        Some(max) if weighed <= max => GrantSource::Profile,
+        _ => GrantSource::AllowRule,
+    }
+}
+
 /// A cwd from a plugin: relative, inside the workspace after resolving links
 /// (the workspace gate's one rule for client-named paths).
 pub fn resolve_cwd(workspace: &Path, cwd: &str) -> Result<PathBuf, String> {
@@ -210,6 +235,8 @@ struct Gated {
     command: capstan_sandbox::Command,
     risk: PolicyRisk,
     reasons: Vec<String>,
+    /// What the command may do: the sandbox gives it exactly this.
+    grant: Grant,
 }
 
 /// A staging dir the sandbox writes the command's changes into, and the
@@ -269,7 +296,7 @@ impl Exec {
             reasons: reasons.clone(),
             always: None,
         };
-        match verdict {
+        let source = match verdict {
             Verdict::Deny { reason } => {
                 self.broker.record_policy_denial(scope, &ask);
                 return Err(wit::ExecError::Denied(format!(
@@ -277,27 +304,36 @@ impl Exec {
                     self.policy.profile
                 )));
             }
-            Verdict::Ask => match self.broker.ask(scope, ask).await {
-                Decision::Approved | Decision::ApprovedForSession | Decision::ApprovedAlways => {}
-                Decision::Aborted => return Err(wit::ExecError::Cancelled),
-                Decision::Denied => {
+            Verdict::Ask => match self.broker.ask_granting(scope, ask).await {
+                (
+                    Decision::Approved | Decision::ApprovedForSession | Decision::ApprovedAlways,
+                    source,
+                ) => source,
+                (Decision::Aborted, _) => return Err(wit::ExecError::Cancelled),
+                (Decision::Denied, _) => {
                     return Err(wit::ExecError::Denied(format!(
                         "`{text}` ({risk}) was not approved"
                     )));
                 }
-                Decision::Expired => {
+                (Decision::Expired, _) => {
                     return Err(wit::ExecError::Denied(format!(
                         "`{text}` ({risk}): nobody answered the approval in time"
                     )));
                 }
             },
-            Verdict::Allow => self.broker.record_policy_allow(scope, &ask),
-        }
+            Verdict::Allow => {
+                let source = standing_source(risk, &self.policy);
+                self.broker
+                    .record_policy_allow(scope, &ask, Grant::for_risk(source, risk));
+                source
+            }
+        };
         Ok(Gated {
             text,
             command,
             risk,
             reasons,
+            grant: Grant::for_risk(source, risk),
         })
     }
 
@@ -309,6 +345,7 @@ impl Exec {
         workspace: &Path,
         cwd: PathBuf,
         req: &wit::ExecRequest,
+        grant: Grant,
     ) -> capstan_sandbox::ExecSpec {
         let mut spec = capstan_sandbox::ExecSpec::new(command, workspace.to_path_buf());
         spec.cwd = cwd;
@@ -322,7 +359,7 @@ impl Exec {
             .map(|n| n as usize)
             .unwrap_or(self.output_limit)
             .clamp(1024, 16 << 20);
-        spec.network = self.policy.network;
+        spec.network = grant.network && self.policy.network;
         spec.mode = self.policy.sandbox;
         spec.limits = self.sandbox.limits.clone();
         spec.read = self.sandbox.read.clone();
@@ -335,6 +372,12 @@ impl Exec {
             .collect();
         spec.env.extend(git_safety_env(workspace));
         spec
+    }
+
+    /// Whether the user allowed this workspace any network (`[policy]
+    /// network`, or `[network]` rules through the egress proxy).
+    fn network_allowed(&self) -> bool {
+        self.policy.network || self.sandbox.network.is_some()
     }
 
     /// With a `[network]` policy the command's only way out is its own
@@ -446,16 +489,24 @@ impl ExecService for Exec {
             command,
             risk,
             reasons,
+            grant,
         } = self
             .gate(scope, req.command.clone(), &context, &cwd_rel, req.min_risk)
             .await?;
 
-        let mut spec = self.spec(command, &workspace, cwd, &req);
-        let egress = self.egress(scope, &mut spec, &cwd_rel)?;
-        // A command judged read-only gets a read-only workspace: the
-        // judgement is enforced, and with nothing to capture it needs no
-        // change layer (which is most of a small command's cost).
-        spec.workspace_read_only = risk == PolicyRisk::ReadOnly;
+        let mut spec = self.spec(command, &workspace, cwd, &req, grant);
+        // The network, the `[network]` rules and their credentials go only to
+        // a command granted the network: one judged read-only, or let run as a
+        // write, reaches no host, whatever the user allowed for the workspace.
+        let egress = if grant.network {
+            self.egress(scope, &mut spec, &cwd_rel)?
+        } else {
+            None
+        };
+        // Without a write grant the workspace is read-only: the grant is
+        // enforced, not the judgement trusted, and with nothing to capture
+        // the command needs no change layer (most of a small command's cost).
+        spec.workspace_read_only = !grant.write;
         let read_only =
             spec.workspace_read_only && spec.mode == capstan_sandbox::SandboxMode::Required;
         let staging = if spec.workspace_read_only {
@@ -491,11 +542,19 @@ impl ExecService for Exec {
                  if this program writes without saying so, report it: the classifier is wrong about it.\n",
             );
         }
+        if !grant.network && self.network_allowed() && outcome.exit_code != Some(0) {
+            outcome.stderr.push_str(&format!(
+                "\ncapstan: this command ran with no network: it was judged {risk}, and only a command \
+                 granted the network (judged `network` and approved, or run under an allow rule) \
+                 reaches the hosts this workspace allows.\n"
+            ));
+        }
         scope.run.events.emit(Event::TerminalStep {
             task_id: scope.task_id.clone(),
             command: text.clone(),
             cwd: cwd_rel.clone(),
             risk: risk.to_string(),
+            grant,
             exit_code: outcome.exit_code,
             signal: outcome.signal,
             duration_ms: outcome.duration.as_millis() as u64,

@@ -567,6 +567,16 @@ function showMedia(view, ev) {
   }
 }
 
+// What a command was granted (the sandbox enforced exactly this), in the
+// words the terminal uses (capstan_protocol::Grant::describe).
+function grantText(g) {
+  const by = {
+    none: "nothing granted", profile: "granted by the profile", allow_rule: "granted by an allow rule",
+    session: "granted for this session", approval: "approved", flag: "granted by --approve all",
+  }[g.source] || String(g.source);
+  return `${g.write ? "writable" : "read-only"} workspace, ${g.network ? "network" : "no network"} (${by})`;
+}
+
 function addTerminalStep(ev) {
   const li = planTask(ev.task_id);
   if (!li) return;
@@ -575,7 +585,8 @@ function addTerminalStep(ev) {
     : ev.signal !== undefined ? `signal ${ev.signal}` : "";
   const head = el("div", { class: "step-head" },
     el("code", { text: `$ ${ev.command}` }),
-    el("span", { class: "muted", text: `${outcome} · ${ev.duration_ms} ms · ${ev.risk}` }));
+    el("span", { class: "muted", text: `${outcome} · ${ev.duration_ms} ms · ${ev.risk}` }),
+    ev.grant ? el("span", { class: "muted grant", "data-grant": ev.grant.source, text: `ran with: ${grantText(ev.grant)}` }) : "");
   let output = ev.output_tail || "(no output)";
   if (ev.truncated_bytes) output = `… ${ev.truncated_bytes} earlier bytes not shown\n${output}`;
   li.querySelector(".trace").append(el("div", { class: "step" }, head, el("pre", { text: output, tabindex: "0" })));
