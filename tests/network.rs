@@ -619,9 +619,13 @@ fn a_brokered_credential_reaches_the_host_and_never_the_sandbox() {
     assert_eq!(mode & 0o077, 0, "{mode:o}");
 }
 
-/// `capstan invoke terminal_exec 'echo ran'` (nobody to approve) in `ws`:
-/// its stdout and stderr together.
-fn echo_ran(capstan: &mut std::process::Command, ws: &std::path::Path) -> String {
+/// `capstan invoke terminal_exec COMMAND` (nobody to approve) in `ws`: its
+/// stdout and stderr together, and whether a command ran (a `terminal.step`).
+fn invoke_text(
+    capstan: &mut std::process::Command,
+    ws: &std::path::Path,
+    command: &str,
+) -> (String, bool) {
     let out = capstan
         .args([
             "invoke",
@@ -632,14 +636,19 @@ fn echo_ran(capstan: &mut std::process::Command, ws: &std::path::Path) -> String
             "--workspace",
         ])
         .arg(ws)
-        .args(["--input", &json!({ "command": "echo ran" }).to_string()])
+        .args(["--input", &json!({ "command": command }).to_string()])
         .output()
         .unwrap();
-    format!(
+    let ran = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .any(|e| e["type"] == "terminal.step");
+    let all = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
-    )
+    );
+    (all, ran)
 }
 
 #[test]
@@ -650,14 +659,29 @@ fn a_missing_credential_variable_stops_the_command_naming_the_credential() {
          value_env = \"NETWIRE_UNSET_TOKEN\"\n",
     );
     let ws = tempfile::tempdir().unwrap();
-    let all = echo_ran(home.capstan().env_remove("NETWIRE_UNSET_TOKEN"), ws.path());
-    assert!(!all.contains("\nran\n"), "{all}");
+    // Granted the network (trusted, through the proxy): the proxy that would
+    // inject the credential cannot start, so nothing runs.
+    let (all, ran) = invoke_text(
+        home.capstan().env_remove("NETWIRE_UNSET_TOKEN"),
+        ws.path(),
+        "curl -sS https://api.example.com/",
+    );
+    assert!(!ran, "the command ran without its credential: {all}");
     assert!(
         all.contains("host = \\\"api.example.com\\\"")
             || all.contains("host = \"api.example.com\""),
         "{all}"
     );
     assert!(all.contains("NETWIRE_UNSET_TOKEN is not set"), "{all}");
+    // A command not granted the network gets no proxy and no credential, so
+    // the missing variable does not stop it (issue #41's grants).
+    let (all, ran) = invoke_text(
+        home.capstan().env_remove("NETWIRE_UNSET_TOKEN"),
+        ws.path(),
+        "echo ran",
+    );
+    assert!(ran, "{all}");
+    assert!(!all.contains("NETWIRE_UNSET_TOKEN"), "{all}");
 }
 
 #[test]
@@ -669,8 +693,12 @@ fn a_workspace_capstan_toml_cannot_name_a_secret() {
         "[[network.credential]]\nhost = \"api.github.com\"\nheader = \"Authorization\"\nvalue_env = \"GITHUB_TOKEN\"\n",
     )
     .unwrap();
-    let all = echo_ran(&mut home.capstan(), ws.path());
+    let (all, ran) = invoke_text(&mut home.capstan(), ws.path(), "echo ran");
     assert!(all.contains("cannot supply or name a secret"), "{all}");
+    assert!(
+        !ran,
+        "a command ran under a workspace file naming a secret: {all}"
+    );
 }
 
 /// A minimal stdio MCP server (python) that writes its whole environment to

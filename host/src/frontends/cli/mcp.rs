@@ -143,7 +143,7 @@ pub async fn run(global: &GlobalArgs, args: McpArgs) -> Result<ExitCode> {
             outln!("capstan mcp: listening on http://{bound}/mcp");
             match &token {
                 TokenChoice::Generated(t) => errln!(
-                    "capstan mcp: token {t}\n  clients send `Authorization: Bearer {t}` (choose it with --token or CAPSTAN_MCP_TOKEN)"
+                    "capstan mcp: token {t}\n  clients send `Authorization: Bearer {t}` (choose it with CAPSTAN_MCP_TOKEN or --token-file)"
                 ),
                 TokenChoice::Given(_) => {
                     errln!("capstan mcp: clients send `Authorization: Bearer <your token>`")

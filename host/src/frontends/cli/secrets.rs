@@ -57,7 +57,7 @@ pub fn check_store_url(url: Option<&str>, name: &str, var: &str) {
     if url.is_some_and(url_has_password) && on_command_line(name) {
         warn_visible(
             &format!("the password in --{name}"),
-            &format!("{var}, a `[store] url` in capstan.toml, or PGPASSWORD / ~/.pgpass"),
+            &format!("{var} or a `[store] url` in capstan.toml"),
         );
     }
 }

@@ -321,22 +321,14 @@ impl Forwarder {
                 grant,
                 ..
             } => {
+                let (level, outcome) = match (exit_code, timed_out) {
+                    (_, true) => (LoggingLevel::Warning, "timed out".to_string()),
+                    (Some(0), _) => (LoggingLevel::Info, "exit 0".to_string()),
+                    (Some(code), _) => (LoggingLevel::Warning, format!("exit {code}")),
+                    (None, _) => (LoggingLevel::Warning, "killed".to_string()),
+                };
                 let grant = grant.describe();
-                match (exit_code, timed_out) {
-                    (_, true) => (
-                        LoggingLevel::Warning,
-                        format!("$ {command} (timed out; {grant})"),
-                    ),
-                    (Some(0), _) => (LoggingLevel::Info, format!("$ {command} (exit 0; {grant})")),
-                    (Some(code), _) => (
-                        LoggingLevel::Warning,
-                        format!("$ {command} (exit {code}; {grant})"),
-                    ),
-                    (None, _) => (
-                        LoggingLevel::Warning,
-                        format!("$ {command} (killed; {grant})"),
-                    ),
-                }
+                (level, format!("$ {command} ({outcome}); ran with: {grant}"))
             }
             Event::TaskFailed {
                 reason, message, ..
