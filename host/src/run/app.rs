@@ -148,6 +148,13 @@ impl App {
         capacity: Capacity,
     ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
+        // Wherever Capstan's home is (under /opt or /etc the view binds it
+        // whole), no command this process runs sees its state.
+        capstan_sandbox::hide_from_every_view(vec![
+            dirs.config.clone(),
+            dirs.data.clone(),
+            dirs.cache.clone(),
+        ]);
         let mut config = Config::load(&dirs.user_config_file())?;
         config.sandbox.check(
             &[dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
