@@ -825,3 +825,83 @@ async fn event_streams_are_capped_per_run_and_per_server() {
     drop(a);
     drop(b);
 }
+
+/// Issue #42: no route blocks on a workspace path. Before, the file viewer
+/// opened the path before checking it was a regular file, blocking an async
+/// worker: two requests for a FIFO with no writer froze every route. Now
+/// several at once each answer 422 at once, and the server keeps answering
+/// meanwhile (health, the page, a regular file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_or_device_in_a_workspace_blocks_no_route() {
+    let home = Home::new("");
+    let user = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(user.path().join(".ssh")).unwrap();
+    std::fs::create_dir_all(user.path().join("other-project")).unwrap();
+    let ws = user.path().join("projects/app");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("notes.md"), "# Notes\n\nhello\n").unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(ws.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", ws.join("zero")).unwrap();
+    let server = Server::start(&home, &["-w", ws.to_str().unwrap()]);
+    let client = server.client();
+    let list: Value = client
+        .get(server.url("/v1/workspaces"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = list["workspaces"][0]["id"].as_str().unwrap().to_string();
+    let file = |path: &str| server.url(&format!("/v1/workspaces/{id}/file?path={path}"));
+
+    // More requests for the FIFO than the server has async workers.
+    let mut pending = Vec::new();
+    for _ in 0..6 {
+        let req = client.get(file("pipe")).send();
+        pending.push(tokio::spawn(async move {
+            let resp = req.await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap())
+        }));
+    }
+    // Everything else still answers while they are in flight, and they end.
+    let deadline = Duration::from_secs(30);
+    let health = tokio::time::timeout(deadline, client.get(server.url("/v1/health")).send())
+        .await
+        .expect("/v1/health answered while FIFO requests were in flight")
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let notes: Value = tokio::time::timeout(deadline, client.get(file("notes.md")).send())
+        .await
+        .expect("a regular file is served meanwhile")
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(notes["lines"][2], "hello");
+    for p in pending {
+        let (status, body) = tokio::time::timeout(deadline, p)
+            .await
+            .expect("a request for a FIFO ended")
+            .unwrap();
+        assert_eq!(status, 422, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a regular file"),
+            "{body}"
+        );
+    }
+    // A symlink to a device leaves the workspace: refused before any open.
+    let resp = tokio::time::timeout(deadline, client.get(file("zero")).send())
+        .await
+        .expect("a symlink to /dev/zero is answered")
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+}

@@ -1707,6 +1707,11 @@ async fn workspace_files_are_resources_that_never_reach_outside() {
     );
 
     let r = root.display().to_string();
+    let made = std::process::Command::new("mkfifo")
+        .arg(root.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
     for uri in [
         format!("file://{r}/../{}/secret.txt", outside.path().display()),
         format!("file://{r}/docs/%2e%2e/%2e%2e/etc/passwd"),
@@ -1716,6 +1721,8 @@ async fn workspace_files_are_resources_that_never_reach_outside() {
         "file:///etc/passwd".to_string(),
         format!("file://other-host{r}/keep.txt"),
         format!("file://{r}/keep.txt%00.md"),
+        // A FIFO with no writer is refused at once, never waited on (issue #42).
+        format!("file://{r}/pipe"),
     ] {
         match session
             .read_resource(ReadResourceRequestParams::new(uri.clone()))

@@ -886,3 +886,36 @@ async fn a_tasks_processes_show_nothing_of_the_callers_command_line() {
         );
     }
 }
+
+/// Issue #42: replicas started at the same moment on a fresh database, all
+/// with the same `-w`, all start (registering a workspace is idempotent under
+/// concurrency; before, one in two such starts exited `workspace ... is
+/// already registered`), and they agree on its id.
+#[test]
+fn replicas_started_together_on_a_fresh_database_all_start() {
+    for _round in 0..3 {
+        let url = pg::Cluster::shared().fresh_database();
+        let ws = handbook();
+        let started: Vec<(Home, Server)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| replica(&url, ws.path())))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let ids: Vec<Value> = started
+            .iter()
+            .map(|(_, server)| {
+                rt.block_on(async {
+                    let (status, list) = get(server, "/v1/workspaces").await;
+                    assert_eq!(status, 200, "{list}");
+                    list["workspaces"][0]["id"].clone()
+                })
+            })
+            .collect();
+        assert!(
+            ids.iter().all(|id| id == &ids[0] && id.is_string()),
+            "{ids:?}"
+        );
+    }
+}

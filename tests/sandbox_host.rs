@@ -418,3 +418,67 @@ fn comm(pid: i32) -> String {
         .trim()
         .to_owned()
 }
+
+/// Issue #42: Capstan's own state is in no command's view wherever its home
+/// is. Under `/opt` (a directory the view binds whole) a command of one
+/// workspace could read the store and another workspace's kept versions; now
+/// the home's config, data and cache are covered in every view, and they are
+/// the owner's only on disk (directories 0700, the store 0600).
+#[test]
+fn capstans_state_is_hidden_from_commands_even_under_a_bound_system_directory() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let opt = tempfile::Builder::new()
+        .prefix("capstan-home-")
+        .tempdir_in("/opt")
+        .unwrap();
+    let home = Home { dir: opt };
+    std::fs::create_dir_all(home.path().join("config")).unwrap();
+    std::fs::write(home.path().join("config/capstan.toml"), "").unwrap();
+    let user = tempfile::tempdir().unwrap();
+    let ws = user.path().join("projects/app");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(user.path().join("projects/other")).unwrap();
+    std::fs::write(ws.join("f.txt"), "x").unwrap();
+    // A first run makes the store.
+    let (code, _, err) = invoke(&home, &ws, json!({"command": "true"}));
+    assert_eq!(code, Some(0), "{err}");
+    let data = home.path().join("data");
+    let db = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "db"))
+        .expect("a store file in the data dir");
+    assert_eq!(
+        std::fs::metadata(&db).unwrap().permissions().mode() & 0o777,
+        0o600,
+        "{}",
+        db.display()
+    );
+    assert_eq!(
+        std::fs::metadata(&data).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+
+    let root = home.path().display().to_string();
+    let probe = format!(
+        "ls -A {root}; ls -A {root}/data 2>&1; head -c 15 {} 2>&1; cat {root}/config/capstan.toml 2>&1; echo probed",
+        db.display()
+    );
+    let (code, events, err) = invoke(&home, &ws, json!({"command": probe}));
+    let step = events
+        .iter()
+        .find(|e| e["type"] == "terminal.step")
+        .unwrap_or_else(|| panic!("no step: {events:?} {err}"));
+    let out = step["output_tail"].as_str().unwrap();
+    assert!(out.contains("probed"), "{out}");
+    assert!(
+        !out.contains("SQLite format"),
+        "the store was readable: {out}"
+    );
+    assert!(
+        !out.contains(db.file_name().unwrap().to_str().unwrap()),
+        "the data dir was listed: {out}"
+    );
+    let _ = code;
+}

@@ -87,8 +87,19 @@ impl Dirs {
     }
 
     pub fn ensure(path: &Path) -> Result<&Path> {
-        std::fs::create_dir_all(path)
+        use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
             .with_context(|| format!("cannot create directory {}", path.display()))?;
+        // Capstan's state is the owner's only; a directory an older version
+        // made 0755 is tightened (best effort: one someone else owns stays).
+        if let Ok(meta) = std::fs::metadata(path)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700));
+        }
         Ok(path)
     }
 }

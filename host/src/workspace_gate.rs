@@ -286,6 +286,31 @@ pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, ConfineError> {
     Ok(real)
 }
 
+/// Flags every read of a workspace file the host makes itself: `O_NONBLOCK`,
+/// so a FIFO with no writer or a device opens at once instead of holding the
+/// thread until something writes to it, and `O_NOCTTY`. The caller then checks
+/// the open handle's metadata (`fstat`) is a regular file, so what it reads is
+/// what it checked; a regular file reads normally under `O_NONBLOCK`.
+const NONBLOCKING_READ_FLAGS: i32 = libc::O_NONBLOCK | libc::O_NOCTTY;
+
+/// Open options for reading a workspace file through a capability handle
+/// (see [`NONBLOCKING_READ_FLAGS`]).
+pub fn nonblocking_read() -> cap_std::fs::OpenOptions {
+    use cap_std::fs::OpenOptionsExt as _;
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true).custom_flags(NONBLOCKING_READ_FLAGS);
+    options
+}
+
+/// Open options for reading a workspace file already confined by
+/// [`confine`] (see [`NONBLOCKING_READ_FLAGS`]).
+pub fn nonblocking_read_std() -> std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).custom_flags(NONBLOCKING_READ_FLAGS);
+    options
+}
+
 /// `path` made canonical as far as it exists, the rest appended without `.`
 /// or `..` tricks (a missing component cannot be a symlink). Capstan's own
 /// dirs may not exist yet when a workspace is checked.

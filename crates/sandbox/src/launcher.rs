@@ -67,6 +67,9 @@ pub(crate) struct LaunchConfig {
     pub task_dir: PathBuf,
     /// Extra read-only paths (canonical).
     pub read: Vec<PathBuf>,
+    /// Directories hidden from the view (canonical, existing).
+    #[serde(default)]
+    pub hide: Vec<PathBuf>,
     pub network: bool,
     /// The network goes through the egress proxy (`network` is then false).
     #[serde(default)]
@@ -361,6 +364,7 @@ fn view_spec<'a>(
         task_dir: &config.task_dir,
         workspace: &config.workspace,
         read: &config.read,
+        hide: &config.hide,
         tmp_bytes: config.limits.tmp_size,
         network: config.network,
         workspace_mount,

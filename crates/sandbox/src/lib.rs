@@ -561,6 +561,21 @@ struct LauncherExe {
 
 static LAUNCHER: RwLock<Option<Arc<LauncherExe>>> = RwLock::new(None);
 
+/// See [`hide_from_every_view`].
+static HIDDEN: RwLock<Vec<PathBuf>> = RwLock::new(Vec::new());
+
+/// Hides these host directories from the view of every command this process
+/// runs confined, whoever starts it ([`run`], [`spawn_stdio`]): each one the
+/// view would show (it lies under a system directory the view binds, such as
+/// `/opt` or `/etc`) is covered by an empty, unreadable, read-only tmpfs.
+/// The host passes its own config, data and cache directories, so no command
+/// reads another workspace's kept versions, the store or the user's grants
+/// wherever Capstan's home is. Directories that do not exist when a command
+/// starts are skipped; replaces what an earlier call set.
+pub fn hide_from_every_view(dirs: Vec<PathBuf>) {
+    *HIDDEN.write().unwrap_or_else(|e| e.into_inner()) = dirs;
+}
+
 fn hold(shown: PathBuf, open: &Path) -> Arc<LauncherExe> {
     Arc::new(LauncherExe {
         shown,
@@ -806,6 +821,17 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         Vec::new()
     };
 
+    let hide = if confine {
+        HIDDEN
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
+
     let task_dir = tempfile::Builder::new()
         .prefix("capstan-task-")
         .tempdir_in(task_parent(confine))
@@ -860,6 +886,7 @@ fn prepare(spec: &ExecSpec) -> Result<Prepared, SandboxError> {
         grace_ms: KILL_GRACE.as_millis() as u64,
         cgroup: cgroup.clone(),
         read,
+        hide,
         unavailable: unavailable_mechanisms(),
         #[cfg(feature = "bench-whole-host")]
         whole_host_view: spec.whole_host_view,

@@ -78,6 +78,8 @@ pub(crate) struct ViewSpec<'a> {
     pub workspace: &'a Path,
     /// Extra read-only paths (absolute, canonical, existing).
     pub read: &'a [PathBuf],
+    /// Directories covered wherever the view shows them (canonical).
+    pub hide: &'a [PathBuf],
     /// Size of the private `/tmp`, in bytes.
     pub tmp_bytes: u64,
     /// Network on: `/etc/resolv.conf`'s target is bound too when it lives
@@ -164,6 +166,7 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
         bind(&target, &inside(&target), true)?;
     }
     mask_secrets(root)?;
+    hide(root, spec.hide)?;
     make_dev(&inside(Path::new("/dev")))?;
 
     let home = inside(Path::new(HOME));
@@ -318,6 +321,26 @@ fn mask_secrets(root: &Path) -> Result<(), String> {
             )
         }
         .map_err(|e| format!("masking {secret}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Covers each of `dirs` the view shows (Capstan's own state under a bound
+/// system directory) with an empty, mode-0, read-only tmpfs.
+fn hide(root: &Path, dirs: &[PathBuf]) -> Result<(), String> {
+    for dir in dirs {
+        let target = root.join(dir.strip_prefix("/").unwrap_or(dir));
+        if !std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        mount(
+            Some("tmpfs"),
+            &target,
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("mode=000,size=4k,nr_inodes=1"),
+        )
+        .map_err(|e| format!("hiding {}: {e}", dir.display()))?;
     }
     Ok(())
 }

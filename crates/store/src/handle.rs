@@ -144,6 +144,30 @@ impl Store {
         }
     }
 
+    /// The workspace registered for `root`, registering it (named after its
+    /// folder, no profile of its own) when there is none. Idempotent under
+    /// concurrency: when another process or replica registers the same
+    /// folder between the look-up and the insert, its row is returned, never
+    /// [`StoreError::WorkspaceExists`].
+    pub fn ensure_workspace(&self, root: &Path) -> Result<Workspace> {
+        if let Some(ws) = self.get_workspace_by_root(root)? {
+            return Ok(ws);
+        }
+        let name = root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match self.add_workspace(root, &name, None) {
+            Err(StoreError::WorkspaceExists { id, .. }) => {
+                self.get_workspace_by_id(&id)?.ok_or(StoreError::NotFound {
+                    what: "workspace",
+                    id,
+                })
+            }
+            other => other,
+        }
+    }
+
     /// A run's events with `seq > after` (all of them for `None`), waiting
     /// up to `timeout` for at least one if there is none yet: the read side
     /// of live streaming and `Last-Event-ID` replay. Returns an empty list

@@ -250,6 +250,7 @@ impl SqliteStore {
     /// database, or has a newer schema. SQLite creates `<path>-wal` and
     /// `<path>-shm` beside it, and the store a `<path>-owners/` directory.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        use std::os::unix::fs::PermissionsExt as _;
         let path = path.as_ref().to_path_buf();
         let err = |e| classify(&path, e);
         // No URI parsing: the path is a path. NO_MUTEX: our own Mutex serialises use.
@@ -257,6 +258,15 @@ impl SqliteStore {
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&path, flags).map_err(err)?;
+        // The store holds every session's text and the audit: the owner's
+        // only. Before the WAL exists, which SQLite then creates with the
+        // database file's mode; an older store's files are tightened too.
+        // Best effort: a file someone else owns keeps its mode.
+        for file in [path.clone(), sidecar(&path, "-wal"), sidecar(&path, "-shm")] {
+            if file.exists() {
+                let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+            }
+        }
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
             .map_err(err)?;
         // Plans never depend on bound values. Without this SQLite (built with
@@ -569,4 +579,11 @@ mod tests {
         let store = SqliteStore::open(&file).unwrap();
         assert_eq!(store.recent_turns(&s.id, 100).unwrap().len(), 25);
     }
+}
+
+/// `<path><suffix>` (SQLite's `-wal` and `-shm` beside a database).
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }

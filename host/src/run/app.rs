@@ -148,6 +148,13 @@ impl App {
         capacity: Capacity,
     ) -> Result<Self> {
         Dirs::ensure(&dirs.data)?;
+        // Wherever Capstan's home is (under /opt or /etc the view binds it
+        // whole), no command this process runs sees its state.
+        capstan_sandbox::hide_from_every_view(vec![
+            dirs.config.clone(),
+            dirs.data.clone(),
+            dirs.cache.clone(),
+        ]);
         let mut config = Config::load(&dirs.user_config_file())?;
         config.sandbox.check(
             &[dirs.config.clone(), dirs.data.clone(), dirs.cache.clone()],
@@ -419,17 +426,9 @@ impl App {
             None => None,
         };
         let asked_workspace = match &asked {
-            Some(root) => Some(match self.store.get_workspace_by_root(root)? {
-                Some(ws) => ws,
-                None => {
-                    let name = root
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    // No profile of its own: `[policy] profile` applies.
-                    self.store.add_workspace(root, &name, None)?
-                }
-            }),
+            // Registered on the way with no profile of its own (`[policy]
+            // profile` applies); idempotent when two runs register it at once.
+            Some(root) => Some(self.store.ensure_workspace(root)?),
             None => None,
         };
         let asked_id = asked_workspace.as_ref().map(|ws| ws.id.clone());

@@ -233,13 +233,9 @@ fn user_tokens(
 
 /// A workspace given with `-w` is the user's choice at the command line:
 /// registered, so network clients may use it too.
+/// Replicas started together may register the same folder at once: the
+/// store's `ensure_workspace` is idempotent.
 fn register(app: &App, root: &std::path::Path) -> Result<()> {
-    if app.store.get_workspace_by_root(root)?.is_none() {
-        let name = root
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        app.store.add_workspace(root, &name, None)?;
-    }
+    app.store.ensure_workspace(root)?;
     Ok(())
 }

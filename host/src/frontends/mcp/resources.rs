@@ -198,7 +198,13 @@ impl WorkspaceResources {
     /// Read what `uri` names.
     pub async fn read(&self, uri: &str, indexes: &Indexes) -> Result<ReadResourceResult, McpError> {
         match self.target(uri).map_err(not_found)? {
-            Target::File(path) => read_file(uri, &path).map(|c| ReadResourceResult::new(vec![c])),
+            Target::File(path) => {
+                let owned = uri.to_owned();
+                tokio::task::spawn_blocking(move || read_file(&owned, &path))
+                    .await
+                    .map_err(|e| McpError::internal_error(format!("reading `{uri}`: {e}"), None))?
+                    .map(|c| ReadResourceResult::new(vec![c]))
+            }
             Target::Search(query) => {
                 let index = indexes
                     .for_workspace(&self.root)
@@ -272,12 +278,27 @@ impl WorkspaceResources {
     }
 }
 
+/// Reads a confined workspace file: opened without blocking (a FIFO or a
+/// device is refused, never waited on), checked on the open handle, read from
+/// it. Blocking I/O: call it off the async workers.
 fn read_file(uri: &str, path: &Path) -> Result<ResourceContents, McpError> {
-    let meta = std::fs::metadata(path).map_err(|e| not_found(format!("`{uri}`: {e}")))?;
+    use std::io::Read as _;
+    let file = crate::workspace_gate::nonblocking_read_std()
+        .open(path)
+        .map_err(|e| not_found(format!("`{uri}`: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| not_found(format!("`{uri}`: {e}")))?;
     if !meta.is_file() {
-        return Err(not_found(format!(
-            "`{uri}` is a directory; read a file in it (resources/list or completion/complete give the paths)"
-        )));
+        return Err(not_found(if meta.is_dir() {
+            format!(
+                "`{uri}` is a directory; read a file in it (resources/list or completion/complete give the paths)"
+            )
+        } else {
+            format!(
+                "`{uri}` is not a regular file (a FIFO, socket or device); only files are served"
+            )
+        }));
     }
     if meta.len() > MAX_READ_BYTES {
         return Err(McpError::invalid_params(
@@ -289,8 +310,10 @@ fn read_file(uri: &str, path: &Path) -> Result<ResourceContents, McpError> {
             None,
         ));
     }
-    let bytes =
-        std::fs::read(path).map_err(|e| McpError::internal_error(format!("`{uri}`: {e}"), None))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_READ_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| McpError::internal_error(format!("`{uri}`: {e}"), None))?;
     let mime = mime_for(path);
     Ok(match String::from_utf8(bytes) {
         Ok(text) => ResourceContents::text(text, uri).with_mime_type(mime.unwrap_or("text/plain")),

@@ -9,8 +9,10 @@
 //! plugin's preopened directory), which resolves every component, symlinks
 //! included, without ever leaving the root. `..`, absolute paths, NUL bytes and
 //! symlinks that point out are refused with a message naming the path. The
-//! route sits behind the same doors as the rest of the API (Host, Origin,
-//! token).
+//! file is opened without blocking (a FIFO with no writer, a device) and
+//! checked on the open handle to be a regular file, and the route reads it off
+//! the async workers. The route sits behind the same doors as the rest of the
+//! API (Host, Origin, token).
 
 use std::io::Read;
 use std::path::Path;
@@ -73,7 +75,9 @@ pub fn read(root: &Path, workspace_id: &str, rel_str: &str) -> Result<FileText, 
     let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| {
         ApiError::internal(format!("cannot open workspace {}: {e}", root.display()))
     })?;
-    let file = dir.open(rel).map_err(|e| open_error(rel_str, e))?;
+    let file = dir
+        .open_with(rel, &workspace_gate::nonblocking_read())
+        .map_err(|e| open_error(rel_str, e))?;
     let meta = file
         .metadata()
         .map_err(|e| ApiError::internal(format!("{rel_str}: {e}")))?;

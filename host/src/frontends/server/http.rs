@@ -321,7 +321,13 @@ pub async fn workspace_file(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<super::files::FileQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!(state.runs.workspace_file(&id, &q.path)?)))
+    // Opening and reading a workspace path is blocking I/O (a slow disk, a
+    // network mount): off the async workers, so one request never holds up
+    // the others.
+    let file = tokio::task::spawn_blocking(move || state.runs.workspace_file(&id, &q.path))
+        .await
+        .map_err(ApiError::internal)??;
+    Ok(Json(json!(file)))
 }
 
 /// `POST /v1/workspaces`: selects a folder registered at the command line;

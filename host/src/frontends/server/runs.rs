@@ -862,14 +862,7 @@ impl RunManager {
     /// user's act, at the command line.
     pub fn add_workspace(&self, dir: &str) -> Result<Workspace, ApiError> {
         let root = self.checked_workspace(dir)?;
-        if let Some(ws) = self.app.store.get_workspace_by_root(&root)? {
-            return Ok(self.app.config.with_profile_in_force(ws));
-        }
-        let name = root
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let ws = self.app.store.add_workspace(&root, &name, None)?;
+        let ws = self.app.store.ensure_workspace(&root)?;
         Ok(self.app.config.with_profile_in_force(ws))
     }
 }
