@@ -477,8 +477,15 @@ fn capstans_state_is_hidden_from_commands_even_under_a_bound_system_directory() 
         "the store was readable: {out}"
     );
     assert!(
-        !out.contains(db.file_name().unwrap().to_str().unwrap()),
+        out.contains(&format!(
+            "ls: cannot open directory '{root}/data': Permission denied"
+        )),
         "the data dir was listed: {out}"
     );
-    let _ = code;
+    let name = db.file_name().unwrap().to_str().unwrap();
+    assert!(
+        !out.lines().any(|l| l.trim() == name),
+        "the store is listed: {out}"
+    );
+    assert_eq!(code, Some(0));
 }

@@ -275,6 +275,12 @@ fn check_offline_runs(s: &Value) {
     assert_eq!(s["traceVisibleBefore"], false, "the trace starts folded");
     let trace = &s["trace"];
     assert_eq!(trace["command"], "$ make check");
+    // Approved by a person at `write` (cautious asks for it): the grant the
+    // sandbox enforced is shown with the step (issue #41).
+    assert_eq!(
+        trace["grant"], "ran with: writable workspace, no network (granted by approval)",
+        "{trace}"
+    );
     assert!(
         trace["output"]
             .as_str()

@@ -94,7 +94,7 @@ impl Grant {
             GrantSource::Profile => "granted by the profile",
             GrantSource::AllowRule => "granted by an allow rule",
             GrantSource::Session => "granted for this session",
-            GrantSource::Approval => "approved",
+            GrantSource::Approval => "granted by approval",
             GrantSource::Flag => "granted by --approve all",
         };
         format!("{workspace}, {network} ({by})")

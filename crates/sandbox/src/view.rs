@@ -148,13 +148,18 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
             Ok(_) => bind(host, &inside(host), true)?,
         }
     }
+    // Before the read paths: one the host passes from inside a hidden
+    // directory (the workspace CA's certificate in the data dir) is bound
+    // into the cover, and is then all the cover holds.
+    hide(root, spec.hide)?;
     for p in spec.read {
         // Already visible (a system directory or the workspace): binding again
         // would only unmask what is masked there.
-        let covered = SYSTEM
-            .iter()
-            .any(|d| p.starts_with(d) && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
-            || p.starts_with(spec.workspace);
+        let hidden = spec.hide.iter().any(|h| p.starts_with(h));
+        let covered = !hidden
+            && (SYSTEM.iter().any(|d| {
+                p.starts_with(d) && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())
+            }) || p.starts_with(spec.workspace));
         if !covered {
             bind(p, &inside(p), true)?;
         }
@@ -166,7 +171,6 @@ pub(crate) fn build(spec: &ViewSpec) -> Result<Option<crate::quota::Quota>, Stri
         bind(&target, &inside(&target), true)?;
     }
     mask_secrets(root)?;
-    hide(root, spec.hide)?;
     make_dev(&inside(Path::new("/dev")))?;
 
     let home = inside(Path::new(HOME));
@@ -326,7 +330,9 @@ fn mask_secrets(root: &Path) -> Result<(), String> {
 }
 
 /// Covers each of `dirs` the view shows (Capstan's own state under a bound
-/// system directory) with an empty, mode-0, read-only tmpfs.
+/// system directory) with an empty tmpfs that others may cross but not list
+/// (0711: a read path bound into it later is reachable by its name, nothing
+/// else is there). Made read-only with the rest of the view at the end.
 fn hide(root: &Path, dirs: &[PathBuf]) -> Result<(), String> {
     for dir in dirs {
         let target = root.join(dir.strip_prefix("/").unwrap_or(dir));
@@ -337,8 +343,8 @@ fn hide(root: &Path, dirs: &[PathBuf]) -> Result<(), String> {
             Some("tmpfs"),
             &target,
             Some("tmpfs"),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some("mode=000,size=4k,nr_inodes=1"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("mode=0711,size=64k,nr_inodes=256"),
         )
         .map_err(|e| format!("hiding {}: {e}", dir.display()))?;
     }

@@ -1649,7 +1649,8 @@ fn a_version_5_file_keeps_its_approvals_and_accepts_approved_always() {
                  ('approved', 'approved-for-session', 'denied', 'aborted', 'expired')),
              decided_by TEXT NOT NULL CHECK (decided_by IN ('user', 'policy', 'flag')),
              created_at TEXT NOT NULL, decided_at TEXT NOT NULL) STRICT;
-         INSERT INTO approvals_v5 SELECT * FROM approvals;
+         INSERT INTO approvals_v5 SELECT id, run_id, task_id, action, command, cwd, risk,
+             reasons, decision, decided_by, created_at, decided_at FROM approvals;
          DROP TABLE approvals;
          ALTER TABLE approvals_v5 RENAME TO approvals;
          CREATE INDEX approvals_by_run ON approvals(run_id, created_at);

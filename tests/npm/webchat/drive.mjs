@@ -153,6 +153,7 @@ const shot = (name, p = page, fullPage = true) => p.screenshot({ path: `${artifa
   summary.trace = {
     command: await page.textContent("#plan-tasks .trace .step-head code"),
     output: await page.textContent("#plan-tasks .trace pre"),
+    grant: await page.textContent("#plan-tasks .trace .grant"),
     outputFont: await page.$eval("#plan-tasks .trace pre", (p) => getComputedStyle(p).fontFamily),
     outputTimes: await page.evaluate(() => {
       const out = document.querySelector("#plan-tasks .trace pre").textContent.trim().split("\n").pop();

@@ -572,7 +572,7 @@ function showMedia(view, ev) {
 function grantText(g) {
   const by = {
     none: "nothing granted", profile: "granted by the profile", allow_rule: "granted by an allow rule",
-    session: "granted for this session", approval: "approved", flag: "granted by --approve all",
+    session: "granted for this session", approval: "granted by approval", flag: "granted by --approve all",
   }[g.source] || String(g.source);
   return `${g.write ? "writable" : "read-only"} workspace, ${g.network ? "network" : "no network"} (${by})`;
 }
