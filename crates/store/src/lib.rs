@@ -451,6 +451,13 @@ pub(crate) fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// `<path><suffix>` (SQLite's `-wal` and `-shm` beside a database).
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -579,11 +586,4 @@ mod tests {
         let store = SqliteStore::open(&file).unwrap();
         assert_eq!(store.recent_turns(&s.id, 100).unwrap().len(), 25);
     }
-}
-
-/// `<path><suffix>` (SQLite's `-wal` and `-shm` beside a database).
-fn sidecar(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
