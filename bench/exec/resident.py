@@ -16,11 +16,11 @@ Markdown table and the command that reproduces it.
 
 import argparse
 import http.client
+import importlib.util
 import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,17 +29,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "bench", "startup"))
 from bench import bwrap_argv, env_for, pct, timed  # noqa: E402
 
-
-def start(binary, home, ws):
-    proc = subprocess.Popen(
-        [binary, "serve", "--port", "0", "--no-token", "--approve", "all", "-w", ws],
-        env=env_for(home), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = proc.stdout.readline().strip()
-    if not line.startswith("listening on http://"):
-        proc.kill()
-        sys.exit(f"capstan serve printed {line!r}")
-    host, port = line[len("listening on http://"):].rsplit(":", 1)
-    return proc, host, int(port)
+# bench/serve/bench.py's server start (a module of the same name as startup's).
+_spec = importlib.util.spec_from_file_location(
+    "serve_bench", os.path.join(ROOT, "bench", "serve", "bench.py"))
+serve_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(serve_bench)
 
 
 def step_ms(host, port, ws):
@@ -72,7 +66,8 @@ def main():
     scratch = tempfile.mkdtemp(prefix="capstan-resident-")
     ws = os.path.join(scratch, "ws")
     os.makedirs(ws)
-    proc, host, port = start(os.path.abspath(args.bin), os.path.join(scratch, "home"), ws)
+    proc, host, port = serve_bench.start(os.path.abspath(args.bin), os.path.join(scratch, "home"),
+                                         ws, ["--approve", "all"])
     invoke_home = os.path.join(scratch, "home-invoke")
     invoke = [os.path.abspath(args.bin), "invoke", "terminal_exec", "-w", ws, "-i",
               '{"command":"true"}']

@@ -27,12 +27,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 QUESTIONS = ["How do I rotate the signing keys?"]
 
 
-def start(binary, home, ws):
+def start(binary, home, ws, extra=()):
+    """`capstan serve` on a free port of 127.0.0.1 with a fresh home; `extra`
+    arguments go after the common ones. Returns (process, host, port)."""
     env = dict(os.environ, CAPSTAN_HOME=home)
     for k in ("CAPSTAN_TOKEN", "CAPSTAN_CONFIG_DIR", "CAPSTAN_DATA_DIR", "CAPSTAN_CACHE_DIR"):
         env.pop(k, None)
     proc = subprocess.Popen(
-        [binary, "serve", "--port", "0", "--no-token", "-w", ws],
+        [binary, "serve", "--port", "0", "--no-token", "-w", ws, *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
