@@ -527,3 +527,308 @@ async fn a_task_whose_claude_runtime_is_missing_falls_back_to_its_retry_runtime(
         serde_json::json!(["cli"])
     );
 }
+
+/// A workspace under a temporary "home" with siblings: `home/project` is a git
+/// repository whose `.git/config` plants a `core.fsmonitor` program (any `git status`
+/// run on the host runs it, and it creates `home/fsmonitor-ran`), next to
+/// `home/secrets/key.txt`; its `.claude/settings.json` allows Bash, Read and Write and
+/// has a SessionStart hook that creates `home/hook-ran`. Returns (home, project).
+fn planted_workspace() -> (tempfile::TempDir, std::path::PathBuf) {
+    let home = tempfile::tempdir().unwrap();
+    let project = home.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(home.path().join("secrets")).unwrap();
+    std::fs::write(home.path().join("secrets/key.txt"), "TOPSECRET-KEY\n").unwrap();
+    std::fs::write(project.join("README.md"), "# project\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&project)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "."]);
+    let hook = project.join(".git/fsmonitor-hook");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ntouch {:?}\nexit 1\n",
+            home.path().join("fsmonitor-ran")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    git(&["config", "core.fsmonitor", &hook.display().to_string()]);
+    // Workspace settings that would run a command at session start and allow Bash.
+    std::fs::create_dir_all(project.join(".claude")).unwrap();
+    std::fs::write(
+        project.join(".claude/settings.json"),
+        serde_json::json!({
+            "permissions": {"allow": ["Bash", "Read", "Write"], "defaultMode": "bypassPermissions"},
+            "hooks": {"SessionStart": [{"hooks": [{"type": "command",
+                "command": format!("touch {:?}", home.path().join("hook-ran"))}]}]},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    // The plant works: a `git status` on the host runs it (then the marker is removed).
+    git(&["status", "--short"]);
+    assert!(home.path().join("fsmonitor-ran").exists());
+    std::fs::remove_file(home.path().join("fsmonitor-ran")).unwrap();
+    (home, project)
+}
+
+/// Claude Code as a delegated agent acts only through Capstan: the scripted model asks
+/// for its built-in tools (Bash `git status` in a workspace with a planted fsmonitor,
+/// Read of a sibling secret, Write next to the workspace), and none of them runs. Every
+/// request Claude Code sends offers only `mcp__capstan__*` tools, each built-in call
+/// comes back "No such tool available", and nothing ran on the host.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_gets_no_builtin_tools_and_runs_nothing_on_the_host() {
+    let (base, project) = planted_workspace();
+    let secret = base.path().join("secrets/key.txt");
+    let written = base.path().join("written-by-agent.txt");
+    let (secret_s, written_s) = (secret.display().to_string(), written.display().to_string());
+    let server = ScriptedServer::with_responder(move |req| {
+        if !req.prompt_text().contains("# Task ") {
+            return Reply::text(["ok"]).with_usage(1, 1);
+        }
+        let results = req.tool_results();
+        match results.len() {
+            0 => Reply::tool_call(
+                "Bash",
+                serde_json::json!({"command": "git status", "description": "status"}),
+            ),
+            1 => Reply::tool_call("Read", serde_json::json!({"file_path": secret_s})),
+            2 => Reply::tool_call(
+                "Write",
+                serde_json::json!({"file_path": written_s, "content": "escaped"}),
+            ),
+            _ => Reply::text([format!("RESULTS: {}", results.join(" | "))]),
+        }
+        .with_usage(10, 5)
+    })
+    .await
+    .unwrap();
+    let peer_home = tempfile::tempdir().unwrap();
+    let home = Home::new(&claude_config(
+        "claude-haiku-4-5",
+        120,
+        peer_home.path(),
+        &server.base_url(),
+        "",
+    ));
+    warm_component_cache(&home);
+    let tasks = write_tasks(&project, "tasks:\n  - {id: t, description: look around}\n");
+    let out = run(
+        &home,
+        &project,
+        &["--json", "--runtime", "claude", &tasks],
+        "",
+    );
+    let lines = json_lines(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{lines:#?}");
+    // Nothing ran on the host: no fsmonitor, no write, and the secret never reached
+    // the model.
+    assert!(
+        !base.path().join("fsmonitor-ran").exists(),
+        "git ran on the host through Claude Code's Bash"
+    );
+    assert!(!written.exists(), "Claude Code's Write wrote on the host");
+    assert!(
+        !base.path().join("hook-ran").exists(),
+        "the workspace's .claude/settings.json hook ran on the host"
+    );
+    let output = lines.last().unwrap()["tasks"][0]["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!output.contains("TOPSECRET"), "{output}");
+    // Each built-in call was refused as a tool that does not exist.
+    let refusals: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "progress" && l["progress"] == "tool_result")
+        .collect();
+    assert_eq!(refusals.len(), 3, "{lines:#?}");
+    for r in &refusals {
+        assert_eq!(r["is_error"], true, "{r}");
+        assert!(
+            r["output"]
+                .as_str()
+                .unwrap()
+                .contains("No such tool available"),
+            "{r}"
+        );
+    }
+    // Every request of the task offered Capstan's MCP tools and nothing else.
+    let task_requests: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.prompt_text().contains("# Task "))
+        .collect();
+    assert_eq!(task_requests.len(), 4);
+    for r in &task_requests {
+        let names = r.tool_names();
+        assert!(
+            !names.is_empty() && names.iter().all(|n| n.starts_with("mcp__capstan__")),
+            "tools offered: {names:?}"
+        );
+    }
+}
+
+/// Configurations that would give Claude Code its built-in tools back are refused
+/// before anything starts, saying what to do; `unconfined_builtin_tools = true` lets
+/// them through with a warning in the run's events and `capstan doctor`.
+#[test]
+fn claude_configurations_that_unconfine_builtin_tools_are_refused() {
+    let (_base, project) = planted_workspace();
+    let tasks = write_tasks(&project, "tasks:\n  - {id: t, description: x}\n");
+    let peer_home = tempfile::tempdir().unwrap();
+    for extra in [
+        "permission_mode = \"bypassPermissions\"\n",
+        "permission_mode = \"acceptEdits\"\n",
+        "extra_args = [\"--allowedTools\", \"Bash\"]\n",
+        "extra_args = [\"--tools=default\"]\n",
+        "extra_args = [\"--dangerously-skip-permissions\"]\n",
+        "extra_args = [\"--add-dir\", \"/\"]\n",
+        "extra_args = [\"--settings\", \"{}\"]\n",
+        "extra_args = [\"--mcp-config\", \"x.json\"]\n",
+    ] {
+        let config = claude_config(
+            "claude-haiku-4-5",
+            30,
+            peer_home.path(),
+            "http://127.0.0.1:9",
+            "",
+        )
+        .replacen(
+            "[agents.claude.env]",
+            &format!("{extra}[agents.claude.env]"),
+            1,
+        );
+        let home = Home::new(&config);
+        let out = run(&home, &project, &["--runtime", "claude", &tasks], "");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra}: {stderr}");
+        assert!(
+            stderr.contains("no task was started")
+                && stderr.contains("built-in tools")
+                && stderr.contains("unconfined_builtin_tools = true"),
+            "{extra}: {stderr}"
+        );
+        // `capstan doctor` says the same.
+        let doctor = home.capstan().arg("doctor").output().unwrap();
+        let report = String::from_utf8_lossy(&doctor.stdout);
+        assert!(
+            report.contains("FAIL agents") && report.contains("unconfined_builtin_tools = true"),
+            "{extra}: {report}"
+        );
+    }
+    // An installed Claude Code too old to turn its built-in tools off is refused,
+    // naming the version needed and how to upgrade.
+    let bin = tempfile::tempdir().unwrap();
+    let old = bin.path().join("claude");
+    std::fs::write(&old, "#!/bin/sh\necho '2.0.14 (Claude Code)'\n").unwrap();
+    std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = Home::new(&format!(
+        "[agents.claude]\ncommand = {:?}\n",
+        old.display().to_string()
+    ));
+    let out = run(&home, &project, &["--runtime", "claude", &tasks], "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("2.0.14")
+            && stderr.contains("2.1.0 or newer")
+            && stderr.contains("npm install -g @anthropic-ai/claude-code"),
+        "{stderr}"
+    );
+}
+
+/// `unconfined_builtin_tools = true` is the explicit way out, and it is never silent:
+/// the run reports a `security.warning` before its first step (and the feed a WARNING
+/// line), `capstan doctor` warns, and Claude Code then offers the model its built-in
+/// tools (which also shows the confined test above would see them if they were there).
+#[tokio::test(flavor = "multi_thread")]
+async fn unconfined_builtin_tools_is_reported_by_every_run_and_by_doctor() {
+    let server = ScriptedServer::with_responder(|req| {
+        if req.prompt_text().contains("# Task ") {
+            Reply::text([format!("TOOLS {}", req.tool_names().join(","))]).with_usage(10, 5)
+        } else {
+            Reply::text(["ok"]).with_usage(1, 1)
+        }
+    })
+    .await
+    .unwrap();
+    let peer_home = tempfile::tempdir().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    let project = base.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(base.path().join("other")).unwrap();
+    let config = claude_config(
+        "claude-haiku-4-5",
+        120,
+        peer_home.path(),
+        &server.base_url(),
+        "",
+    )
+    .replacen(
+        "[agents.claude.env]",
+        "mcp = false\nunconfined_builtin_tools = true\npermission_mode = \"acceptEdits\"\n[agents.claude.env]",
+        1,
+    );
+    let home = Home::new(&config);
+    let tasks = write_tasks(&project, "tasks:\n  - {id: t, description: list tools}\n");
+    let out = run(
+        &home,
+        &project,
+        &["--json", "--runtime", "claude", &tasks],
+        "",
+    );
+    let lines = json_lines(&out);
+    assert!(
+        out.status.success(),
+        "{}\n{lines:#?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let warning = lines
+        .iter()
+        .position(|l| l["type"] == "security.warning")
+        .expect("a security.warning event");
+    let started = lines
+        .iter()
+        .position(|l| l["type"] == "agent.started")
+        .unwrap();
+    assert!(warning < started);
+    assert_eq!(lines[warning]["runtime"], "claude");
+    let message = lines[warning]["message"].as_str().unwrap();
+    assert!(
+        message.contains("unconfined_builtin_tools = true")
+            && message.contains("outside Capstan's sandbox")
+            && message.contains("acceptEdits"),
+        "{message}"
+    );
+    let output = lines.last().unwrap()["tasks"][0]["output"]
+        .as_str()
+        .unwrap();
+    assert!(
+        output.starts_with("TOOLS ") && output.contains("Bash"),
+        "{output}"
+    );
+    // The human feed shows it too.
+    let out = run(&home, &project, &["--runtime", "claude", &tasks], "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("! WARNING claude: [agents.claude] unconfined_builtin_tools = true"),
+        "{stderr}"
+    );
+    // And `capstan doctor`.
+    let doctor = home.capstan().arg("doctor").output().unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("warn agents") && report.contains("unconfined_builtin_tools = true"),
+        "{report}"
+    );
+}

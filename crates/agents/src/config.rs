@@ -67,10 +67,21 @@ pub struct ClaudeConfig {
     pub idle_timeout_secs: u64,
     /// Give Claude Code Capstan's capabilities as MCP tools (`capstan mcp`).
     pub mcp: bool,
-    /// `--permission-mode` for the headless run.
+    /// `--permission-mode` for the headless run: `default` or `dontAsk` (the modes that
+    /// approve nothing by themselves). Any other mode is refused unless
+    /// `unconfined_builtin_tools` is set.
     pub permission_mode: String,
-    /// Extra arguments, appended as given.
+    /// Extra arguments, appended as given. Only options that cannot give Claude Code
+    /// tools or permissions are accepted (see [`crate::runner::ClaudeRunner`]); any other
+    /// is refused unless `unconfined_builtin_tools` is set.
     pub extra_args: Vec<String>,
+    /// DANGEROUS. Leave Claude Code's own built-in tools (Bash, Read, Write, Edit, Agent,
+    /// WebFetch, ...) on, and accept any `permission_mode` and `extra_args`. Those tools
+    /// run on the host, outside Capstan's sandbox, policy, approvals and event log.
+    /// Off (the default), Claude Code starts with `--tools ""` and acts only through
+    /// Capstan's MCP tools. Every run with it on reports a `security.warning` event and
+    /// `capstan doctor` warns.
+    pub unconfined_builtin_tools: bool,
     /// Extra environment for the child (e.g. `ANTHROPIC_BASE_URL` for a gateway).
     /// Values are passed as given: put no secret in a shared config file.
     pub env: BTreeMap<String, String>,
@@ -85,6 +96,7 @@ impl Default for ClaudeConfig {
             mcp: true,
             permission_mode: "default".into(),
             extra_args: Vec::new(),
+            unconfined_builtin_tools: false,
             env: BTreeMap::new(),
         }
     }

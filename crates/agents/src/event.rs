@@ -151,6 +151,16 @@ pub enum EventKind {
         /// Why `from` cannot be used.
         reason: String,
     },
+    /// A runtime runs with a protection turned off by configuration (Claude Code with
+    /// `unconfined_builtin_tools`: its built-in tools run on the host, outside Capstan's
+    /// sandbox). Emitted once per execution that uses the runtime, before its first step.
+    #[serde(rename = "security.warning")]
+    SecurityWarning {
+        /// The runtime concerned.
+        runtime: RuntimeKind,
+        /// What is off, and which setting turned it off.
+        message: String,
+    },
     /// A task of the file ended.
     #[serde(rename = "task.finished")]
     TaskFinished {

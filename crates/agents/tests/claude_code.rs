@@ -333,15 +333,17 @@ async fn a_crash_mid_stream_keeps_partial_output() {
 
 #[tokio::test]
 async fn claude_code_failing_at_start_reports_its_stderr() {
-    // The real CLI refuses an option it does not know, on stderr, before any line of
-    // its stream: the step fails with that message, not just an exit code.
+    // The real CLI refuses an option missing its value, on stderr, before any line of
+    // its stream: the step fails with that message, not just an exit code. (An option
+    // it does not know is refused by Capstan before Claude Code starts, see
+    // tests/agents.rs.)
     let server = ScriptedServer::with_responder(responder(Reply::text(["unused"])))
         .await
         .unwrap();
     let home = IsolatedHome::new();
     let ws = tempfile::tempdir().unwrap();
     let mut c = config(&home, &server);
-    c.claude.extra_args = vec!["--no-such-capstan-flag".into()];
+    c.claude.extra_args = vec!["--fallback-model".into()];
     let file =
         TaskFile::parse("runtime: claude\ntasks:\n  - {id: bad, description: anything}\n").unwrap();
     let events = Events::default();
@@ -354,7 +356,7 @@ async fn claude_code_failing_at_start_reports_its_stderr() {
     assert!(
         err.contains("before its result line")
             && err.contains("stderr ends with")
-            && err.contains("--no-such-capstan-flag"),
+            && err.contains("--fallback-model"),
         "{err}"
     );
     assert_eq!(server.request_count(), 0, "nothing reached the model");

@@ -8,6 +8,18 @@
 //! final `result` (usage, cost, `is_error`, `terminal_reason`). Capstan's capabilities
 //! reach it as MCP tools through `--mcp-config`, a server entry that runs
 //! `capstan mcp --workspace DIR`.
+//!
+//! Confinement: Claude Code's own built-in tools (Bash, Read, Write, Edit, Agent,
+//! WebFetch, ...) run on the host, outside Capstan's sandbox, policy, approvals and
+//! events. So it starts with `--tools ""` (no built-in tool at all; verified on 2.1.330:
+//! the model is offered only `mcp__capstan__*` and a built-in call comes back "No such
+//! tool available"), `--strict-mcp-config` (no MCP server but Capstan's) and
+//! `--setting-sources user` (the workspace's `.claude/settings*.json`, whose hooks would
+//! run commands on the host at session start, are not read). A configuration that would
+//! undo this (another permission mode, an `extra_args` option not known to be harmless)
+//! is refused unless `[agents.claude] unconfined_builtin_tools = true`, which leaves the
+//! built-in tools on and is reported by every run (`security.warning`) and by
+//! `capstan doctor`. A Claude Code older than [`MIN_VERSION`] is refused.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -29,6 +41,165 @@ use crate::config::ClaudeConfig;
 use crate::event::Progress;
 use crate::{AgentError, RuntimeKind, TaskStatus};
 
+/// The oldest Claude Code Capstan runs confined: `--tools ""` (no built-in tools) and
+/// `--setting-sources` work in print mode from 2.1.0 on.
+pub const MIN_VERSION: (u64, u64, u64) = (2, 1, 0);
+
+/// Permission modes that approve nothing by themselves. With the built-in tools off they
+/// only decide about Capstan's MCP tools, which `--allowedTools mcp__capstan` allows.
+const CONFINED_PERMISSION_MODES: &[&str] = &["default", "dontAsk"];
+
+/// `extra_args` options that cannot give Claude Code tools, permissions, settings,
+/// directories or MCP servers. Anything else starting with `-` (including short options
+/// and `--`) is refused while confined: a list of harmless options fails closed when a
+/// new Claude Code adds a dangerous one, a list of dangerous ones would not.
+const HARMLESS_OPTIONS: &[&str] = &[
+    "--append-system-prompt",
+    "--append-system-prompt-file",
+    "--autocompact",
+    "--bare",
+    "--betas",
+    "--debug",
+    "--debug-file",
+    "--disable-slash-commands",
+    "--effort",
+    "--exclude-dynamic-system-prompt-sections",
+    "--fallback-model",
+    "--json-schema",
+    "--max-budget-usd",
+    "--max-turns",
+    "--name",
+    "--no-session-persistence",
+    "--restricted",
+    "--safe-mode",
+    "--system-prompt",
+    "--system-prompt-file",
+    "--system-prompt-snapshot",
+    "--verbose",
+];
+
+/// The name of the setting that turns confinement off, in messages.
+const UNCONFINED: &str = "[agents.claude] unconfined_builtin_tools = true";
+
+/// Why `config` would give Claude Code built-in tools or permissions back, one reason per
+/// setting; empty when it keeps Claude Code confined (or when confinement is turned off,
+/// which [`unconfined_warning`] reports instead).
+pub fn confinement_problems(config: &ClaudeConfig) -> Vec<String> {
+    if config.unconfined_builtin_tools {
+        return Vec::new();
+    }
+    let mut problems = Vec::new();
+    if !CONFINED_PERMISSION_MODES.contains(&config.permission_mode.as_str()) {
+        problems.push(format!(
+            "permission_mode = {:?} (only {} keep Claude Code from approving its own actions)",
+            config.permission_mode,
+            CONFINED_PERMISSION_MODES
+                .iter()
+                .map(|m| format!("{m:?}"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    }
+    for arg in &config.extra_args {
+        if !arg.starts_with('-') {
+            continue; // a value of the option before it
+        }
+        let name = arg.split_once('=').map_or(arg.as_str(), |(n, _)| n);
+        if !HARMLESS_OPTIONS.contains(&name) {
+            problems.push(format!("extra_args option {name:?}"));
+        }
+    }
+    problems
+}
+
+/// The refusal for a configuration with [`confinement_problems`]: what, why, what to do.
+fn refusal(problems: &[String]) -> String {
+    format!(
+        "[agents.claude] would give Claude Code back its built-in tools (Bash, Read, Write, ...), \
+         which run on the host outside Capstan's sandbox, policy and approvals: {}. \
+         Remove it (Claude Code acts through Capstan's MCP tools), or accept the risk with {UNCONFINED}",
+        problems.join(", ")
+    )
+}
+
+/// The warning every run with `unconfined_builtin_tools` reports; `None` when confined.
+pub fn unconfined_warning(config: &ClaudeConfig) -> Option<String> {
+    config.unconfined_builtin_tools.then(|| {
+        format!(
+            "{UNCONFINED}: Claude Code's built-in tools (Bash, Read, Write, Edit, Agent, WebFetch, ...) \
+             are on and run on the host, outside Capstan's sandbox, policy, approvals and events \
+             (permission_mode {:?}{})",
+            config.permission_mode,
+            if config.extra_args.is_empty() {
+                String::new()
+            } else {
+                format!(", extra_args {:?}", config.extra_args)
+            }
+        )
+    })
+}
+
+/// `(major, minor, patch)` from `claude --version` output (`2.1.330 (Claude Code)`).
+pub fn parse_version(output: &str) -> Option<(u64, u64, u64)> {
+    let word = output.split_whitespace().next()?;
+    let mut parts = word.trim_start_matches('v').splitn(3, '.');
+    let mut num = || -> Option<u64> {
+        let p = parts.next()?;
+        let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    Some((num()?, num()?, num()?))
+}
+
+/// Runs `program --version` (10 s at most) and checks it is [`MIN_VERSION`] or newer.
+fn check_version(program: &Path) -> Result<(u64, u64, u64), String> {
+    let (maj, min, pat) = MIN_VERSION;
+    let upgrade = format!(
+        "Capstan needs Claude Code {maj}.{min}.{pat} or newer to turn its built-in tools off: \
+         upgrade it (`npm install -g @anthropic-ai/claude-code@latest` or `claude update`)"
+    );
+    let mut child = std::process::Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run `{} --version`: {e}", program.display()))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "`{} --version` did not answer within 10 s; {upgrade}",
+                    program.display()
+                ));
+            }
+        }
+    }
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+    }
+    match parse_version(&out) {
+        Some(v) if v >= MIN_VERSION => Ok(v),
+        Some((a, b, c)) => Err(format!(
+            "Claude Code {a}.{b}.{c} ({}) is too old: {upgrade}",
+            program.display()
+        )),
+        None => Err(format!(
+            "cannot tell which Claude Code `{}` is (`--version` printed {:?}): {upgrade}",
+            program.display(),
+            out.trim()
+        )),
+    }
+}
+
 /// How long Claude Code gets to answer an interrupt with its `result` line before it
 /// is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
@@ -43,19 +214,39 @@ pub struct ClaudeRunner {
 }
 
 impl ClaudeRunner {
-    /// Checks that the executable exists; nothing is started until a step runs.
+    /// Checks that the configuration keeps Claude Code confined (or says it does not, with
+    /// `unconfined_builtin_tools`), that the executable exists and, when confined, that it
+    /// is recent enough to turn its built-in tools off. Nothing else is started until a
+    /// step runs.
     pub fn new(config: ClaudeConfig, capstan_exe: Option<PathBuf>) -> Result<Self, AgentError> {
+        let problems = confinement_problems(&config);
+        if !problems.is_empty() {
+            return Err(AgentError::Runtime(refusal(&problems)));
+        }
         let program = find_program(&config.command).ok_or_else(|| {
             AgentError::Runtime(format!(
                 "Claude Code (`{}`) was not found: install it (`npm install -g @anthropic-ai/claude-code`) or set [agents.claude] command to its path",
                 config.command
             ))
         })?;
+        if !config.unconfined_builtin_tools {
+            check_version(&program).map_err(AgentError::Runtime)?;
+        }
         Ok(Self {
             config,
             program,
             capstan_exe,
         })
+    }
+
+    /// Whether `command` (a name on PATH or a path) names an existing file.
+    pub fn installed(command: &str) -> bool {
+        find_program(command).is_some()
+    }
+
+    /// [`unconfined_warning`] for this runner's configuration.
+    pub fn warning(&self) -> Option<String> {
+        unconfined_warning(&self.config)
     }
 
     /// The `--mcp-config` file: one server, `capstan`, running this binary's MCP mode on
@@ -279,6 +470,11 @@ impl Runner for ClaudeRunner {
             "--permission-mode",
             &self.config.permission_mode,
         ]);
+        if !self.config.unconfined_builtin_tools {
+            // No built-in tool at all (Capstan's MCP tools stay), and no settings from the
+            // workspace (its hooks would run commands on the host).
+            cmd.args(["--tools", "", "--setting-sources", "user"]);
+        }
         if let Some(model) = job.model.as_ref().or(self.config.model.as_ref()) {
             cmd.args(["--model", model]);
         }
@@ -292,6 +488,7 @@ impl Runner for ClaudeRunner {
                 "mcp__capstan",
             ]);
         }
+        // Last, so a value-taking option in them cannot swallow one of Capstan's.
         cmd.args(&self.config.extra_args)
             .envs(&self.config.env)
             .current_dir(&job.workspace)
@@ -496,5 +693,76 @@ impl Runner for ClaudeRunner {
                 terminal.unwrap_or("none")
             )),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_from_claude_version_output() {
+        assert_eq!(parse_version("2.1.330 (Claude Code)\n"), Some((2, 1, 330)));
+        assert_eq!(parse_version("v2.0.14"), Some((2, 0, 14)));
+        assert_eq!(parse_version("2.1.0-beta.1 (Claude Code)"), Some((2, 1, 0)));
+        assert_eq!(parse_version("Claude Code"), None);
+        assert_eq!(parse_version(""), None);
+        assert!(parse_version("2.0.99").unwrap() < MIN_VERSION);
+        assert!(parse_version("10.0.0").unwrap() > MIN_VERSION);
+    }
+
+    #[test]
+    fn only_harmless_options_and_approving_nothing_modes_stay_confined() {
+        let with = |mode: &str, args: &[&str]| ClaudeConfig {
+            permission_mode: mode.into(),
+            extra_args: args.iter().map(|a| a.to_string()).collect(),
+            ..ClaudeConfig::default()
+        };
+        assert!(confinement_problems(&ClaudeConfig::default()).is_empty());
+        assert!(
+            confinement_problems(&with(
+                "dontAsk",
+                &[
+                    "--effort",
+                    "high",
+                    "--max-budget-usd=1",
+                    "--append-system-prompt",
+                    "be brief"
+                ]
+            ))
+            .is_empty()
+        );
+        for args in [
+            &["--tools", "default"][..],
+            &["--tools=Bash"],
+            &["--allowed-tools", "Bash"],
+            &["--disallowedTools", "x"],
+            &["--permission-mode", "bypassPermissions"],
+            &["--dangerously-skip-permissions"],
+            &["--add-dir", "/"],
+            &["--mcp-config", "x.json"],
+            &["--settings", "{}"],
+            &["--setting-sources", "project"],
+            &["--effort", "high", "-d"],
+            &["--", "--tools"],
+            &["--some-future-option"],
+        ] {
+            assert!(
+                !confinement_problems(&with("default", args)).is_empty(),
+                "{args:?}"
+            );
+        }
+        for mode in ["bypassPermissions", "acceptEdits", "auto", "plan", ""] {
+            assert_eq!(confinement_problems(&with(mode, &[])).len(), 1, "{mode}");
+        }
+        let mut unconfined = with("bypassPermissions", &["--tools", "default"]);
+        unconfined.unconfined_builtin_tools = true;
+        assert!(confinement_problems(&unconfined).is_empty());
+        assert!(
+            unconfined_warning(&unconfined)
+                .unwrap()
+                .contains("unconfined_builtin_tools = true")
+        );
+        assert!(unconfined_warning(&ClaudeConfig::default()).is_none());
     }
 }

@@ -13,7 +13,7 @@ use capstan_models::{ModelProvider, Usage};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-pub use claude::ClaudeRunner;
+pub use claude::{ClaudeRunner, confinement_problems, unconfined_warning};
 pub use cli::CliRunner;
 pub use opencode::OpenCodeRunner;
 
@@ -158,43 +158,47 @@ impl RunnerFactory {
         kind: RuntimeKind,
         events: &Emitter,
     ) -> Result<Arc<dyn Runner>, AgentError> {
-        let (runner, notice) = self.build(kind).await?;
-        if let Some(n) = notice {
+        let (runner, notices) = self.build(kind).await?;
+        for n in notices {
             events.emit(n);
         }
         Ok(runner)
     }
 
-    /// [`RunnerFactory::get`] without emitting: the runner, and the `runtime.fallback`
-    /// event to emit when this call built it on another runtime. For checks before the
-    /// execution starts, whose events must come after `execution.started`.
+    /// [`RunnerFactory::get`] without emitting: the runner, and the events to emit when
+    /// this call built it (`runtime.fallback` when built on another runtime,
+    /// `security.warning` when its configuration turns a protection off). For checks
+    /// before the execution starts, whose events must come after `execution.started`.
     pub async fn build(
         &self,
         kind: RuntimeKind,
-    ) -> Result<(Arc<dyn Runner>, Option<EventKind>), AgentError> {
+    ) -> Result<(Arc<dyn Runner>, Vec<EventKind>), AgentError> {
         let mut built = self.built.lock().await;
         if let Some(r) = built.get(&kind) {
-            return Ok((r.clone(), None));
+            return Ok((r.clone(), Vec::new()));
         }
-        let mut notice = None;
+        let mut notices = Vec::new();
         let runner: Arc<dyn Runner> = match kind {
             RuntimeKind::Cli => Arc::new(self.cli()?),
-            RuntimeKind::Claude => Arc::new(self.claude()?),
+            RuntimeKind::Claude => Arc::new(self.claude(&mut notices)?),
             RuntimeKind::OpenCode => {
                 match OpenCodeRunner::connect(self.deps.config.opencode.clone()).await {
                     Ok(r) => Arc::new(r),
                     Err(e) if self.deps.config.opencode.fallback_to_claude => {
-                        let claude = self.claude().map_err(|ce| {
+                        let claude = self.claude(&mut notices).map_err(|ce| {
                             AgentError::Runtime(format!(
                                 "{e}; the fallback to Claude Code failed too: {ce}"
                             ))
                         })?;
-                        notice = Some(EventKind::RuntimeFallback {
-                            task: None,
-                            from: RuntimeKind::OpenCode,
-                            to: RuntimeKind::Claude,
-                            reason: e.to_string(),
-                        });
+                        notices.insert(
+                            0,
+                            EventKind::RuntimeFallback {
+                                task: None,
+                                from: RuntimeKind::OpenCode,
+                                to: RuntimeKind::Claude,
+                                reason: e.to_string(),
+                            },
+                        );
                         Arc::new(claude)
                     }
                     Err(e) => return Err(e),
@@ -202,7 +206,7 @@ impl RunnerFactory {
             }
         };
         built.insert(kind, runner.clone());
-        Ok((runner, notice))
+        Ok((runner, notices))
     }
 
     /// The `cli` runtime, on the configured model.
@@ -226,10 +230,16 @@ impl RunnerFactory {
         )
     }
 
-    fn claude(&self) -> Result<ClaudeRunner, AgentError> {
-        ClaudeRunner::new(
+    /// Claude Code; its `security.warning` (when unconfined) goes to `notices`.
+    fn claude(&self, notices: &mut Vec<EventKind>) -> Result<ClaudeRunner, AgentError> {
+        let runner = ClaudeRunner::new(
             self.deps.config.claude.clone(),
             self.deps.capstan_exe.clone(),
-        )
+        )?;
+        notices.extend(runner.warning().map(|message| EventKind::SecurityWarning {
+            runtime: RuntimeKind::Claude,
+            message,
+        }));
+        Ok(runner)
     }
 }

@@ -322,6 +322,9 @@ fn feed(e: &AgentEvent, on_budget: OnBudget) {
             }
             None => errln!("! {from} is unavailable, using {to} instead: {reason}"),
         },
+        EventKind::SecurityWarning { runtime, message } => {
+            errln!("! WARNING {runtime}: {message}")
+        }
         EventKind::ContextSummarised {
             task,
             agent,

@@ -319,6 +319,7 @@ pub async fn doctor(global: &GlobalArgs, args: DoctorArgs) -> Result<ExitCode> {
     let config_ok = config_findings(&dirs, workspace.as_deref(), &mut findings);
     if config_ok {
         findings.push(model(&dirs).await);
+        findings.extend(delegated_agents(&dirs));
     }
     plugin_findings(&dirs, workspace.as_deref(), &mut findings).await;
     mcp_findings(&dirs, workspace.as_deref(), &mut findings).await;
@@ -503,6 +504,37 @@ fn config_findings(dirs: &Dirs, workspace: Option<&Path>, out: &mut Vec<Finding>
         }
     }
     user_ok
+}
+
+/// Claude Code as a delegated agent (`runtime: claude`): confined to Capstan's MCP tools,
+/// refused by its configuration or version, or unconfined by choice (a warning). Nothing
+/// when Claude Code is not installed and not configured.
+fn delegated_agents(dirs: &Dirs) -> Option<Finding> {
+    let area = "agents";
+    let config = Config::load(&dirs.user_config_file()).ok()?;
+    let configured = config.agents.is_some();
+    let claude = config.agents.unwrap_or_default().claude;
+    if let Some(warning) = capstan_agents::runner::unconfined_warning(&claude) {
+        return Some(Finding::new(
+            area,
+            Status::Warn,
+            warning,
+            "remove unconfined_builtin_tools from [agents.claude]: Claude Code then acts only through Capstan's tools",
+        ));
+    }
+    let command = claude.command.clone();
+    match capstan_agents::runner::ClaudeRunner::new(claude, None) {
+        Ok(_) => Some(Finding::new(
+            area,
+            Status::Ok,
+            format!(
+                "Claude Code (`{command}`) runs confined: its built-in tools off, only Capstan's MCP tools"
+            ),
+            "",
+        )),
+        Err(_) if !configured && !capstan_agents::runner::ClaudeRunner::installed(&command) => None,
+        Err(e) => Some(Finding::new(area, Status::Fail, e.to_string(), "")),
+    }
 }
 
 /// The configured model: the offline one needs nothing; a remote one needs its key
