@@ -245,15 +245,7 @@ async fn serve_refuses_foreign_hosts_foreign_origins_and_missing_tokens_on_every
         .unwrap();
     assert_eq!(info["open_approvals"], json!([approval]), "{info}");
     // Only one run exists: the refused POSTs started none.
-    let runs: Value = server
-        .client()
-        .get(server.url("/v1/runs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let runs = server.get_json("/v1/runs").await;
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
 
     // The owner, with its token, same origin: every route answers.
@@ -848,14 +840,7 @@ async fn a_fifo_or_device_in_a_workspace_blocks_no_route() {
     std::os::unix::fs::symlink("/dev/zero", ws.join("zero")).unwrap();
     let server = Server::start(&home, &["-w", ws.to_str().unwrap()]);
     let client = server.client();
-    let list: Value = client
-        .get(server.url("/v1/workspaces"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = server.get_json("/v1/workspaces").await;
     let id = list["workspaces"][0]["id"].as_str().unwrap().to_string();
     let file = |path: &str| server.url(&format!("/v1/workspaces/{id}/file?path={path}"));
 

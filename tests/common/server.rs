@@ -102,6 +102,18 @@ impl Server {
     }
 
     /// An HTTP client that sends the server's token on every request.
+    /// `GET path` with the token: the JSON body (panics on a non-JSON answer).
+    pub async fn get_json(&self, path: &str) -> serde_json::Value {
+        self.client()
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub fn client(&self) -> reqwest::Client {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(t) = &self.token {
