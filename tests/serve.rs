@@ -643,6 +643,25 @@ async fn a_token_guards_the_api_and_non_loopback_binds_need_one() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 403);
+
+    // A token read from a file (its first line) guards the API alike, and
+    // is never on the command line.
+    let file = home.path().join("token");
+    std::fs::write(&file, "file-token-0123456789\nignored\n").unwrap();
+    let from_file = Server::start(&home, &["--token-file", file.to_str().unwrap()]);
+    let resp = bare
+        .get(from_file.url("/v1/sessions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = bare
+        .get(from_file.url("/v1/sessions"))
+        .bearer_auth("file-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread")]

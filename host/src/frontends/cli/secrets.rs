@@ -31,8 +31,13 @@ pub fn token(
     var: &str,
 ) -> Result<Option<String>> {
     if let Some(path) = file {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read --{name}-file {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read --{name}-file {}; write the token on its first line \
+                     (`openssl rand -hex 16 > FILE; chmod 600 FILE`)",
+                path.display()
+            )
+        })?;
         let token = text.lines().next().unwrap_or_default().trim().to_owned();
         if token.is_empty() {
             bail!(
