@@ -832,3 +832,166 @@ async fn unconfined_builtin_tools_is_reported_by_every_run_and_by_doctor() {
         "{report}"
     );
 }
+
+/// A real `opencode serve` whose provider `scripted` speaks Anthropic's Messages API to
+/// `anthropic_base_url` (so the scripted model can call tools). Killed on drop.
+struct OpenCode {
+    url: String,
+    _child: ChildGuard,
+    _home: tempfile::TempDir,
+}
+
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_opencode(anthropic_base_url: &str) -> OpenCode {
+    use std::io::BufRead;
+    let home = tempfile::tempdir().unwrap();
+    let p = |s: &str| home.path().join(s);
+    std::fs::create_dir_all(p("config/opencode")).unwrap();
+    std::fs::write(
+        p("config/opencode/opencode.json"),
+        serde_json::json!({
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": false,
+            "share": "disabled",
+            "provider": {"scripted": {
+                "npm": "@ai-sdk/anthropic",
+                "name": "Scripted",
+                "options": {"baseURL": format!("{anthropic_base_url}/v1"), "apiKey": "scripted-key"},
+                "models": {"m1": {"name": "m1"}},
+            }},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(common::npm_bin("opencode", "opencode"))
+        .args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", p("config"))
+        .env("XDG_DATA_HOME", p("data"))
+        .env("XDG_CACHE_HOME", p("cache"))
+        .env("XDG_STATE_HOME", p("state"))
+        .current_dir(home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("opencode serve exited without printing its address")
+            .unwrap();
+        if let Some(i) = line.find("http://") {
+            break line[i..].trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    OpenCode {
+        url,
+        _child: ChildGuard(child),
+        _home: home,
+    }
+}
+
+/// OpenCode as a delegated agent acts only through Capstan too: each session Capstan
+/// creates denies OpenCode's built-in tools, and Capstan's capabilities are registered
+/// on the server over MCP. The scripted model asks for `bash` (`git status` in the
+/// workspace with a planted fsmonitor) and `read` (a sibling secret): neither runs, the
+/// model is offered only `capstan_*` tools, and the run says plainly that the server,
+/// which Capstan did not start, is not confined.
+#[tokio::test(flavor = "multi_thread")]
+async fn opencode_gets_only_capstans_tools_and_runs_nothing_on_the_host() {
+    let (base, project) = planted_workspace();
+    let secret = base.path().join("secrets/key.txt").display().to_string();
+    let server = ScriptedServer::with_responder(move |req| {
+        let p = req.prompt_text();
+        if !p.contains("# Task ") || p.contains("title generator") {
+            return Reply::text(["A title"]).with_usage(1, 1);
+        }
+        let results = req.tool_results();
+        match results.len() {
+            0 => Reply::tool_call(
+                "bash",
+                serde_json::json!({"command": "git status", "description": "status"}),
+            ),
+            1 => Reply::tool_call("read", serde_json::json!({"filePath": secret})),
+            _ => Reply::text([format!("RESULTS: {}", results.join(" | "))]),
+        }
+        .with_usage(10, 5)
+    })
+    .await
+    .unwrap();
+    let oc = start_opencode(&server.base_url());
+    let home = Home::new(&format!(
+        "[agents.opencode]\nurl = {:?}\nprovider = \"scripted\"\nmodel = \"m1\"\nidle_timeout_secs = 120\nfallback_to_claude = false\n",
+        oc.url
+    ));
+    warm_component_cache(&home);
+    let tasks = write_tasks(&project, "tasks:\n  - {id: t, description: look around}\n");
+    // The timeout only bounds a run that hangs on a permission question nobody answers
+    // (OpenCode asks before reading outside the workspace when its tools are on).
+    let out = run(
+        &home,
+        &project,
+        &[
+            "--json",
+            "--timeout",
+            "120s",
+            "--runtime",
+            "opencode",
+            &tasks,
+        ],
+        "",
+    );
+    assert!(
+        !base.path().join("fsmonitor-ran").exists(),
+        "git ran on the host through OpenCode's bash"
+    );
+    let lines = json_lines(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{lines:#?}");
+    let output = lines.last().unwrap()["tasks"][0]["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        output.starts_with("RESULTS:") && !output.contains("TOPSECRET"),
+        "{output}"
+    );
+    assert_eq!(output.matches("unavailable tool").count(), 2, "{output}");
+    let task_requests: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            let p = r.prompt_text();
+            p.contains("# Task ") && !p.contains("title generator")
+        })
+        .collect();
+    assert_eq!(task_requests.len(), 3);
+    for r in &task_requests {
+        let names = r.tool_names();
+        assert!(
+            !names.is_empty() && names.iter().all(|n| n.starts_with("capstan_")),
+            "tools offered: {names:?}"
+        );
+    }
+    let warning = lines
+        .iter()
+        .find(|l| l["type"] == "security.warning" && l["runtime"] == "opencode")
+        .expect("a security.warning for opencode");
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("was not started by Capstan, so Capstan cannot confine it"),
+        "{warning}"
+    );
+}

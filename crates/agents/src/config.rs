@@ -127,6 +127,14 @@ pub struct OpenCodeConfig {
     /// When the server cannot be reached, run `opencode` tasks on Claude Code instead
     /// (with a `runtime.fallback` event).
     pub fallback_to_claude: bool,
+    /// Give OpenCode Capstan's capabilities as MCP tools: Capstan registers `capstan mcp`
+    /// on the server (`POST /mcp`, server name `capstan`, tools `capstan_*`).
+    pub mcp: bool,
+    /// DANGEROUS. Leave OpenCode's built-in tools (bash, read, edit, write, webfetch,
+    /// task, ...) on in the sessions Capstan creates. They run where the server runs,
+    /// outside Capstan's sandbox, policy and approvals. Off (the default), each session
+    /// is created with permission rules denying every tool but `capstan_*`.
+    pub unconfined_builtin_tools: bool,
 }
 
 impl Default for OpenCodeConfig {
@@ -141,6 +149,8 @@ impl Default for OpenCodeConfig {
             agent: None,
             idle_timeout_secs: 300,
             fallback_to_claude: true,
+            mcp: true,
+            unconfined_builtin_tools: false,
         }
     }
 }

@@ -122,7 +122,7 @@ async fn opencode_password_is_sent_and_a_wrong_one_is_a_clear_error() {
     }
     let mut c = opencode_config(&oc.url);
     c.password_env = Some("CAPSTAN_TEST_OC_PASSWORD_WRONG".into());
-    let err = OpenCodeRunner::connect(c.clone())
+    let err = OpenCodeRunner::connect(c.clone(), None)
         .await
         .err()
         .unwrap()
@@ -132,9 +132,9 @@ async fn opencode_password_is_sent_and_a_wrong_one_is_a_clear_error() {
         "{err}"
     );
     c.password_env = None;
-    assert!(OpenCodeRunner::connect(c.clone()).await.is_err());
+    assert!(OpenCodeRunner::connect(c.clone(), None).await.is_err());
     c.password_env = Some("CAPSTAN_TEST_OC_PASSWORD_UNSET".into());
-    let err = OpenCodeRunner::connect(c.clone())
+    let err = OpenCodeRunner::connect(c.clone(), None)
         .await
         .err()
         .unwrap()
@@ -142,7 +142,7 @@ async fn opencode_password_is_sent_and_a_wrong_one_is_a_clear_error() {
     assert!(err.contains("CAPSTAN_TEST_OC_PASSWORD_UNSET"), "{err}");
 
     c.password_env = Some("CAPSTAN_TEST_OC_PASSWORD_RIGHT".into());
-    let runner = OpenCodeRunner::connect(c.clone()).await.unwrap();
+    let runner = OpenCodeRunner::connect(c.clone(), None).await.unwrap();
     assert!(runner.version().starts_with("1."), "{}", runner.version());
     let ws = tempfile::tempdir().unwrap();
     let config = AgentsConfig {

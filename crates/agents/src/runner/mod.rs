@@ -182,8 +182,19 @@ impl RunnerFactory {
             RuntimeKind::Cli => Arc::new(self.cli()?),
             RuntimeKind::Claude => Arc::new(self.claude(&mut notices)?),
             RuntimeKind::OpenCode => {
-                match OpenCodeRunner::connect(self.deps.config.opencode.clone()).await {
-                    Ok(r) => Arc::new(r),
+                match OpenCodeRunner::connect(
+                    self.deps.config.opencode.clone(),
+                    self.deps.capstan_exe.clone(),
+                )
+                .await
+                {
+                    Ok(r) => {
+                        notices.push(EventKind::SecurityWarning {
+                            runtime: RuntimeKind::OpenCode,
+                            message: r.warning(),
+                        });
+                        Arc::new(r)
+                    }
                     Err(e) if self.deps.config.opencode.fallback_to_claude => {
                         let claude = self.claude(&mut notices).map_err(|ce| {
                             AgentError::Runtime(format!(

@@ -11,12 +11,22 @@
 //!   message (tokens, model, error) and its parts;
 //! - `POST /session/{id}/abort`: cancellation.
 //!
+//! Confinement: OpenCode's built-in tools (bash, read, edit, write, webfetch, task, ...)
+//! run where the server runs, outside Capstan's sandbox. Each session is created with
+//! permission rules that deny every tool but `capstan_*` (OpenCode then offers the model
+//! none of its own tools; verified on 1.18.33), and Capstan registers `capstan mcp` on
+//! the server as MCP server `capstan` (`POST /mcp`), so its capabilities are the agent's
+//! tools. Capstan does not start the server, so it cannot confine the server itself;
+//! every execution using it says so in a `security.warning`.
+//!
 //! API generations: 1.x servers also expose a preview of the 2.x API under `/api/...`,
 //! whose agent loop does not run yet (1.18: `POST /api/session/{id}/wait` answers 503
 //! "not available yet"), so the 1.x routes are the ones that work. The generation is
 //! detected at init: no `/global/health` but an `/api/health` means a 2.x-only server,
 //! refused with a message saying so rather than spoken to half-way.
 
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -40,6 +50,37 @@ pub struct OpenCodeRunner {
     auth: Auth,
     /// The server's version, from the health check.
     version: String,
+    /// The `capstan` executable registered on the server as an MCP server (`None`: none).
+    capstan_exe: Option<PathBuf>,
+    /// Workspaces whose `capstan` MCP server is registered on the server.
+    registered: tokio::sync::Mutex<HashSet<PathBuf>>,
+}
+
+/// The session permission rules that leave OpenCode only Capstan's MCP tools (the last
+/// matching rule wins).
+fn confined_permissions() -> Value {
+    json!([
+        {"permission": "*", "pattern": "*", "action": "deny"},
+        {"permission": "capstan_*", "pattern": "*", "action": "allow"},
+    ])
+}
+
+/// Capstan's own directories, passed to the `capstan mcp` the server starts (it runs
+/// with the server's environment, not Capstan's).
+fn capstan_env() -> serde_json::Map<String, Value> {
+    [
+        "CAPSTAN_HOME",
+        "CAPSTAN_CONFIG_DIR",
+        "CAPSTAN_DATA_DIR",
+        "CAPSTAN_CACHE_DIR",
+    ]
+    .into_iter()
+    .filter_map(|k| {
+        std::env::var(k)
+            .ok()
+            .map(|v| (k.to_string(), Value::from(v)))
+    })
+    .collect()
 }
 
 #[derive(Clone)]
@@ -72,7 +113,12 @@ fn secret_from_env(var: &str, what: &str) -> Result<String, AgentError> {
 
 impl OpenCodeRunner {
     /// Reads the credentials, then checks the server answers its health endpoint.
-    pub async fn connect(config: OpenCodeConfig) -> Result<Self, AgentError> {
+    /// `capstan_exe` is registered on the server as MCP server `capstan` before the first
+    /// step in each workspace (unless `[agents.opencode] mcp = false`).
+    pub async fn connect(
+        config: OpenCodeConfig,
+        capstan_exe: Option<PathBuf>,
+    ) -> Result<Self, AgentError> {
         let auth = match (&config.password_env, &config.api_key_env) {
             (Some(var), _) => Auth::Basic {
                 user: config.username.clone(),
@@ -112,6 +158,8 @@ impl OpenCodeRunner {
                     client,
                     auth,
                     version,
+                    capstan_exe,
+                    registered: tokio::sync::Mutex::new(HashSet::new()),
                 });
             }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
@@ -146,6 +194,64 @@ impl OpenCodeRunner {
     /// The server's version, as its health endpoint reported it.
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// What Capstan cannot confine on this server, for a `security.warning`: the server
+    /// itself always (Capstan did not start it), and its built-in tools too when
+    /// `unconfined_builtin_tools` is set.
+    pub fn warning(&self) -> String {
+        if self.config.unconfined_builtin_tools {
+            format!(
+                "[agents.opencode] unconfined_builtin_tools = true: OpenCode's built-in tools (bash, read, edit, write, webfetch, task, ...) \
+                 are on in Capstan's sessions on {} and run where that server runs, outside Capstan's sandbox, policy, approvals and events",
+                self.base
+            )
+        } else {
+            format!(
+                "the OpenCode server at {} was not started by Capstan, so Capstan cannot confine it: Capstan's sessions on it deny \
+                 OpenCode's built-in tools and offer only Capstan's tools, but the server process, its plugins and configuration, and \
+                 other clients' sessions run outside Capstan's sandbox",
+                self.base
+            )
+        }
+    }
+
+    /// Registers `capstan mcp --workspace WS` on the server as MCP server `capstan`, once
+    /// per workspace; `Ok` without doing anything when MCP is off or no executable is known.
+    async fn register_mcp(&self, workspace: &Path) -> Result<(), String> {
+        let Some(exe) = self.capstan_exe.as_ref().filter(|_| self.config.mcp) else {
+            return Ok(());
+        };
+        let mut registered = self.registered.lock().await;
+        if registered.contains(workspace) {
+            return Ok(());
+        }
+        let dir = workspace.to_string_lossy().to_string();
+        let body = json!({"name": "capstan", "config": {
+            "type": "local",
+            "command": [exe, "mcp", "--workspace", workspace],
+            "environment": capstan_env(),
+            "timeout": 120_000,
+        }});
+        let resp = self
+            .post("/mcp")
+            .query(&[("directory", dir.as_str())])
+            .json(&body)
+            .timeout(Duration::from_secs(180))
+            .send()
+            .await
+            .map_err(|e| format!("cannot register Capstan's MCP server on OpenCode: {e}"))?;
+        let status = resp.status();
+        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        if !status.is_success() || answer["capstan"]["status"] != "connected" {
+            return Err(format!(
+                "OpenCode could not start Capstan's MCP server (`{} mcp`; HTTP {}): {answer}",
+                exe.display(),
+                status.as_u16()
+            ));
+        }
+        registered.insert(workspace.to_path_buf());
+        Ok(())
     }
 
     fn post(&self, path: &str) -> RequestBuilder {
@@ -260,12 +366,20 @@ impl Runner for OpenCodeRunner {
             RunOutput::failed(out.clone(), estimate(&out), model.clone(), e)
         };
 
-        // 1. A session rooted in the workspace.
+        // 1. Capstan's tools on the server, and a session rooted in the workspace that
+        // denies OpenCode's own tools.
+        if let Err(e) = self.register_mcp(&job.workspace).await {
+            return fail(String::new(), e);
+        }
         let dir = job.workspace.to_string_lossy().to_string();
+        let mut session_body = json!({"title": format!("capstan {} ({})", job.task_id, job.agent)});
+        if !self.config.unconfined_builtin_tools {
+            session_body["permission"] = confined_permissions();
+        }
         let session = match self
             .post("/session")
             .query(&[("directory", dir.as_str())])
-            .json(&json!({"title": format!("capstan {} ({})", job.task_id, job.agent)}))
+            .json(&session_body)
             .send()
             .await
         {
@@ -275,7 +389,14 @@ impl Runner for OpenCodeRunner {
                 let body = r.text().await.unwrap_or_default();
                 return fail(
                     String::new(),
-                    format!("OpenCode refused to create a session (HTTP {status}): {body}"),
+                    format!(
+                        "OpenCode refused to create a session (HTTP {status}): {body}{}",
+                        if self.config.unconfined_builtin_tools {
+                            ""
+                        } else {
+                            " (Capstan creates sessions with permission rules that deny OpenCode's own tools; this needs an OpenCode 1.x server that accepts them, such as 1.18)"
+                        }
+                    ),
                 );
             }
             Err(e) => return fail(String::new(), format!("OpenCode is not reachable: {e}")),
