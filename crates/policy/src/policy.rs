@@ -39,7 +39,7 @@ use crate::risk::Risk;
 use crate::word::scan_word;
 use crate::{Classification, CommandInfo, Context, classify_argv_in, classify_shell_in};
 
-pub use capstan_protocol::{Profile, SandboxMode};
+pub use capstan_protocol::{GrantSource, Profile, SandboxMode};
 
 /// A workspace's command policy, as written in its TOML or JSON config.
 ///
@@ -92,6 +92,11 @@ pub struct Evaluation {
     pub explanation: Vec<String>,
     /// The classification the verdict was based on.
     pub classification: Classification,
+    /// For an allow: who granted the command what it runs with (`none` for a
+    /// read-only command, which is granted nothing; the profile's standing
+    /// rule; an allow rule). `None` for a deny or an ask.
+    #[serde(default)]
+    pub allowed_by: Option<GrantSource>,
 }
 
 /// A malformed policy.
@@ -280,6 +285,7 @@ impl Policy {
                 },
                 explanation: vec![reason],
                 classification,
+                allowed_by: None,
             };
         }
         self.evaluate(classification)
@@ -316,15 +322,18 @@ impl Policy {
 
     /// Decides what to do with an existing classification.
     pub fn evaluate(&self, classification: Classification) -> Evaluation {
-        let (verdict, explanation) = self.decide(&classification);
+        let (verdict, explanation, allowed_by) = self.decide(&classification);
         Evaluation {
             verdict,
             explanation,
             classification,
+            allowed_by,
         }
     }
 
-    fn decide(&self, c: &Classification) -> (Verdict, Vec<String>) {
+    /// The verdict, why, and for an allow, who granted it: nobody for a
+    /// read-only command, the profile's standing rule, or an allow rule.
+    fn decide(&self, c: &Classification) -> (Verdict, Vec<String>, Option<GrantSource>) {
         let Some(limit) = self.profile.auto_run_up_to() else {
             let reason = "the workspace profile is `locked`: no commands may run".to_owned();
             return (
@@ -332,6 +341,7 @@ impl Policy {
                     reason: reason.clone(),
                 },
                 vec![reason],
+                None,
             );
         };
         if c.empty {
@@ -341,6 +351,7 @@ impl Policy {
                     reason: reason.clone(),
                 },
                 vec![reason],
+                None,
             );
         }
         let deny = Self::rules(&self.deny);
@@ -359,6 +370,7 @@ impl Policy {
                             reason: reason.clone(),
                         },
                         vec![reason],
+                        None,
                     );
                 }
             }
@@ -369,14 +381,19 @@ impl Policy {
                     .to_owned(),
             ];
             explanation.extend(c.protected.iter().cloned());
-            return (Verdict::Ask, explanation);
+            return (Verdict::Ask, explanation, None);
         }
         if c.risk <= limit {
             let why = format!(
                 "the command is {} and the `{}` profile runs that without asking",
                 c.risk, self.profile
             );
-            return (Verdict::Allow, vec![why]);
+            let by = if c.risk == Risk::ReadOnly {
+                GrantSource::None
+            } else {
+                GrantSource::Profile
+            };
+            return (Verdict::Allow, vec![why], Some(by));
         }
         let allow = Self::rules(&self.allow);
         let allowed_by = |index: usize| -> Option<&str> {
@@ -424,7 +441,12 @@ impl Policy {
             if proxied {
                 why.push(PROXY_DECIDES.into());
             }
-            return (Verdict::Allow, why);
+            let by = if used_rules.is_empty() {
+                GrantSource::Profile
+            } else {
+                GrantSource::AllowRule
+            };
+            return (Verdict::Allow, why, Some(by));
         }
         let mut explanation: Vec<String> = Vec::new();
         explanation.push(format!(
@@ -442,7 +464,7 @@ impl Policy {
                     .into(),
             );
         }
-        (Verdict::Ask, explanation)
+        (Verdict::Ask, explanation, None)
     }
 }
 

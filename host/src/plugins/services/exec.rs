@@ -174,23 +174,6 @@ fn apply_plugin_floor(
     (verdict, None)
 }
 
-/// Who let a command run that the policy allowed without asking: nobody for
-/// a read-only one (it gets nothing), the profile's standing rule when its
-/// risk is one the profile runs unasked (with the egress proxy a network
-/// finding weighs as a write, as in [`Policy`]), else an allow rule.
-fn standing_source(risk: PolicyRisk, policy: &Policy) -> GrantSource {
-    let weighed = if policy.network_proxy && risk == PolicyRisk::Network {
-        PolicyRisk::Write
-    } else {
-        risk
-    };
-    match policy.profile.auto_run_up_to() {
-        _ if risk == PolicyRisk::ReadOnly => GrantSource::None,
-        Some(max) if weighed <= max => GrantSource::Profile,
-        _ => GrantSource::AllowRule,
-    }
-}
-
 /// A cwd from a plugin: relative, inside the workspace after resolving links
 /// (the workspace gate's one rule for client-named paths).
 pub fn resolve_cwd(workspace: &Path, cwd: &str) -> Result<PathBuf, String> {
@@ -322,7 +305,13 @@ impl Exec {
                 }
             },
             Verdict::Allow => {
-                let source = standing_source(risk, &self.policy);
+                // The policy says who granted its allow; a plugin that raised
+                // a read-only command's risk within what the profile runs
+                // unasked makes it the profile's grant.
+                let source = match evaluation.allowed_by {
+                    Some(GrantSource::None) if risk != PolicyRisk::ReadOnly => GrantSource::Profile,
+                    by => by.unwrap_or(GrantSource::None),
+                };
                 self.broker
                     .record_policy_allow(scope, &ask, Grant::for_risk(source, risk));
                 source
